@@ -1,0 +1,75 @@
+// kcpbench entry point: parses the command line, runs one subcommand, and is the only place
+// that turns errors into exit codes (DESIGN.md 8): 0 pass, 1 budget breach, 2 bad command line or
+// row file, 3 runtime error, 4 determinism contract broken, 5 deadline.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "app/commands.h"
+#include "core/comm/mpi_communicator.h"
+#include "core/config/row_loader.h"
+#include "core/util/error.h"
+#include "core/util/log.h"
+#include "kcp/config.h"
+
+int main(int argc, char** argv) {
+  using namespace kcp;
+  app::Globals g;
+  g.argv.assign(argv, argv + argc);
+  g.configs_dir = default_configs_dir();
+  const bool use_mpi = mpi_available() && mpi_launched();
+  int code = 0;
+  try {
+    if (use_mpi) mpi_init(&argc, &argv);
+    CLI::App cli{"kcpbench: benchmark and validation harness for context-parallel (KCP) GDN and KDA training "
+                 "kernels.\nRows come from JSON row sets (configs/rows/*.json); see README.md."};
+    cli.require_subcommand(0, 1);
+    bool version = false;
+    cli.add_flag("--version", version, "Print the version, git sha, build options and CUDA/NCCL/MPI availability");
+    cli.add_option("--configs", g.configs_dir, "Folder holding rows/<set>.json (default: the source tree's configs/)");
+    int quiet = 0, verbose = 0;
+    cli.add_flag("-q,--quiet", quiet, "Print only the table, the summary and errors");
+    cli.add_flag("-v,--verbose", verbose, "Print debug lines (per-phase details)");
+    std::vector<std::function<int()>> actions;
+    actions.push_back(app::add_list_command(cli, g));
+    actions.push_back(app::add_plan_command(cli, g));
+    try {
+      cli.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      code = cli.exit(e);
+      throw 0;
+    } catch (const CLI::CallForAllHelp& e) {
+      code = cli.exit(e);
+      throw 0;
+    } catch (const CLI::ParseError& e) {
+      cli.exit(e);
+      code = 2;
+      throw 0;
+    }
+    log::set_level(quiet ? log::Level::Quiet : verbose ? log::Level::Debug : log::Level::Info);
+    if (version) {
+      std::fputs(app::version_text().c_str(), stdout);
+    } else if (cli.get_subcommands().empty()) {
+      std::fputs(cli.help().c_str(), stdout);
+    } else {
+      // Each action returns -1 unless its own subcommand was parsed; exactly one runs.
+      for (auto& act : actions) {
+        int rc = act();
+        if (rc >= 0) code = rc;
+      }
+    }
+  } catch (int) {
+    // parse outcome already printed
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kcpbench: error: %s\n", e.what());
+    code = e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kcpbench: error: %s %s\n", rank_prefix().c_str(), e.what());
+    code = 3;
+  }
+  if (use_mpi) {
+    if (code == 2 || code == 3 || code == 5) mpi_abort(code);  // a rank may be stuck in a collective
+    mpi_finalize();
+  }
+  return code;
+}

@@ -1,0 +1,110 @@
+// Typed row configuration: what one validation/benchmark case asks for (DESIGN.md sections 1, 9).
+// Filled once from JSON by load_row_set() (row_loader.cpp); nothing after loading reads JSON.
+// Defaults are member initialisers; every field maps to one JSON key of configs/rows.schema.json.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kcp {
+
+enum class OpKind { Gdn, Kda };
+// Gate input forms (ALGORITHM.md 1.2): direct natural-log decay; raw softplus form with A_log
+// (and optional dt_bias); KDA lower-bound form lb * sigmoid(...).
+enum class GateForm { Direct, Softplus, LowerBound };
+enum class DType { BF16, FP16 };
+enum class Package { Det, Nondet };
+enum class SavedKind { Full, Light };
+enum class KeyDist { Normal, Skewed };  // Skewed: 10 * randn - 50 (nearly parallel after L2 norm)
+// Which ranks may run a forced-P form: every rank must plan P = 1 (the seed's rule), or any row.
+enum class ForcedRule { AllRanksPlanP1, Always };
+
+const char* to_string(OpKind v);
+const char* to_string(GateForm v);
+const char* to_string(DType v);
+const char* to_string(Package v);
+const char* to_string(SavedKind v);
+const char* to_string(KeyDist v);
+const char* to_string(ForcedRule v);
+
+// The tensors a row is judged on. Which ones are present depends on the row's options.
+inline const std::vector<std::string>& all_tensor_names() {
+  static const std::vector<std::string> names = {"o",  "ht",    "dq",     "dk",       "dv",
+                                                 "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
+  return names;
+}
+
+struct Budget {
+  double max_abs = 0.0;  // max |err| allowed
+  double rel_rms = 0.0;  // RMS(err) / RMS(ref) allowed
+};
+
+// Input recipe: distributions of the generated inputs (core/inputs).
+struct InputRecipe {
+  KeyDist keys = KeyDist::Normal;
+  double gate_strength = 1.0;  // direct gates: logsigmoid(randn) / gate_strength
+  double gate_mask_p = 0.0;    // probability that a direct gate is set to -1000 (extreme decay)
+  double gate_zero_p = 0.0;    // probability that a direct gate is set to 0 (no decay)
+};
+
+// Forms to run (DESIGN.md 1: package x saved set x schedule).
+struct FormSet {
+  std::vector<Package> packages = {Package::Det, Package::Nondet};
+  std::vector<SavedKind> saved = {SavedKind::Full, SavedKind::Light};
+  std::vector<int> forced_P;  // forced segment counts, in addition to the planned schedule
+  ForcedRule forced_rule = ForcedRule::AllRanksPlanP1;
+};
+
+struct RowConfig {
+  // identity
+  std::string name;         // e.g. "A4", "KC2"
+  std::string description;
+  std::string file;         // the row file it came from
+  int index = 0;            // position in rows[]
+  // operator and shape
+  OpKind op = OpKind::Gdn;
+  int H = 1, HV = 1, K = 64, V = 64;
+  std::vector<int64_t> seqlens;     // global sequence lengths (zero allowed)
+  int world = 1;                    // W
+  std::vector<int64_t> rank_tokens; // explicit per-rank token counts (uneven rows); empty = even split
+  int chunk = 64;
+  // options
+  DType dtype = DType::BF16;
+  double scale = 0.0;               // 0 = K^-1/2
+  bool qk_l2norm = false;
+  GateForm gate = GateForm::Direct;
+  double lower_bound = -5.0;
+  bool A_log = false;               // raw gates: A_log present (required for Softplus)
+  bool dt_bias = false;
+  bool initial_state = false;       // h0 given
+  bool final_state = false;         // ht returned and judged
+  bool dht = false;                 // gradient of the final state in the loss
+  // inputs
+  uint64_t seed = 1;
+  InputRecipe inputs;
+  // planning: a device class to plan with regardless of the device (int1 uses it to get P > 1
+  // on small shapes), empty = the device's own class.
+  std::string plan_device;
+  FormSet forms;
+  // budgets per tensor, with provenance
+  std::map<std::string, Budget> budgets;
+  std::string budget_source;
+
+  int64_t total_tokens() const;
+  int sequences() const { return static_cast<int>(seqlens.size()); }
+  bool has_tensor(const std::string& name) const;  // is this tensor produced for this row?
+};
+
+struct RowSet {
+  std::string name;  // "int1"
+  std::string file;
+  std::string description;
+  std::vector<RowConfig> rows;
+  std::string digest;                   // SHA-256 of the canonical JSON of the whole set
+  std::vector<std::string> row_digests; // SHA-256 of the canonical JSON of each row
+};
+
+}  // namespace kcp

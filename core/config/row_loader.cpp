@@ -1,0 +1,511 @@
+// JSON -> RowConfig with every problem collected, then semantic validation (validate_row).
+#include "core/config/row_loader.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "core/plan/segment_plan.h"
+#include "core/util/error.h"
+#include "core/util/sha256.h"
+#include "kcp/config.h"
+
+namespace kcp {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "integer " + v.dump();
+  if (v.is_number_float()) return "number " + v.dump();
+  if (v.is_string()) return "string " + v.dump();
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+// Reads the fields of one JSON object, remembering which keys were used so the rest can be
+// reported as unknown, and collecting every problem instead of stopping at the first.
+class ObjectReader {
+ public:
+  ObjectReader(const json& obj, std::string path, std::vector<std::string>& errors)
+      : obj_(obj), path_(std::move(path)), errors_(errors) {}
+
+  std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  void error(const std::string& key, const std::string& msg) { errors_.push_back(at(key) + ": " + msg); }
+  const json* find(const std::string& key) {
+    used_.insert(key);
+    auto it = obj_.find(key);
+    return it == obj_.end() ? nullptr : &*it;
+  }
+
+  void get_string(const std::string& key, std::string& out, bool required = false) {
+    const json* v = find(key);
+    if (!v) {
+      if (required) error(key, "required string is missing");
+      return;
+    }
+    if (!v->is_string()) return error(key, "expected a string, got " + type_name(*v));
+    out = v->get<std::string>();
+  }
+  template <class Int>
+  void get_int(const std::string& key, Int& out, bool required = false) {
+    const json* v = find(key);
+    if (!v) {
+      if (required) error(key, "required integer is missing");
+      return;
+    }
+    if (!(v->is_number_integer() || v->is_number_unsigned()))
+      return error(key, "expected an integer, got " + type_name(*v));
+    out = v->get<Int>();
+  }
+  void get_double(const std::string& key, double& out) {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_number()) return error(key, "expected a number, got " + type_name(*v));
+    out = v->get<double>();
+  }
+  void get_bool(const std::string& key, bool& out) {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_boolean()) return error(key, "expected true or false, got " + type_name(*v));
+    out = v->get<bool>();
+  }
+  void get_int_array(const std::string& key, std::vector<int64_t>& out, bool required = false) {
+    const json* v = find(key);
+    if (!v) {
+      if (required) error(key, "required array of integers is missing");
+      return;
+    }
+    if (!v->is_array()) return error(key, "expected an array of integers, got " + type_name(*v));
+    out.clear();
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& e = (*v)[i];
+      if (!(e.is_number_integer() || e.is_number_unsigned())) {
+        errors_.push_back(fmt::format("{}[{}]: expected an integer, got {}", at(key), i, type_name(e)));
+        continue;
+      }
+      out.push_back(e.get<int64_t>());
+    }
+  }
+  template <class E>
+  void get_enum(const std::string& key, E& out, const std::vector<std::pair<const char*, E>>& table) {
+    const json* v = find(key);
+    if (!v) return;
+    std::string names;
+    for (auto& [n, e] : table) names += (names.empty() ? "" : ", ") + std::string(n);
+    if (!v->is_string()) return error(key, "expected one of " + names + ", got " + type_name(*v));
+    for (auto& [n, e] : table)
+      if (v->get<std::string>() == n) {
+        out = e;
+        return;
+      }
+    error(key, "expected one of " + names + ", got " + v->dump());
+  }
+  template <class E>
+  void get_enum_list(const std::string& key, std::vector<E>& out,
+                     const std::vector<std::pair<const char*, E>>& table) {
+    const json* v = find(key);
+    if (!v) return;
+    if (!v->is_array()) return error(key, "expected an array of strings, got " + type_name(*v));
+    out.clear();
+    for (size_t i = 0; i < v->size(); ++i) {
+      json one = json::object({{"x", (*v)[i]}});
+      ObjectReader r(one, fmt::format("{}[{}]", at(key), i), errors_);
+      E e{};
+      size_t before = errors_.size();
+      r.get_enum("x", e, table);
+      if (errors_.size() != before) {  // rewrite "....x: msg" to name the element itself
+        std::string& m = errors_.back();
+        auto pos = m.find(".x: ");
+        if (pos != std::string::npos) m.erase(pos, 2);
+        continue;
+      }
+      out.push_back(e);
+    }
+  }
+  // Returns the sub-object at key (or nullptr), reporting a wrong type.
+  const json* object(const std::string& key) {
+    const json* v = find(key);
+    if (v && !v->is_object()) {
+      error(key, "expected an object, got " + type_name(*v));
+      return nullptr;
+    }
+    return v;
+  }
+  void report_unknown(const std::vector<std::string>& known_hint) {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it)
+      if (!used_.count(it.key())) {
+        std::string hint;
+        for (const auto& k : known_hint) hint += (hint.empty() ? "" : ", ") + k;
+        errors_.push_back(at(it.key()) + ": unknown key (known keys: " + hint + ")");
+      }
+  }
+  std::vector<std::string> used() const { return {used_.begin(), used_.end()}; }
+
+ private:
+  const json& obj_;
+  std::string path_;
+  std::vector<std::string>& errors_;
+  std::set<std::string> used_;
+};
+
+const std::vector<std::pair<const char*, OpKind>> kOps = {{"gdn", OpKind::Gdn}, {"kda", OpKind::Kda}};
+const std::vector<std::pair<const char*, GateForm>> kGates = {
+    {"direct", GateForm::Direct}, {"softplus", GateForm::Softplus}, {"lower_bound", GateForm::LowerBound}};
+const std::vector<std::pair<const char*, DType>> kDtypes = {{"bf16", DType::BF16}, {"fp16", DType::FP16}};
+const std::vector<std::pair<const char*, Package>> kPackages = {{"det", Package::Det}, {"nondet", Package::Nondet}};
+const std::vector<std::pair<const char*, SavedKind>> kSaved = {{"full", SavedKind::Full}, {"light", SavedKind::Light}};
+const std::vector<std::pair<const char*, KeyDist>> kKeys = {{"normal", KeyDist::Normal}, {"skewed", KeyDist::Skewed}};
+const std::vector<std::pair<const char*, ForcedRule>> kRules = {
+    {"all_ranks_plan_p1", ForcedRule::AllRanksPlanP1}, {"always", ForcedRule::Always}};
+
+template <class E>
+const char* name_of(const std::vector<std::pair<const char*, E>>& table, E e) {
+  for (auto& [n, v] : table)
+    if (v == e) return n;
+  return "?";
+}
+
+const std::vector<std::string> kRowKeys = {
+    "name", "description", "op", "H", "HV", "K", "V", "seqlens", "world", "rank_tokens", "chunk", "dtype",
+    "scale", "qk_l2norm", "gate", "lower_bound", "A_log", "dt_bias", "initial_state", "final_state", "dht",
+    "seed", "inputs", "plan_device", "forms", "budgets"};
+
+RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::string>& errors) {
+  RowConfig row;
+  ObjectReader r(obj, path, errors);
+  r.get_string("name", row.name, true);
+  r.get_string("description", row.description);
+  r.get_enum("op", row.op, kOps);
+  if (!obj.contains("op")) r.error("op", "required (gdn or kda) is missing");
+  r.get_int("H", row.H, true);
+  r.get_int("HV", row.HV, true);
+  r.get_int("K", row.K, true);
+  r.get_int("V", row.V, true);
+  r.get_int_array("seqlens", row.seqlens, true);
+  r.get_int("world", row.world);
+  r.get_int_array("rank_tokens", row.rank_tokens);
+  r.get_int("chunk", row.chunk);
+  r.get_enum("dtype", row.dtype, kDtypes);
+  r.get_double("scale", row.scale);
+  r.get_bool("qk_l2norm", row.qk_l2norm);
+  r.get_enum("gate", row.gate, kGates);
+  r.get_double("lower_bound", row.lower_bound);
+  r.get_bool("A_log", row.A_log);
+  r.get_bool("dt_bias", row.dt_bias);
+  r.get_bool("initial_state", row.initial_state);
+  r.get_bool("final_state", row.final_state);
+  r.get_bool("dht", row.dht);
+  r.get_int("seed", row.seed);
+  r.get_string("plan_device", row.plan_device);
+  if (const json* in = r.object("inputs")) {
+    ObjectReader ri(*in, r.at("inputs"), errors);
+    ri.get_enum("keys", row.inputs.keys, kKeys);
+    ri.get_double("gate_strength", row.inputs.gate_strength);
+    ri.get_double("gate_mask_p", row.inputs.gate_mask_p);
+    ri.get_double("gate_zero_p", row.inputs.gate_zero_p);
+    ri.report_unknown({"keys", "gate_strength", "gate_mask_p", "gate_zero_p"});
+  }
+  if (const json* fo = r.object("forms")) {
+    ObjectReader rf(*fo, r.at("forms"), errors);
+    rf.get_enum_list("packages", row.forms.packages, kPackages);
+    rf.get_enum_list("saved", row.forms.saved, kSaved);
+    std::vector<int64_t> fp;
+    rf.get_int_array("forced_P", fp);
+    for (auto p : fp) row.forms.forced_P.push_back(static_cast<int>(p));
+    rf.get_enum("forced_rule", row.forms.forced_rule, kRules);
+    rf.report_unknown({"packages", "saved", "forced_P", "forced_rule"});
+  }
+  if (const json* bu = r.object("budgets")) {
+    ObjectReader rb(*bu, r.at("budgets"), errors);
+    rb.get_string("source", row.budget_source);
+    if (const json* te = rb.object("tensors")) {
+      for (auto it = te->begin(); it != te->end(); ++it) {
+        const std::string tpath = rb.at("tensors") + "." + it.key();
+        if (std::find(all_tensor_names().begin(), all_tensor_names().end(), it.key()) == all_tensor_names().end()) {
+          errors.push_back(tpath + ": unknown tensor (known: o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0)");
+          continue;
+        }
+        if (!it->is_object()) {
+          errors.push_back(tpath + ": expected an object {max_abs, rel_rms}, got " + type_name(*it));
+          continue;
+        }
+        ObjectReader rt(*it, tpath, errors);
+        Budget b{-1, -1};
+        rt.get_double("max_abs", b.max_abs);
+        rt.get_double("rel_rms", b.rel_rms);
+        rt.report_unknown({"max_abs", "rel_rms"});
+        if (b.max_abs < 0 || b.rel_rms < 0) {
+          errors.push_back(tpath + ": needs max_abs and rel_rms, both >= 0");
+          continue;
+        }
+        row.budgets[it.key()] = b;
+      }
+    }
+    rb.report_unknown({"source", "tensors"});
+  }
+  r.report_unknown(kRowKeys);
+  return row;
+}
+
+// The row's problem digest covers everything that changes the numbers, not its budgets or text.
+json canonical_problem(json row) {
+  row.erase("budgets");
+  row.erase("description");
+  return row;
+}
+
+}  // namespace
+
+const char* to_string(OpKind v) { return name_of(kOps, v); }
+const char* to_string(GateForm v) { return name_of(kGates, v); }
+const char* to_string(DType v) { return name_of(kDtypes, v); }
+const char* to_string(Package v) { return name_of(kPackages, v); }
+const char* to_string(SavedKind v) { return name_of(kSaved, v); }
+const char* to_string(KeyDist v) { return name_of(kKeys, v); }
+const char* to_string(ForcedRule v) { return name_of(kRules, v); }
+
+std::vector<std::string> validate_row(const RowConfig& row, const std::string& p) {
+  std::vector<std::string> e;
+  auto bad = [&](const std::string& field, const std::string& msg) { e.push_back(p + "." + field + ": " + msg); };
+  if (!row.name.empty()) {
+    bool ok = !row.name.empty() && std::isupper(static_cast<unsigned char>(row.name[0]));
+    size_t i = 0;
+    while (i < row.name.size() && std::isupper(static_cast<unsigned char>(row.name[i]))) ++i;
+    ok = ok && i <= 3 && i < row.name.size();
+    for (size_t j = i; j < row.name.size(); ++j) ok = ok && std::isdigit(static_cast<unsigned char>(row.name[j]));
+    if (!ok) bad("name", "expected a family letter (up to 3 capitals) and a number like \"A4\" or \"KC2\", got \"" + row.name + "\"");
+  }
+  if (row.H <= 0) bad("H", fmt::format("must be positive, got {}", row.H));
+  if (row.HV <= 0) bad("HV", fmt::format("must be positive, got {}", row.HV));
+  if (row.H > 0 && row.HV > 0 && row.HV % row.H != 0)
+    bad("HV", fmt::format("must be a multiple of H ({}), got {}", row.H, row.HV));
+  for (auto [field, val] : {std::pair{"K", row.K}, std::pair{"V", row.V}})
+    if (val != 64 && val != 128) bad(field, fmt::format("unsupported head dim (supported: 64, 128), got {}", val));
+  if (row.chunk != 64) bad("chunk", fmt::format("only chunk size 64 is supported, got {}", row.chunk));
+  if (row.seqlens.empty()) bad("seqlens", "must hold at least one sequence length, got an empty array");
+  int64_t total = 0;
+  for (size_t i = 0; i < row.seqlens.size(); ++i) {
+    if (row.seqlens[i] < 0) e.push_back(fmt::format("{}.seqlens[{}]: must be >= 0, got {}", p, i, row.seqlens[i]));
+    else total += row.seqlens[i];
+  }
+  if (!row.seqlens.empty() && total == 0) bad("seqlens", "the sequences hold no tokens (total length 0)");
+  if (row.world < 1) bad("world", fmt::format("must be >= 1, got {}", row.world));
+  if (row.world >= 1 && total > 0) {
+    if (row.rank_tokens.empty()) {
+      if (total < row.world)
+        bad("world", fmt::format("W = {} is larger than the {} tokens allow (every rank needs a token)", row.world, total));
+      else if (total % row.world != 0)
+        bad("world", fmt::format("total tokens {} must be divisible by W = {} for an even split (or give rank_tokens)",
+                                 total, row.world));
+    } else {
+      if (static_cast<int>(row.rank_tokens.size()) != row.world)
+        bad("rank_tokens", fmt::format("must have W = {} entries, got {}", row.world, row.rank_tokens.size()));
+      int64_t s = 0;
+      for (size_t i = 0; i < row.rank_tokens.size(); ++i) {
+        if (row.rank_tokens[i] <= 0)
+          e.push_back(fmt::format("{}.rank_tokens[{}]: must be positive, got {}", p, i, row.rank_tokens[i]));
+        s += row.rank_tokens[i];
+      }
+      if (s != total) bad("rank_tokens", fmt::format("must add up to the total tokens {}, got {}", total, s));
+    }
+  }
+  if (row.scale < 0) bad("scale", fmt::format("must be >= 0 (0 means K^-1/2), got {}", row.scale));
+  if (row.gate == GateForm::LowerBound && row.op != OpKind::Kda)
+    bad("gate", "the lower_bound form exists for kda only, got it on a gdn row");
+  if (row.gate == GateForm::LowerBound && !(row.lower_bound >= -5.0 && row.lower_bound < 0.0))
+    bad("lower_bound", fmt::format("must be in [-5, 0), got {}", row.lower_bound));
+  if (row.gate == GateForm::Softplus && !row.A_log) bad("A_log", "the softplus gate form needs A_log: true, got false");
+  if (row.gate == GateForm::Direct && (row.A_log || row.dt_bias))
+    bad("gate", "A_log / dt_bias need a raw gate form (softplus or lower_bound), got direct");
+  if (row.dht && !row.final_state) bad("dht", "dht needs final_state: true (the loss uses ht)");
+  if (row.inputs.gate_strength <= 0)
+    bad("inputs.gate_strength", fmt::format("must be positive, got {}", row.inputs.gate_strength));
+  for (auto [field, val] : {std::pair{"inputs.gate_mask_p", row.inputs.gate_mask_p},
+                            std::pair{"inputs.gate_zero_p", row.inputs.gate_zero_p}})
+    if (!(val >= 0 && val <= 1)) bad(field, fmt::format("must be a probability in [0, 1], got {}", val));
+  if (row.forms.packages.empty()) bad("forms.packages", "must name at least one package (det, nondet)");
+  if (row.forms.saved.empty()) bad("forms.saved", "must name at least one saved set (full, light)");
+  for (size_t i = 0; i < row.forms.forced_P.size(); ++i) {
+    int P = row.forms.forced_P[i];
+    if (P < 1 || P > 64) e.push_back(fmt::format("{}.forms.forced_P[{}]: must be in [1, 64], got {}", p, i, P));
+  }
+  for (const auto& [t, b] : row.budgets)
+    if (!row.has_tensor(t))
+      e.push_back(fmt::format("{}.budgets.tensors.{}: this row does not produce {} (check its options)", p, t, t));
+  if (!row.plan_device.empty()) {
+    bool known = false;
+    std::string names;
+    for (const auto& d : device_classes()) {
+      known = known || d.name == row.plan_device;
+      names += (names.empty() ? "" : ", ") + d.name;
+    }
+    if (!known) bad("plan_device", fmt::format("unknown device class (known: {}), got \"{}\"", names, row.plan_device));
+  }
+  // Forced P values must be takeable by every rank (checked on a plan when the shape is sound).
+  if (e.empty()) {
+    for (size_t i = 0; i < row.forms.forced_P.size(); ++i) {
+      try {
+        PlanRequest req;
+        req.device = row.plan_device.empty() ? "h200" : row.plan_device;
+        req.forced_P = row.forms.forced_P[i];
+        make_plan(row, req);
+      } catch (const ConfigError& err) {
+        e.push_back(fmt::format("{}.forms.forced_P[{}]: the plan cannot take P = {}: {}", p, i,
+                                row.forms.forced_P[i], err.what()));
+      }
+    }
+  }
+  return e;
+}
+
+int64_t RowConfig::total_tokens() const {
+  int64_t t = 0;
+  for (auto s : seqlens) t += s;
+  return t;
+}
+
+bool RowConfig::has_tensor(const std::string& n) const {
+  if (n == "ht") return final_state;
+  if (n == "dA_log") return A_log;
+  if (n == "ddt_bias") return dt_bias;
+  if (n == "dh0") return initial_state;
+  return std::find(all_tensor_names().begin(), all_tensor_names().end(), n) != all_tensor_names().end();
+}
+
+RowSet load_row_set_text(const std::string& text, const std::string& file) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& ex) {
+    KCP_THROW(ConfigError, "{}: not valid JSON (byte {}): {}", file, ex.byte, ex.what());
+  }
+  std::vector<std::string> errors;
+  RowSet set;
+  set.file = file;
+  if (!doc.is_object()) KCP_THROW(ConfigError, "{}: expected a JSON object at the top level, got {}", file, type_name(doc));
+  ObjectReader top(doc, "", errors);
+  std::string schema;
+  top.get_string("schema", schema, true);
+  if (!schema.empty() && schema != "kcpbench.rows/1")
+    errors.push_back("schema: expected \"kcpbench.rows/1\", got \"" + schema + "\"");
+  top.get_string("name", set.name, true);
+  top.get_string("description", set.description);
+  const json* defaults = top.object("defaults");
+  const json* rows = top.find("rows");
+  if (!rows) errors.push_back("rows: required array of rows is missing");
+  else if (!rows->is_array()) errors.push_back("rows: expected an array of rows, got " + type_name(*rows));
+  top.report_unknown({"schema", "name", "description", "defaults", "rows"});
+  std::set<std::string> names;
+  if (rows && rows->is_array()) {
+    for (size_t i = 0; i < rows->size(); ++i) {
+      const std::string path = fmt::format("rows[{}]", i);
+      const json& raw = (*rows)[i];
+      if (!raw.is_object()) {
+        errors.push_back(path + ": expected a row object, got " + type_name(raw));
+        continue;
+      }
+      json merged = defaults ? *defaults : json::object();
+      for (auto it = raw.begin(); it != raw.end(); ++it) merged[it.key()] = *it;
+      size_t before = errors.size();
+      RowConfig row = parse_row(merged, path, errors);
+      row.file = file;
+      row.index = static_cast<int>(i);
+      if (errors.size() == before) {
+        auto v = validate_row(row, path);
+        errors.insert(errors.end(), v.begin(), v.end());
+      }
+      if (!row.name.empty() && !names.insert(row.name).second)
+        errors.push_back(fmt::format("{}.name: duplicate row name \"{}\"", path, row.name));
+      set.row_digests.push_back(sha256_hex(canonical_problem(merged).dump()));
+      set.rows.push_back(std::move(row));
+    }
+  }
+  if (!errors.empty()) {
+    std::string msg = fmt::format("{}: {} problem{} in the row file:", file, errors.size(), errors.size() == 1 ? "" : "s");
+    for (const auto& e : errors) msg += "\n  " + file + ": " + e;
+    throw ConfigError(msg);
+  }
+  set.digest = sha256_hex(doc.dump());
+  return set;
+}
+
+RowSet load_row_set(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) KCP_THROW(ConfigError, "{}: cannot open the row file ({})", file, std::strerror(errno));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return load_row_set_text(ss.str(), file);
+}
+
+std::string default_configs_dir() {
+  if (const char* env = std::getenv("KCP_CONFIGS_DIR")) return env;
+  return std::string(KCP_SOURCE_DIR) + "/configs";
+}
+
+std::vector<std::string> known_row_sets(const std::string& configs_dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& ent : fs::directory_iterator(fs::path(configs_dir) / "rows", ec))
+    if (ent.path().extension() == ".json" && ent.path().filename().string().find("schema") == std::string::npos)
+      names.push_back(ent.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string resolve_row_file(const std::string& spec, const std::string& configs_dir) {
+  if (spec.find('/') != std::string::npos || spec.ends_with(".json")) {
+    if (!fs::exists(spec)) KCP_THROW(ConfigError, "--rows: no such row file \"{}\"", spec);
+    return spec;
+  }
+  fs::path f = fs::path(configs_dir) / "rows" / (spec + ".json");
+  if (!fs::exists(f)) {
+    std::string names;
+    for (const auto& n : known_row_sets(configs_dir)) names += (names.empty() ? "" : ", ") + n;
+    KCP_THROW(ConfigError, "--rows: unknown row set \"{}\" (known in {}/rows: {}; or give a path to a row file)", spec,
+              configs_dir, names.empty() ? "none" : names);
+  }
+  return f.string();
+}
+
+namespace {
+bool glob_match(const char* pat, const char* s) {
+  if (*pat == 0) return *s == 0;
+  if (*pat == '*') return glob_match(pat + 1, s) || (*s && glob_match(pat, s + 1));
+  if (*s && (*pat == '?' || *pat == *s)) return glob_match(pat + 1, s + 1);
+  return false;
+}
+}  // namespace
+
+std::vector<const RowConfig*> select_rows(const RowSet& set, const std::vector<std::string>& patterns) {
+  std::vector<const RowConfig*> out;
+  for (const auto& pat : patterns) {
+    bool any = false;
+    for (const auto& r : set.rows) any = any || glob_match(pat.c_str(), r.name.c_str());
+    if (!any) {
+      std::string names;
+      for (const auto& r : set.rows) names += (names.empty() ? "" : ", ") + r.name;
+      KCP_THROW(ConfigError, "--row {}: no row of {} matches (rows: {})", pat, set.file, names);
+    }
+  }
+  for (const auto& r : set.rows) {
+    bool take = patterns.empty();
+    for (const auto& pat : patterns) take = take || glob_match(pat.c_str(), r.name.c_str());
+    if (take) out.push_back(&r);
+  }
+  return out;
+}
+
+}  // namespace kcp

@@ -1,0 +1,31 @@
+// Loading row sets from JSON (DESIGN.md 3 step 1). All problems in a file are collected and
+// reported at once, each naming the file, the JSON path, what was expected and what was found:
+//   configs/rows/int1.json: rows[3].HV: must be a multiple of H (2), got 3
+// The loader throws ConfigError (exit code 2) carrying every message, one per line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/config/row_config.h"
+
+namespace kcp {
+
+// `spec` is a set name ("int1" -> <configs dir>/rows/int1.json) or a path to a row file.
+std::string resolve_row_file(const std::string& spec, const std::string& configs_dir);
+// The configs directory: $KCP_CONFIGS_DIR if set at start-up by main, else the source tree's.
+std::string default_configs_dir();
+// The row-set names known in <configs dir>/rows (file stems), sorted.
+std::vector<std::string> known_row_sets(const std::string& configs_dir);
+
+RowSet load_row_set(const std::string& file);
+RowSet load_row_set_text(const std::string& text, const std::string& file);  // for tests
+
+// Semantic checks of one parsed row; returns every violation ("rows[i].field: ..." without file).
+std::vector<std::string> validate_row(const RowConfig& row, const std::string& path);
+
+// Selects rows by name (exact, or a glob with * and ?); an empty pattern list selects all.
+// Throws ConfigError naming the set and the available rows when a pattern matches nothing.
+std::vector<const RowConfig*> select_rows(const RowSet& set, const std::vector<std::string>& patterns);
+
+}  // namespace kcp

@@ -1,0 +1,103 @@
+// Counter-based input generation. Each tensor has its own key (seed, row digest, tensor name);
+// element i of the global tensor draws from counter i, so shards need no communication.
+#include "core/inputs/inputs.h"
+
+#include <cmath>
+
+#include "core/util/error.h"
+#include "core/util/sha256.h"
+
+namespace kcp {
+
+namespace {
+uint64_t mix64(uint64_t z) {  // SplitMix64 finaliser
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+double logsigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+}  // namespace
+
+uint64_t hash_counter(uint64_t key, uint64_t counter) { return mix64(key ^ mix64(counter + 0x632be59bd9b4e019ull)); }
+
+double uniform01(uint64_t key, uint64_t counter) {
+  // 53 random bits, shifted off 0 so log() is always finite.
+  return (static_cast<double>(hash_counter(key, counter) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+double standard_normal(uint64_t key, uint64_t counter) {
+  const double u1 = uniform01(key, 2 * counter), u2 = uniform01(key, 2 * counter + 1);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+uint64_t tensor_key(uint64_t seed, const std::string& row_digest, const std::string& tensor) {
+  const std::string h = sha256_hex(fmt::format("{}/{}/{}", seed, row_digest, tensor));
+  return std::stoull(h.substr(0, 16), nullptr, 16);
+}
+
+RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t0, int64_t t1) {
+  KCP_CHECK(t0 >= 0 && t1 >= t0 && t1 <= row.total_tokens(), "shard [{}, {}) outside [0, {})", t0, t1,
+            row.total_tokens());
+  RowInputs in;
+  in.t_begin = t0;
+  in.t_end = t1;
+  const int64_t T = t1 - t0;
+  const int64_t H = row.H, HV = row.HV, K = row.K, V = row.V;
+  const RoundTo rt = row.dtype == DType::BF16 ? RoundTo::BF16 : RoundTo::FP16;
+  // Fills the shard of a token-major tensor with `per_token` elements per token.
+  auto fill = [&](std::vector<float>& out, const char* name, int64_t per_token, auto&& value) {
+    const uint64_t key = tensor_key(row.seed, digest, name);
+    out.resize(static_cast<size_t>(T * per_token));
+    for (int64_t i = 0; i < T * per_token; ++i) out[i] = value(key, static_cast<uint64_t>(t0 * per_token + i));
+  };
+  auto normal = [&](uint64_t key, uint64_t c) { return round_to(float(standard_normal(key, c)), rt); };
+  fill(in.q, "q", H * K, normal);
+  if (row.inputs.keys == KeyDist::Skewed)  // nearly parallel keys after L2 norm (ALGORITHM.md 6.2)
+    fill(in.k, "k", H * K, [&](uint64_t key, uint64_t c) { return round_to(float(10.0 * standard_normal(key, c) - 50.0), rt); });
+  else
+    fill(in.k, "k", H * K, normal);
+  fill(in.v, "v", HV * V, normal);
+  fill(in.dO, "dO", HV * V, normal);
+  fill(in.beta, "beta", HV, [&](uint64_t key, uint64_t c) { return round_to(float(sigmoid(standard_normal(key, c))), rt); });
+  const int64_t gw = row.op == OpKind::Kda ? K : 1;
+  if (row.gate == GateForm::Direct) {
+    // a = logsigmoid(randn) / strength rounded to the input dtype, as public tests pass bf16 gates;
+    // some positions forced to -1000 (extreme decay) or 0 (both exact in bf16 and fp16).
+    const uint64_t mkey = tensor_key(row.seed, digest, "g.mask");
+    fill(in.g, "g", HV * gw, [&](uint64_t key, uint64_t c) {
+      const double u = uniform01(mkey, c);
+      if (u < row.inputs.gate_mask_p) return -1000.0f;
+      if (u < row.inputs.gate_mask_p + row.inputs.gate_zero_p) return 0.0f;
+      return round_to(float(logsigmoid(standard_normal(key, c)) / row.inputs.gate_strength), rt);
+    });
+  } else {
+    fill(in.g, "g", HV * gw, [&](uint64_t key, uint64_t c) { return round_to(float(standard_normal(key, c)), rt); });
+  }
+  if (row.A_log) {
+    // Per-head variation on purpose (exposes head-offset bugs): A_log = log(linspace(1, 8, HV)).
+    in.A_log.resize(HV);
+    for (int64_t j = 0; j < HV; ++j) in.A_log[j] = float(std::log(1.0 + 7.0 * double(j) / double(std::max<int64_t>(1, HV - 1))));
+  }
+  if (row.dt_bias) {
+    // Inverse softplus of dt, dt log-uniform in [1e-3, 1e-1] (ALGORITHM.md 6.2).
+    const uint64_t key = tensor_key(row.seed, digest, "dt_bias");
+    in.dt_bias.resize(HV * gw);
+    for (int64_t i = 0; i < HV * gw; ++i) {
+      const double dt = std::exp(std::log(1e-3) + uniform01(key, i) * (std::log(1e-1) - std::log(1e-3)));
+      in.dt_bias[i] = float(dt + std::log(-std::expm1(-dt)));
+    }
+  }
+  const int64_t N = row.sequences(), state = HV * K * V;
+  auto fill_states = [&](std::vector<float>& out, const char* name, double sd) {
+    const uint64_t key = tensor_key(row.seed, digest, name);
+    out.resize(static_cast<size_t>(N * state));
+    for (int64_t i = 0; i < N * state; ++i) out[i] = float(sd * standard_normal(key, i));
+  };
+  if (row.initial_state) fill_states(in.h0, "h0", 1.0);
+  if (row.dht) fill_states(in.dht, "dht", 1.0);
+  return in;
+}
+
+}  // namespace kcp

@@ -1,0 +1,67 @@
+#include "core/report/report.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "core/util/error.h"
+#include "kcp/config.h"
+
+namespace kcp {
+
+nlohmann::json build_info() {
+  nlohmann::json b;
+  b["version"] = KCP_VERSION;
+  b["git_sha"] = KCP_GIT_SHA;
+  b["git_dirty"] = KCP_GIT_DIRTY != 0;
+  b["build_type"] = KCP_BUILD_TYPE;
+  b["compiler"] = KCP_CXX_COMPILER;
+  b["cuda"] = KCP_ENABLE_CUDA ? nlohmann::json(KCP_CUDA_VERSION) : nlohmann::json(nullptr);
+  b["nccl"] = KCP_ENABLE_NCCL ? nlohmann::json(KCP_NCCL_VERSION) : nlohmann::json(nullptr);
+  b["mpi"] = KCP_ENABLE_MPI ? nlohmann::json(KCP_MPI_VERSION) : nlohmann::json(nullptr);
+  return b;
+}
+
+nlohmann::json context_block(const RunContext& ctx) {
+  nlohmann::json c;
+  c["schema_version"] = kResultsSchema;
+  c["build"] = build_info();
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  c["date"] = buf;
+  c["command_line"] = ctx.argv;
+  c["world_size"] = ctx.world;
+  c["launch_mode"] = ctx.launch_mode;
+  c["comm"] = ctx.comm;
+  c["backend"] = ctx.backend;
+  c["device_class"] = ctx.device_class;
+  c["devices"] = ctx.devices;
+  c["row_set"] = {{"name", ctx.row_set}, {"file", ctx.row_set_file}, {"digest", ctx.row_set_digest}};
+  return c;
+}
+
+void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  if (target.has_parent_path()) {
+    std::error_code ec;
+    fs::create_directories(target.parent_path(), ec);
+    if (ec) raise_api_error("I/O", "create_directories", ec.value(), ec.message() + ": " + target.parent_path().string(), __FILE__, __LINE__);
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) raise_api_error("I/O", "open", errno, std::strerror(errno) + std::string(": ") + tmp, __FILE__, __LINE__);
+    out << doc.dump(2) << "\n";
+    if (!out) raise_api_error("I/O", "write", errno, std::strerror(errno) + std::string(": ") + tmp, __FILE__, __LINE__);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    raise_api_error("I/O", "rename", errno, std::strerror(errno) + std::string(": ") + path, __FILE__, __LINE__);
+}
+
+}  // namespace kcp

@@ -1,0 +1,33 @@
+// The JSON report (`kcpbench.results/1`, DESIGN.md 8): a context block that makes every result
+// reproducible (build, devices, world, command line, seeds, row-set digest), then one entry per
+// (row, form). Rank 0 writes it to a temporary file beside the target and renames it, so a
+// reader never sees half a report.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kcp {
+
+inline constexpr const char* kResultsSchema = "kcpbench.results/1";
+
+struct RunContext {
+  std::vector<std::string> argv;   // the full command line
+  int world = 1;
+  std::string launch_mode;         // "threads" or "mpirun"
+  std::string comm;                // "local", "mpi", "nccl"
+  std::string backend;             // "cpu", "cuda"
+  std::string device_class;        // planning class
+  std::vector<std::string> devices;  // one per rank: "cpu" or "NVIDIA H200 (132 SMs)"
+  std::string row_set, row_set_file, row_set_digest;
+};
+
+// Build facts: version, git sha (+ dirty), build type, compiler, CUDA/NCCL/MPI availability.
+nlohmann::json build_info();
+nlohmann::json context_block(const RunContext& ctx);
+
+// Writes `doc` to `path` atomically (temp file + rename). Throws ApiError naming the path.
+void write_json_atomic(const std::string& path, const nlohmann::json& doc);
+
+}  // namespace kcp
