@@ -1,0 +1,85 @@
+// The kernel backend interface: one virtual method per phase of the chunked GDN / KDA forward
+// and backward with segments (DESIGN.md 4; ALGORITHM.md 2-4), implemented by the fp32 CPU twin
+// (kernels/cpu, CpuBackend) and by the CUDA backend (kernels/cuda) with the same Args.
+//
+// Contract:
+//  * every phase validates its Args first and throws std::invalid_argument naming the field
+//    ("kcp kernels: gdn fwd_states: args.seg_entry is null"); runtime faults throw
+//    std::runtime_error. Nothing is written before validation passes.
+//  * phases are stateless and const: one backend object may serve several ranks (threads).
+//  * pointers live in the backend's memory space (host for "cpu", device for "cuda"); layout
+//    tables (LayoutView) are always host memory.
+//  * the det package is bitwise reproducible run to run, and full and light saved sets give the
+//    same bits (the light backward recomputes segment summaries and entry states with exactly
+//    the forward's phases). The CPU twin is deterministic in both packages.
+//  * CUDA calls are asynchronous on exec.stream; synchronize() waits.
+// Life cycle (CUTLASS style): can_implement(problem) -> saved_floats / workspace_floats ->
+// caller allocates and poisons -> bind_saved / bind_workspace (tensors.h) -> phases.
+// kernels/cpu/rank_driver.h chains the phases for one rank; the KCP engine calls them directly
+// around its exchanges.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/api/chunk_bwd.h"
+#include "kernels/api/chunk_fwd.h"
+#include "kernels/api/fold.h"
+#include "kernels/api/layout.h"
+#include "kernels/api/problem.h"
+#include "kernels/api/tensors.h"
+
+namespace kcp::kernels {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or "cuda".
+  virtual const char* name() const = 0;
+  // Whether this backend can run the problem at all (shape, options); the reason otherwise.
+  // Never throws for a well-formed Problem; a malformed one gives ok = false with the
+  // validate_problem message.
+  virtual Status can_implement(const Problem& problem) const = 0;
+
+  // Sizing. saved_floats / workspace_floats are what bind_saved / bind_workspace need, including
+  // extra_workspace_floats() of backend-private scratch at WorkspaceTensors::scratch.
+  virtual int64_t extra_workspace_floats(const Problem& problem, const LayoutView& layout) const {
+    (void)problem;
+    (void)layout;
+    return 0;
+  }
+  int64_t saved_floats(const Problem& problem, const LayoutView& layout, SavedKind kind) const {
+    return saved_sizes(problem, layout, kind).total_floats();
+  }
+  int64_t workspace_floats(const Problem& problem, const LayoutView& layout) const {
+    return workspace_sizes(problem, layout, extra_workspace_floats(problem, layout)).total_floats();
+  }
+  WorkspaceTensors bind_workspace_for(float* arena, int64_t arena_floats, const Problem& problem,
+                                      const LayoutView& layout, Package package) const {
+    return bind_workspace(arena, arena_floats, problem, layout, package,
+                          extra_workspace_floats(problem, layout));
+  }
+
+  // ---- forward phases (chunk_fwd.h) ----
+  virtual void prep(const PrepArgs& args) const = 0;
+  virtual void wy(const WyArgs& args) const = 0;
+  virtual void fwd_summaries(const FwdSummaryArgs& args) const = 0;
+  virtual void fold(const FoldArgs& args) const = 0;
+  virtual void fwd_states(const FwdStateArgs& args) const = 0;
+  virtual void fwd_output(const FwdOutputArgs& args) const = 0;
+
+  // ---- backward phases (chunk_bwd.h); the backward also uses wy, fwd_summaries, fold and
+  // fwd_states to recompute ----
+  virtual void bwd_local_dv(const BwdLocalDvArgs& args) const = 0;
+  virtual void bwd_summaries(const BwdSummaryArgs& args) const = 0;
+  virtual void bwd_states(const BwdStateArgs& args) const = 0;
+  virtual void bwd_grads(const BwdGradArgs& args) const = 0;
+  virtual void bwd_finalize(const BwdFinalizeArgs& args) const = 0;
+
+  // ---- memory helpers in the backend's space (the driver saves the incoming state with them) ----
+  virtual void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const = 0;
+  virtual void fill_floats(float* dst, float value, int64_t n, const Exec& exec) const = 0;
+  virtual void synchronize(const Exec& exec) const { (void)exec; }
+};
+
+}  // namespace kcp::kernels

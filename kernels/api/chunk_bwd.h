@@ -1,0 +1,109 @@
+// Backward phases of the chunked GDN / KDA algorithm with segments (ALGORITHM.md 3 and 4.3).
+// Loss convention: L = sum(o * dO) + sum(ht * dht). Phase order on one rank:
+//   wy (recompute) -> [light: fwd_summaries + folds -> segment entry states] -> fwd_states
+//   (recompute h, v_new; ht null) -> bwd_local_dv -> bwd_summaries -> [folds: backward rank
+//   summary of the first piece; exchange; exit gradient -> exit gradient of every segment]
+//   -> bwd_states -> bwd_grads -> bwd_finalize
+// Shapes and units as in tensors.h / chunk_fwd.h.
+#pragma once
+
+#include "kernels/api/chunk_fwd.h"
+
+namespace kcp::kernels {
+
+// B2: intra-chunk part of the gradient w.r.t. v_new: dv_local = P^T dO (GDN: P recomputed with
+// scale, rounded to dtype; KDA: Aqk^T dO), fp32 accumulation, stored in dtype.
+struct BwdLocalDvArgs {
+  PhaseCtx ctx;
+  const float* q = nullptr;        // [T, H, K] dtype: saved.q (GDN)
+  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;     // [T, HV, gw] fp32 (GDN)
+  const float* Aqk = nullptr;      // [T, HV, C] dtype (KDA)
+  const float* dO = nullptr;       // [T, HV, V] dtype
+  float* dv_local = nullptr;       // [T, HV, V] dtype
+};
+
+// Reverse summaries (ALGORITHM 4.3): every segment independently, B3 run from a zero exit
+// gradient over the segment's chunks, last to first: seg_dh_ext[s] = dS after the first chunk.
+// The transfer part of the reverse summary is M_seg^T from the forward summary (saved in the
+// full set, recomputed by fwd_summaries in the light one): Y_entry = M_seg^T Y_exit + dh_ext.
+struct BwdSummaryArgs {
+  PhaseCtx ctx;
+  const float* q = nullptr;        // [T, H, K] dtype: saved.q
+  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;     // [T, HV, gw] fp32
+  const float* W = nullptr;        // [T, HV, K] dtype
+  const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
+  const float* dO = nullptr;       // [T, HV, V] dtype
+  const float* dv_local = nullptr; // [T, HV, V] dtype
+  float* seg_dh_ext = nullptr;     // [S, HV, K, V] fp32
+};
+
+// B3 per segment from its exit gradient, chunks last to first:
+//   dh[n] = dtype(dS) (gradient w.r.t. the chunk-END state); dv2 = dtype(Kt dtype(dS) + dv_local);
+//   dS <- Diag(Gam) dS + scale (Q o gam)^T dO - W^T dv2.
+// dh0[p] (fp32) = dS after the first chunk of piece p (gradient w.r.t. the piece entry state),
+// for every non-empty piece (null: skipped).
+struct BwdStateArgs {
+  PhaseCtx ctx;
+  const float* q = nullptr;        // [T, H, K] dtype: saved.q
+  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;     // [T, HV, gw] fp32
+  const float* W = nullptr;        // [T, HV, K] dtype
+  const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
+  const float* dO = nullptr;       // [T, HV, V] dtype
+  const float* dv_local = nullptr; // [T, HV, V] dtype
+  const float* seg_exit = nullptr; // [S, HV, K, V] fp32: gradient w.r.t. each segment's exit state
+  float* dh = nullptr;             // [NT, HV, K, V] dtype
+  float* dv2 = nullptr;            // [T, HV, V] dtype
+  float* dh0 = nullptr;            // [N, HV, K, V] fp32 or null
+};
+
+// B4 + B5 (GDN) / KDA 3.2 steps 4-5, chunk-local given h, dh, v_new, dv2: per value head
+// dq, dk (fp32, before the GVA reduction and the L2-norm backward), dv and dbeta (final), and
+// dlam, the gradient w.r.t. the natural-log chunk-local cumsum (fp32).
+struct BwdGradArgs {
+  PhaseCtx ctx;
+  const float* q = nullptr;        // [T, H, K] dtype: saved.q
+  const float* k = nullptr;        // [T, H, K] dtype: saved.k
+  const float* v = nullptr;        // [T, HV, V] dtype (input)
+  const float* beta = nullptr;     // [T, HV] (input)
+  const float* gcum = nullptr;     // [T, HV, gw] fp32
+  const float* Phi = nullptr;      // [T, HV, C] dtype
+  const float* Aqk = nullptr;      // [T, HV, C] dtype (KDA)
+  const float* h = nullptr;        // [NT, HV, K, V] dtype
+  const float* v_new = nullptr;    // [T, HV, V] dtype
+  const float* dh = nullptr;       // [NT, HV, K, V] dtype
+  const float* dv2 = nullptr;      // [T, HV, V] dtype
+  const float* dO = nullptr;       // [T, HV, V] dtype
+  float* dq_hv = nullptr;          // [T, HV, K] fp32
+  float* dk_hv = nullptr;          // [T, HV, K] fp32
+  float* dv = nullptr;             // [T, HV, V] dtype (final)
+  float* dbeta = nullptr;          // [T, HV] fp32 (final)
+  float* dlam = nullptr;           // [T, HV, gw] fp32
+};
+
+// B6/B7: GVA reduction of dq/dk over the G value heads of a group (fixed order j = i*G ..
+// i*G+G-1), L2-norm backward (when qk_l2norm), rounding to dtype; chunk-local reverse cumsum of
+// dlam -> dA; raw-gate backward: dg (shape of g, fp32), dA_log [HV] and ddt_bias [HV, gw]
+// partial sums over this rank's tokens (fixed order: t ascending, then channel).
+struct BwdFinalizeArgs {
+  PhaseCtx ctx;
+  const float* dq_hv = nullptr;    // [T, HV, K] fp32
+  const float* dk_hv = nullptr;    // [T, HV, K] fp32
+  const float* dlam = nullptr;     // [T, HV, gw] fp32
+  const float* q = nullptr;        // [T, H, K] dtype: saved.q (normalized y, for the L2 bwd)
+  const float* k = nullptr;        // [T, H, K] dtype: saved.k
+  const float* rstd_q = nullptr;   // [T, H] fp32 (qk_l2norm)
+  const float* rstd_k = nullptr;   // [T, H] fp32 (qk_l2norm)
+  const float* g = nullptr;        // [T, HV, gw] gate input (raw forms)
+  const float* A_log = nullptr;    // [HV]
+  const float* dt_bias = nullptr;  // [HV, gw]
+  float* dq = nullptr;             // [T, H, K] dtype
+  float* dk = nullptr;             // [T, H, K] dtype
+  float* dg = nullptr;             // [T, HV, gw] fp32
+  float* dA_log = nullptr;         // [HV] fp32 (has_A_log, else must be null)
+  float* ddt_bias = nullptr;       // [HV, gw] fp32 (has_dt_bias, else must be null)
+};
+
+}  // namespace kcp::kernels

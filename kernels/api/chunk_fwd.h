@@ -1,0 +1,104 @@
+// Forward phases of the chunked GDN / KDA algorithm with segments (ALGORITHM.md 2 and 4.2;
+// DESIGN.md 4). One Args POD per phase; the same Args serve GDN and KDA (ctx.problem.op).
+// Phase order on one rank:
+//   prep -> wy -> fwd_summaries -> [folds: segment summaries -> rank summary of the last piece;
+//   exchange; incoming state -> entry state of every segment] -> fwd_states -> fwd_output
+// Every pointer is in the backend's memory space; shapes as in tensors.h (T, NT, S, N, gw, C).
+// "dtype" = float holding a value rounded to problem.dtype; "fp32" = full fp32.
+//
+// Units: gcum holds the chunk-local inclusive cumsum of the natural-log decay a, multiplied by
+// kRcpLn2 (log2 units, fp32); kernels use exp2 of differences, every exponent <= 0.
+#pragma once
+
+#include "kernels/api/layout.h"
+#include "kernels/api/problem.h"
+
+namespace kcp::kernels {
+
+// Shared by every phase call.
+struct PhaseCtx {
+  Problem problem;
+  LayoutView layout;
+  Exec exec;
+};
+
+// Phase 1: local prep, chunk-local, no state. Writes the prep part of the saved set.
+//   q/k L2 norm (fp32, stored in dtype, fp32 rstd) or a plain copy; gate activation (direct /
+//   softplus / lower bound) and chunk-local cumsum (fp32, log2 units); Pi (strictly lower, beta
+//   rows, gated) and Phi = (I + Pi)^-1 (fp32 16x16-block inverse, stored in dtype); KDA: Aqk.
+struct PrepArgs {
+  PhaseCtx ctx;
+  const float* q = nullptr;        // [T, H, K] dtype (input)
+  const float* k = nullptr;        // [T, H, K] dtype (input)
+  const float* g = nullptr;        // [T, HV, gw] gate input
+  const float* beta = nullptr;     // [T, HV]
+  const float* A_log = nullptr;    // [HV] (has_A_log)
+  const float* dt_bias = nullptr;  // [HV, gw] (has_dt_bias)
+  float* q_out = nullptr;          // [T, H, K] dtype: saved.q
+  float* k_out = nullptr;          // [T, H, K] dtype: saved.k
+  float* rstd_q = nullptr;         // [T, H] fp32 (qk_l2norm only)
+  float* rstd_k = nullptr;         // [T, H] fp32 (qk_l2norm only)
+  float* gcum = nullptr;           // [T, HV, gw] fp32
+  float* Phi = nullptr;            // [T, HV, C] dtype
+  float* Aqk = nullptr;            // [T, HV, C] dtype (KDA only, else must be null)
+};
+
+// Phase 1b (also the first step of the backward recompute): the WY factors from the saved set.
+//   W = Phi diag(beta) (K o gam), U = Phi diag(beta) V, KDA kg = K o (Gam / gam); all dtype.
+struct WyArgs {
+  PhaseCtx ctx;
+  const float* k = nullptr;        // [T, H, K] dtype: saved.k
+  const float* v = nullptr;        // [T, HV, V] dtype (input)
+  const float* beta = nullptr;     // [T, HV]
+  const float* gcum = nullptr;     // [T, HV, gw] fp32
+  const float* Phi = nullptr;      // [T, HV, C] dtype
+  float* W = nullptr;              // [T, HV, K] dtype
+  float* U = nullptr;              // [T, HV, V] dtype
+  float* kg = nullptr;             // [T, HV, K] dtype (KDA only, else must be null)
+};
+
+// Phase 2: segment summaries, every segment independently from a zero state (ALGORITHM 4.2):
+//   seg_h_ext[s] = the state after the segment's chunks from S = 0 (same roundings as F4),
+//   seg_Mt[s]    = (M_last ... M_first)^T with M_c = Diag(Gam_c) - Kt_c^T W_c; chain in fp32.
+// A segment maps an entry state X to M X + h_ext.
+struct FwdSummaryArgs {
+  PhaseCtx ctx;
+  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;     // [T, HV, gw] fp32
+  const float* W = nullptr;        // [T, HV, K] dtype
+  const float* U = nullptr;        // [T, HV, V] dtype
+  const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
+  float* seg_h_ext = nullptr;      // [S, HV, K, V] fp32
+  float* seg_Mt = nullptr;         // [S, HV, K, K] fp32 (M^T: row a, col b holds M[b][a])
+};
+
+// Phase 4: the state recurrence of every segment from its entry state (F4), then per chunk:
+//   h[n] = dtype(S at chunk start); v_new = dtype(U - W dtype(S)); S <- Diag(Gam) S + Kt^T v_new.
+// ht[p] (fp32) = S after the last chunk of piece p, for every non-empty piece (null: skipped).
+struct FwdStateArgs {
+  PhaseCtx ctx;
+  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;     // [T, HV, gw] fp32
+  const float* W = nullptr;        // [T, HV, K] dtype
+  const float* U = nullptr;        // [T, HV, V] dtype
+  const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
+  const float* seg_entry = nullptr;  // [S, HV, K, V] fp32
+  float* h = nullptr;              // [NT, HV, K, V] dtype
+  float* v_new = nullptr;          // [T, HV, V] dtype
+  float* ht = nullptr;             // [N, HV, K, V] fp32 or null
+};
+
+// Phase 4b: the output (F5): o = scale (Q o gam) h + P v_new (GDN, P on the fly) or
+// scale dtype(Q o gam) h + Aqk v_new (KDA); rounded to dtype.
+struct FwdOutputArgs {
+  PhaseCtx ctx;
+  const float* q = nullptr;        // [T, H, K] dtype: saved.q
+  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;     // [T, HV, gw] fp32
+  const float* Aqk = nullptr;      // [T, HV, C] dtype (KDA)
+  const float* h = nullptr;        // [NT, HV, K, V] dtype
+  const float* v_new = nullptr;    // [T, HV, V] dtype
+  float* o = nullptr;              // [T, HV, V] dtype
+};
+
+}  // namespace kcp::kernels

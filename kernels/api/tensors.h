@@ -1,0 +1,296 @@
+// Tensor sets of one rank: the caller's inputs and outputs, the saved set (what forward keeps for
+// backward) and the workspace (scratch), as named float pointers, plus their sizing and carving.
+//
+// Memory space: every pointer lives where the backend computes (host for the CPU twin, device
+// for CUDA). Every tensor is float; tensors documented as "dtype" hold values already rounded
+// to the input dtype (bf16 or fp16), tensors documented as "fp32" hold full fp32 values.
+// All layouts are row-major, token-major ("BTHD"), with the shapes given beside each field;
+// T = layout.T, NT = layout.n_chunks, S = layout.n_segments, N = layout.n_pieces,
+// gw = problem.gate_width() (1 for GDN, K for KDA), C = 64.
+//
+// Saved set and workspace are carved from one caller-owned float arena each (bind_saved,
+// bind_workspace). Every tensor starts on a 64-float (256-byte) boundary. The tag (package,
+// op, saved kind, fingerprint of problem + layout) travels with the saved set and the
+// workspace; check_saved_set / check_workspace refuse a mismatch before any tensor is read,
+// naming both sides (DESIGN.md 5).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/api/layout.h"
+#include "kernels/api/problem.h"
+
+namespace kcp::kernels {
+
+// ---------------------------------------------------------------------------------------------
+// Caller tensors. Inputs arrive as floats holding dtype values (gates, A_log, dt_bias and beta
+// may hold any fp32 value; the harness rounds them to the dtype too). The backward reads the
+// same inputs again (v, beta, g, A_log, dt_bias, h0): they must be unchanged since the forward.
+struct InputTensors {
+  const float* q = nullptr;        // [T, H, K]
+  const float* k = nullptr;        // [T, H, K]
+  const float* v = nullptr;        // [T, HV, V]
+  const float* g = nullptr;        // GDN [T, HV], KDA [T, HV, K]: direct log-decay or raw gate
+  const float* beta = nullptr;     // [T, HV]
+  const float* A_log = nullptr;    // [HV]            (problem.has_A_log)
+  const float* dt_bias = nullptr;  // GDN [HV], KDA [HV, K] (problem.has_dt_bias)
+  const float* h0 = nullptr;       // [N, HV, K, V] fp32, read for pieces with starts_sequence
+                                   // (problem.has_h0)
+  const float* dO = nullptr;       // [T, HV, V], backward only
+  const float* dht = nullptr;      // [N, HV, K, V] fp32, backward only, read for pieces with
+                                   // ends_sequence (problem.has_dht)
+};
+
+struct OutputTensors {
+  float* o = nullptr;              // [T, HV, V] dtype
+  float* ht = nullptr;             // [N, HV, K, V] fp32, state at every piece end (meaningful as
+                                   // a final state for pieces with ends_sequence); may be null
+};
+
+struct GradTensors {
+  float* dq = nullptr;             // [T, H, K] dtype (summed over the G value heads of a group)
+  float* dk = nullptr;             // [T, H, K] dtype
+  float* dv = nullptr;             // [T, HV, V] dtype
+  float* dg = nullptr;             // shape of g, fp32 (gradient w.r.t. the gate input as given)
+  float* dbeta = nullptr;          // [T, HV] fp32
+  float* dA_log = nullptr;         // [HV] fp32, this rank's partial sum (engine all-reduces)
+  float* ddt_bias = nullptr;       // GDN [HV], KDA [HV, K] fp32, this rank's partial sum
+  float* dh0 = nullptr;            // [N, HV, K, V] fp32: gradient w.r.t. every piece's entry
+                                   // state (dh0 proper for pieces with starts_sequence); may be null
+};
+
+// ---------------------------------------------------------------------------------------------
+// Saved set and workspace.
+struct SavedTag {
+  Package package = Package::Det;
+  Op op = Op::Gdn;
+  SavedKind kind = SavedKind::Full;
+  uint64_t fingerprint = 0;        // layout_fingerprint(problem, layout)
+};
+
+struct SavedTensors {
+  SavedTag tag;
+  float* q = nullptr;              // [T, H, K] dtype: q after prep (L2-normalized when qk_l2norm)
+  float* k = nullptr;              // [T, H, K] dtype: k after prep
+  float* rstd_q = nullptr;         // [T, H] fp32 (qk_l2norm only, else null)
+  float* rstd_k = nullptr;         // [T, H] fp32 (qk_l2norm only, else null)
+  float* gcum = nullptr;           // [T, HV, gw] fp32: chunk-local inclusive cumsum of a, log2 units
+  float* Phi = nullptr;            // [T, HV, C] dtype: row r of (I + Pi)^-1 of its chunk, column
+                                   // s local to the chunk (zero for s > r and s >= chunk length)
+  float* Aqk = nullptr;            // [T, HV, C] dtype, KDA only: scale * masked gated q k^T
+  float* incoming = nullptr;       // [HV, K, V] fp32: entry state of piece 0 when it continues
+                                   // from earlier ranks (zeros otherwise)
+  float* seg_Mt = nullptr;         // [S, HV, K, K] fp32, full only: M_seg^T (transfer planes)
+  float* seg_entry = nullptr;      // [S, HV, K, V] fp32, full only: segment entry states
+};
+
+struct WorkspaceTensors {
+  Package package = Package::Det;
+  uint64_t fingerprint = 0;
+  float* W = nullptr;              // [T, HV, K] dtype: Phi diag(beta) (K o gam)
+  float* U = nullptr;              // [T, HV, V] dtype: Phi diag(beta) V
+  float* kg = nullptr;             // [T, HV, K] dtype, KDA only: k o exp(lambda_last - lambda)
+  float* seg_h_ext = nullptr;      // [S, HV, K, V] fp32: segment h_ext from a zero state
+  float* seg_Mt = nullptr;         // [S, HV, K, K] fp32: M_seg^T (light saved set / recompute)
+  float* seg_entry = nullptr;      // [S, HV, K, V] fp32: segment entry states (light)
+  float* h = nullptr;              // [NT, HV, K, V] dtype: state at every chunk start
+  float* v_new = nullptr;          // [T, HV, V] dtype: U - W S
+  float* dv_local = nullptr;       // [T, HV, V] dtype: P^T dO (intra-chunk part of dv_new)
+  float* seg_dh_ext = nullptr;     // [S, HV, K, V] fp32: segment dh_ext from a zero exit gradient
+  float* seg_exit = nullptr;       // [S, HV, K, V] fp32: exit gradient of every segment
+  float* dh = nullptr;             // [NT, HV, K, V] dtype: gradient w.r.t. every chunk-end state
+  float* dv2 = nullptr;            // [T, HV, V] dtype: full gradient w.r.t. v_new
+  float* dq_hv = nullptr;          // [T, HV, K] fp32: dq per value head, before GVA / L2 bwd
+  float* dk_hv = nullptr;          // [T, HV, K] fp32
+  float* dlam = nullptr;           // [T, HV, gw] fp32: gradient w.r.t. the natural-log cumsum
+  float* scratch = nullptr;        // backend-private floats (Backend::extra_workspace_floats)
+  int64_t scratch_floats = 0;
+};
+
+inline constexpr int64_t kTensorAlignFloats = 64;
+inline int64_t align_floats(int64_t n) { return (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats; }
+
+// Element counts of every saved / workspace tensor (0 = absent for this problem / kind).
+struct SavedSizes {
+  int64_t q = 0, k = 0, rstd_q = 0, rstd_k = 0, gcum = 0, Phi = 0, Aqk = 0, incoming = 0, seg_Mt = 0,
+          seg_entry = 0;
+  int64_t total_floats() const {
+    return align_floats(q) + align_floats(k) + align_floats(rstd_q) + align_floats(rstd_k) +
+           align_floats(gcum) + align_floats(Phi) + align_floats(Aqk) + align_floats(incoming) +
+           align_floats(seg_Mt) + align_floats(seg_entry);
+  }
+};
+struct WorkspaceSizes {
+  int64_t W = 0, U = 0, kg = 0, seg_h_ext = 0, seg_Mt = 0, seg_entry = 0, h = 0, v_new = 0, dv_local = 0,
+          seg_dh_ext = 0, seg_exit = 0, dh = 0, dv2 = 0, dq_hv = 0, dk_hv = 0, dlam = 0, scratch = 0;
+  int64_t total_floats() const {
+    return align_floats(W) + align_floats(U) + align_floats(kg) + align_floats(seg_h_ext) +
+           align_floats(seg_Mt) + align_floats(seg_entry) + align_floats(h) + align_floats(v_new) +
+           align_floats(dv_local) + align_floats(seg_dh_ext) + align_floats(seg_exit) + align_floats(dh) +
+           align_floats(dv2) + align_floats(dq_hv) + align_floats(dk_hv) + align_floats(dlam) +
+           align_floats(scratch);
+  }
+};
+
+inline SavedSizes saved_sizes(const Problem& p, const LayoutView& L, SavedKind kind) {
+  SavedSizes s;
+  const int64_t T = L.T, S = L.n_segments;
+  s.q = s.k = T * p.H * p.K;
+  if (p.qk_l2norm) s.rstd_q = s.rstd_k = T * p.H;
+  s.gcum = T * p.HV * p.gate_width();
+  s.Phi = T * p.HV * p.chunk;
+  if (p.op == Op::Kda) s.Aqk = T * p.HV * p.chunk;
+  s.incoming = int64_t(p.HV) * p.K * p.V;
+  if (kind == SavedKind::Full) {
+    s.seg_Mt = S * p.HV * p.K * p.K;
+    s.seg_entry = S * p.HV * p.K * p.V;
+  }
+  return s;
+}
+
+inline WorkspaceSizes workspace_sizes(const Problem& p, const LayoutView& L, int64_t extra_floats = 0) {
+  WorkspaceSizes w;
+  const int64_t T = L.T, S = L.n_segments, NT = L.n_chunks;
+  const int64_t HV = p.HV, K = p.K, V = p.V;
+  w.W = T * HV * K;
+  w.U = T * HV * V;
+  if (p.op == Op::Kda) w.kg = T * HV * K;
+  w.seg_h_ext = S * HV * K * V;
+  w.seg_Mt = S * HV * K * K;
+  w.seg_entry = S * HV * K * V;
+  w.h = NT * HV * K * V;
+  w.v_new = T * HV * V;
+  w.dv_local = T * HV * V;
+  w.seg_dh_ext = S * HV * K * V;
+  w.seg_exit = S * HV * K * V;
+  w.dh = NT * HV * K * V;
+  w.dv2 = T * HV * V;
+  w.dq_hv = T * HV * K;
+  w.dk_hv = T * HV * K;
+  w.dlam = T * HV * p.gate_width();
+  w.scratch = extra_floats;
+  return w;
+}
+
+// FNV-1a over the problem fields and the layout tables: identifies "the same plan" for tags.
+inline uint64_t layout_fingerprint(const Problem& p, const LayoutView& L) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const void* data, size_t n) {
+    const unsigned char* b = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < n; ++i) { h ^= b[i]; h *= 1099511628211ull; }
+  };
+  const int32_t ints[] = {int32_t(p.op), p.H, p.HV, p.K, p.V, p.chunk, int32_t(p.gate), int32_t(p.dtype),
+                          p.qk_l2norm, p.has_A_log, p.has_dt_bias, p.has_h0, p.has_dht};
+  mix(ints, sizeof(ints));
+  mix(&p.scale, sizeof(float));
+  mix(&p.lower_bound, sizeof(float));
+  mix(&L.T, sizeof(L.T));
+  for (int32_t i = 0; i < L.n_pieces; ++i) {
+    const PieceDesc& d = L.pieces[i];
+    const int64_t f[] = {d.begin, d.end, d.starts_sequence, d.ends_sequence};
+    mix(f, sizeof(f));
+  }
+  for (int32_t i = 0; i < L.n_segments; ++i) {
+    const SegmentDesc& d = L.segments[i];
+    const int64_t f[] = {d.piece, d.begin, d.end};
+    mix(f, sizeof(f));
+  }
+  return h;
+}
+
+namespace detail {
+inline float* carve(float*& cur, int64_t n) {
+  if (n == 0) return nullptr;
+  float* r = cur;
+  cur += align_floats(n);
+  return r;
+}
+}  // namespace detail
+
+// Carves a float arena of at least saved_sizes(p, L, kind).total_floats() floats. Throws
+// std::invalid_argument when the arena is null or too small.
+inline SavedTensors bind_saved(float* arena, int64_t arena_floats, const Problem& p, const LayoutView& L,
+                               SavedKind kind, Package package) {
+  const SavedSizes s = saved_sizes(p, L, kind);
+  if (!arena) throw std::invalid_argument("kcp kernels: bind_saved: arena is null");
+  if (arena_floats < s.total_floats())
+    throw std::invalid_argument("kcp kernels: bind_saved: arena holds " + std::to_string(arena_floats) +
+                                " floats, the " + to_string(kind) + " saved set needs " +
+                                std::to_string(s.total_floats()));
+  SavedTensors t;
+  t.tag = {package, p.op, kind, layout_fingerprint(p, L)};
+  float* c = arena;
+  t.q = detail::carve(c, s.q);
+  t.k = detail::carve(c, s.k);
+  t.rstd_q = detail::carve(c, s.rstd_q);
+  t.rstd_k = detail::carve(c, s.rstd_k);
+  t.gcum = detail::carve(c, s.gcum);
+  t.Phi = detail::carve(c, s.Phi);
+  t.Aqk = detail::carve(c, s.Aqk);
+  t.incoming = detail::carve(c, s.incoming);
+  t.seg_Mt = detail::carve(c, s.seg_Mt);
+  t.seg_entry = detail::carve(c, s.seg_entry);
+  return t;
+}
+
+inline WorkspaceTensors bind_workspace(float* arena, int64_t arena_floats, const Problem& p, const LayoutView& L,
+                                       Package package, int64_t extra_floats = 0) {
+  const WorkspaceSizes s = workspace_sizes(p, L, extra_floats);
+  if (!arena) throw std::invalid_argument("kcp kernels: bind_workspace: arena is null");
+  if (arena_floats < s.total_floats())
+    throw std::invalid_argument("kcp kernels: bind_workspace: arena holds " + std::to_string(arena_floats) +
+                                " floats, the workspace needs " + std::to_string(s.total_floats()));
+  WorkspaceTensors t;
+  t.package = package;
+  t.fingerprint = layout_fingerprint(p, L);
+  float* c = arena;
+  t.W = detail::carve(c, s.W);
+  t.U = detail::carve(c, s.U);
+  t.kg = detail::carve(c, s.kg);
+  t.seg_h_ext = detail::carve(c, s.seg_h_ext);
+  t.seg_Mt = detail::carve(c, s.seg_Mt);
+  t.seg_entry = detail::carve(c, s.seg_entry);
+  t.h = detail::carve(c, s.h);
+  t.v_new = detail::carve(c, s.v_new);
+  t.dv_local = detail::carve(c, s.dv_local);
+  t.seg_dh_ext = detail::carve(c, s.seg_dh_ext);
+  t.seg_exit = detail::carve(c, s.seg_exit);
+  t.dh = detail::carve(c, s.dh);
+  t.dv2 = detail::carve(c, s.dv2);
+  t.dq_hv = detail::carve(c, s.dq_hv);
+  t.dk_hv = detail::carve(c, s.dk_hv);
+  t.dlam = detail::carve(c, s.dlam);
+  t.scratch = detail::carve(c, s.scratch);
+  t.scratch_floats = s.scratch;
+  return t;
+}
+
+// Refuses a saved set from another package / operator / plan, or of another kind than the
+// caller expects, before any tensor is read. The message names both sides.
+inline void check_saved_set(const SavedTag& have, Package want_package, Op want_op, uint64_t want_fingerprint) {
+  if (have.package != want_package)
+    throw std::invalid_argument(std::string("kcp kernels: saved set from the ") + to_string(have.package) +
+                                " package (deterministic=" + (have.package == Package::Det ? "true" : "false") +
+                                ") passed to the " + to_string(want_package) + " backward; run it through the " +
+                                to_string(have.package) + " backward");
+  if (have.op != want_op)
+    throw std::invalid_argument(std::string("kcp kernels: saved set of operator ") + to_string(have.op) +
+                                " passed to the " + to_string(want_op) + " backward");
+  if (have.fingerprint != want_fingerprint)
+    throw std::invalid_argument("kcp kernels: saved set was made for another problem/layout (fingerprint " +
+                                std::to_string(have.fingerprint) + ", this backward has " +
+                                std::to_string(want_fingerprint) + ")");
+}
+inline void check_workspace(const WorkspaceTensors& ws, Package want_package, uint64_t want_fingerprint) {
+  if (ws.package != want_package)
+    throw std::invalid_argument(std::string("kcp kernels: workspace of the ") + to_string(ws.package) +
+                                " package passed to the " + to_string(want_package) + " package");
+  if (ws.fingerprint != want_fingerprint)
+    throw std::invalid_argument("kcp kernels: workspace was sized for another problem/layout (fingerprint " +
+                                std::to_string(ws.fingerprint) + ", expected " + std::to_string(want_fingerprint) + ")");
+}
+
+}  // namespace kcp::kernels

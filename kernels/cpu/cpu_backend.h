@@ -1,0 +1,40 @@
+// The fp32 CPU twin of every GPU kernel phase (kernels/api/backend.h), GDN and KDA, forward and
+// backward, with segments. It mirrors the GPU kernels' rounding points (bf16/fp16 operands and
+// stored tensors, fp32 accumulation, fp32 chains; see each phase file) so that budgets derived
+// from it model the algorithm's precision. Deterministic in both packages: every reduction runs
+// in a fixed order, and work is split over (segment or chunk, value head) with disjoint writes,
+// so the thread count never changes a bit.
+#pragma once
+
+#include <memory>
+
+#include "kernels/api/backend.h"
+
+namespace kcp::kernels {
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  Status can_implement(const Problem& problem) const override;
+
+  void prep(const PrepArgs& args) const override;
+  void wy(const WyArgs& args) const override;
+  void fwd_summaries(const FwdSummaryArgs& args) const override;
+  void fold(const FoldArgs& args) const override;
+  void fwd_states(const FwdStateArgs& args) const override;
+  void fwd_output(const FwdOutputArgs& args) const override;
+
+  void bwd_local_dv(const BwdLocalDvArgs& args) const override;
+  void bwd_summaries(const BwdSummaryArgs& args) const override;
+  void bwd_states(const BwdStateArgs& args) const override;
+  void bwd_grads(const BwdGradArgs& args) const override;
+  void bwd_finalize(const BwdFinalizeArgs& args) const override;
+
+  void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const override;
+  void fill_floats(float* dst, float value, int64_t n, const Exec& exec) const override;
+};
+
+// Factory: the CPU twin.
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace kcp::kernels

@@ -1,0 +1,53 @@
+// Single-rank driver: chains the backend phases of one rank (DESIGN.md 4) for tests and for the
+// KCP engine. Written against the abstract Backend only (no CPU-specific code), so it also
+// drives a device backend when every pointer is device memory.
+//
+// Each direction is split at the rank's one exchange point:
+//   forward:  rank_forward_begin  -> (M, h_ext) of the LAST piece from a zero state
+//             [engine: all-gather, fold earlier ranks -> incoming state of the first piece]
+//             rank_forward_end(incoming) -> o, ht
+//   backward: rank_backward_begin -> (M^T, dh_ext) of the FIRST piece from a zero exit gradient
+//             [engine: all-gather, fold later ranks -> exit gradient of the last piece]
+//             rank_backward_end(exit_grad) -> dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0
+// run_rank_forward / run_rank_backward do both halves (one rank, or a test that folds by hand).
+//
+// Rules:
+//  * incoming must be null when piece 0 starts its sequence (h0 applies there); when piece 0
+//    continues from an earlier rank, null means a zero incoming state. The forward stores it in
+//    saved.incoming (zeros when null) and uses that copy, so the backward recompute sees the
+//    same bits.
+//  * exit_grad must be null when the last piece ends its sequence (dht applies there); else
+//    null means zero.
+//  * the same RankRun (problem, layout, kind, package, inputs, saved set) must be passed to the
+//    forward and the backward; the workspace may be re-poisoned in between: the backward reads
+//    only the saved set and the inputs.
+//  * summary pointers may be null (not computed). Shapes: M / Mt [HV, K, K], h_ext / dh_ext
+//    [HV, K, V], all fp32; M is in natural orientation (X -> M X + h_ext), Mt is M^T
+//    (Y -> Mt Y + dh_ext).
+#pragma once
+
+#include "kernels/api/backend.h"
+
+namespace kcp::kernels {
+
+struct RankRun {
+  Problem problem;
+  LayoutView layout;
+  Exec exec;
+  SavedKind kind = SavedKind::Full;
+  InputTensors in;
+  SavedTensors saved;     // bind_saved(..., kind, exec.package)
+  WorkspaceTensors ws;    // Backend::bind_workspace_for(..., exec.package)
+};
+
+void rank_forward_begin(const Backend& be, const RankRun& run, float* summary_M, float* summary_h_ext);
+void rank_forward_end(const Backend& be, const RankRun& run, const float* incoming, const OutputTensors& out);
+void run_rank_forward(const Backend& be, const RankRun& run, const float* incoming, const OutputTensors& out,
+                      float* summary_M = nullptr, float* summary_h_ext = nullptr);
+
+void rank_backward_begin(const Backend& be, const RankRun& run, float* summary_Mt, float* summary_dh_ext);
+void rank_backward_end(const Backend& be, const RankRun& run, const float* exit_grad, const GradTensors& grads);
+void run_rank_backward(const Backend& be, const RankRun& run, const float* exit_grad, const GradTensors& grads,
+                       float* summary_Mt = nullptr, float* summary_dh_ext = nullptr);
+
+}  // namespace kcp::kernels
