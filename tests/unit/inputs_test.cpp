@@ -1,1 +1,115 @@
+#include "core/inputs/inputs.h"
+
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/plan/segment_plan.h"
+
+using namespace kcp;
+
+namespace {
+RowConfig small_row(OpKind op) {
+  RowConfig r;
+  r.name = "T1";
+  r.op = op;
+  r.H = 2;
+  r.HV = 4;
+  r.K = 64;
+  r.V = 64;
+  r.seqlens = {100, 0, 283, 49};
+  r.world = 1;
+  r.gate = op == OpKind::Kda ? GateForm::Direct : GateForm::Softplus;
+  r.A_log = r.dt_bias = (op == OpKind::Gdn);
+  r.initial_state = r.final_state = r.dht = true;
+  r.inputs.gate_mask_p = 0.1;
+  r.inputs.gate_zero_p = 0.1;
+  return r;
+}
+
+// Token-major slice [t0, t1) of a tensor with `per` elements per token.
+std::vector<float> slice(const std::vector<float>& x, int64_t per, int64_t t0, int64_t t1) {
+  return {x.begin() + t0 * per, x.begin() + t1 * per};
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+}  // namespace
+
+TEST(Inputs, ShardsForAnyWorldAreSlicesOfTheWholeTensor) {
+  for (OpKind op : {OpKind::Gdn, OpKind::Kda}) {
+    RowConfig row = small_row(op);
+    const RowInputs all = make_inputs(row, "digest", 0, row.total_tokens());
+    const int64_t gw = op == OpKind::Kda ? row.K : 1;
+    for (int W : {1, 2, 3, 8}) {
+      row.world = W;
+      row.seqlens = {100, 0, 283, 49 + (W - (432 % W)) % W};  // make T divisible by W
+      const RowInputs whole = make_inputs(row, "digest", 0, row.total_tokens());
+      for (const auto& rp : make_plan(row, {0, "h200", 0, 0}).ranks) {
+        const RowInputs s = make_inputs(row, "digest", rp.global_begin, rp.global_end);
+        EXPECT_TRUE(same_bits(s.q, slice(whole.q, row.H * row.K, rp.global_begin, rp.global_end))) << "W=" << W;
+        EXPECT_TRUE(same_bits(s.k, slice(whole.k, row.H * row.K, rp.global_begin, rp.global_end)));
+        EXPECT_TRUE(same_bits(s.v, slice(whole.v, row.HV * row.V, rp.global_begin, rp.global_end)));
+        EXPECT_TRUE(same_bits(s.dO, slice(whole.dO, row.HV * row.V, rp.global_begin, rp.global_end)));
+        EXPECT_TRUE(same_bits(s.g, slice(whole.g, row.HV * gw, rp.global_begin, rp.global_end)));
+        EXPECT_TRUE(same_bits(s.beta, slice(whole.beta, row.HV, rp.global_begin, rp.global_end)));
+        EXPECT_TRUE(same_bits(s.h0, whole.h0));
+      }
+      // The first 432 tokens do not depend on the row's length: element i draws counter i.
+      EXPECT_TRUE(same_bits(slice(whole.q, row.H * row.K, 0, 432), slice(all.q, row.H * row.K, 0, 432)));
+    }
+  }
+}
+
+TEST(Inputs, ValuesAreRoundedAndDistributedAsAsked) {
+  RowConfig row = small_row(OpKind::Kda);
+  row.inputs.keys = KeyDist::Skewed;
+  const RowInputs in = make_inputs(row, "d", 0, row.total_tokens());
+  double kmean = 0;
+  for (float x : in.k) {
+    EXPECT_EQ(x, round_to_bf16(x));
+    kmean += x;
+  }
+  kmean /= double(in.k.size());
+  EXPECT_NEAR(kmean, -50.0, 1.0);  // 10 * randn - 50
+  int masked = 0, zero = 0;
+  for (float a : in.g) {
+    EXPECT_LE(a, 0.0f);
+    masked += a == -1000.0f;
+    zero += a == 0.0f;
+  }
+  const double n = double(in.g.size());
+  EXPECT_NEAR(masked / n, 0.1, 0.02);
+  EXPECT_NEAR(zero / n, 0.1, 0.02);
+  for (float b : in.beta) EXPECT_TRUE(b > 0.0f && b < 1.0f);
+  row.dtype = DType::FP16;
+  const RowInputs h = make_inputs(row, "d", 0, 10);
+  for (float x : h.q) EXPECT_EQ(x, round_to_fp16(x));
+  // A different seed or row digest gives different data.
+  EXPECT_NE(make_inputs(row, "d", 0, 4).q, make_inputs(row, "e", 0, 4).q);
+}
+
+TEST(Inputs, RawGateParameters) {
+  RowConfig row = small_row(OpKind::Gdn);
+  const RowInputs in = make_inputs(row, "d", 0, 16);
+  ASSERT_EQ(in.A_log.size(), 4u);
+  EXPECT_FLOAT_EQ(in.A_log[0], 0.0f);
+  EXPECT_FLOAT_EQ(in.A_log[3], std::log(8.0f));
+  ASSERT_EQ(in.dt_bias.size(), 4u);
+  for (float b : in.dt_bias) {
+    const double dt = std::log1p(std::exp(double(b)));  // softplus(dt_bias) = dt in [1e-3, 1e-1]
+    EXPECT_GE(dt, 0.99e-3);
+    EXPECT_LE(dt, 1.01e-1);
+  }
+}
+
+TEST(Numeric, RoundingIsNearestEven) {
+  EXPECT_EQ(round_to_bf16(1.0f + 1.0f / 256.0f), 1.0f);           // tie -> even (down)
+  EXPECT_EQ(round_to_bf16(1.0f + 3.0f / 256.0f), 1.0f + 4.0f / 256.0f);  // tie -> even (up)
+  EXPECT_EQ(round_to_fp16(1.0f + 1.0f / 2048.0f), 1.0f);
+  EXPECT_EQ(round_to_fp16(65504.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(round_to_fp16(70000.0f)));
+  EXPECT_EQ(round_to_fp16(std::ldexp(1.0f, -24)), std::ldexp(1.0f, -24));  // smallest subnormal
+}

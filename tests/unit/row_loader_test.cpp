@@ -1,1 +1,139 @@
+#include "core/config/row_loader.h"
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/util/error.h"
+
+using namespace kcp;
+using nlohmann::json;
+
+namespace {
+json valid_set() {
+  return json::parse(R"({
+    "schema": "kcpbench.rows/1", "name": "t", "description": "test set",
+    "defaults": {"plan_device": "cpu"},
+    "rows": [
+      {"name": "A1", "op": "gdn", "H": 2, "HV": 4, "K": 64, "V": 64, "seqlens": [512], "world": 2},
+      {"name": "KB1", "op": "kda", "H": 1, "HV": 1, "K": 128, "V": 64, "seqlens": [100, 0, 156], "world": 4,
+       "gate": "lower_bound", "A_log": true, "final_state": true, "dht": true,
+       "forms": {"packages": ["det"], "saved": ["full", "light"], "forced_P": [], "forced_rule": "always"},
+       "budgets": {"source": "test", "tensors": {"o": {"max_abs": 0.1, "rel_rms": 0.01}}}}
+    ]})");
+}
+
+std::string load_error(const json& doc) {
+  try {
+    load_row_set_text(doc.dump(), "bad.json");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct BrokenCase {
+  const char* what;
+  std::function<void(json&)> mutate;
+  const char* expect;  // must appear in the message (file, JSON path, expected, found)
+};
+}  // namespace
+
+TEST(RowLoader, ValidSetLoads) {
+  RowSet set = load_row_set_text(valid_set().dump(), "ok.json");
+  ASSERT_EQ(set.rows.size(), 2u);
+  EXPECT_EQ(set.rows[0].plan_device, "cpu") << "defaults apply";
+  EXPECT_EQ(set.rows[1].gate, GateForm::LowerBound);
+  EXPECT_EQ(set.rows[1].forms.packages, std::vector<Package>{Package::Det});
+  EXPECT_DOUBLE_EQ(set.rows[1].budgets.at("o").rel_rms, 0.01);
+  EXPECT_EQ(set.digest.size(), 64u);
+  // A row's digest ignores budgets and description, and changes with anything numeric.
+  json d = valid_set();
+  d["rows"][1]["budgets"]["tensors"]["o"]["max_abs"] = 0.5;
+  d["rows"][1]["description"] = "changed";
+  EXPECT_EQ(load_row_set_text(d.dump(), "x").row_digests[1], set.row_digests[1]);
+  d["rows"][1]["seed"] = 2;
+  EXPECT_NE(load_row_set_text(d.dump(), "x").row_digests[1], set.row_digests[1]);
+}
+
+TEST(RowLoader, EveryMistakeIsNamedWithFilePathExpectedAndFound) {
+  const std::vector<BrokenCase> cases = {
+      {"unknown key", [](json& d) { d["rows"][0]["headz"] = 3; }, "bad.json: rows[0].headz: unknown key"},
+      {"wrong type", [](json& d) { d["rows"][0]["H"] = "two"; }, "rows[0].H: expected an integer, got string \"two\""},
+      {"HV not a multiple of H", [](json& d) { d["rows"][0]["HV"] = 3; }, "rows[0].HV: must be a multiple of H (2), got 3"},
+      {"unsupported K", [](json& d) { d["rows"][0]["K"] = 96; }, "rows[0].K: unsupported head dim (supported: 64, 128), got 96"},
+      {"negative length", [](json& d) { d["rows"][1]["seqlens"][0] = -5; }, "rows[1].seqlens[0]: must be >= 0, got -5"},
+      {"W too large", [](json& d) { d["rows"][0]["seqlens"] = {3}; d["rows"][0]["world"] = 4; },
+       "rows[0].world: W = 4 is larger than the 3 tokens allow"},
+      {"not divisible", [](json& d) { d["rows"][0]["seqlens"] = {513}; }, "total tokens 513 must be divisible by W = 2"},
+      {"forced P too large", [](json& d) { d["rows"][0]["forms"] = {{"forced_P", {9}}}; },
+       "rows[0].forms.forced_P[0]: the plan cannot take P = 9"},
+      {"bad enum", [](json& d) { d["rows"][0]["op"] = "gla"; }, "rows[0].op: expected one of gdn, kda, got \"gla\""},
+      {"bad package", [](json& d) { d["rows"][1]["forms"]["packages"] = {"det", "fast"}; },
+       "rows[1].forms.packages[1]: expected one of det, nondet, got \"fast\""},
+      {"lower bound on gdn", [](json& d) { d["rows"][0]["gate"] = "lower_bound"; d["rows"][0]["A_log"] = true; },
+       "rows[0].gate: the lower_bound form exists for kda only"},
+      {"softplus without A_log", [](json& d) { d["rows"][0]["gate"] = "softplus"; },
+       "rows[0].A_log: the softplus gate form needs A_log: true, got false"},
+      {"dht without final state", [](json& d) { d["rows"][0]["dht"] = true; }, "rows[0].dht: dht needs final_state: true"},
+      {"rank_tokens do not add up", [](json& d) { d["rows"][0]["rank_tokens"] = {100, 300}; },
+       "rows[0].rank_tokens: must add up to the total tokens 512, got 400"},
+      {"budget for an absent tensor", [](json& d) { d["rows"][1]["budgets"]["tensors"]["dh0"] = {{"max_abs", 1}, {"rel_rms", 1}}; },
+       "rows[1].budgets.tensors.dh0: this row does not produce dh0"},
+      {"unknown device class", [](json& d) { d["rows"][0]["plan_device"] = "a100"; },
+       "rows[0].plan_device: unknown device class (known: h100, h200, b200, gb300, cpu), got \"a100\""},
+      {"duplicate name", [](json& d) { d["rows"][1]["name"] = "A1"; }, "rows[1].name: duplicate row name \"A1\""},
+      {"bad row name", [](json& d) { d["rows"][0]["name"] = "gdn_big"; }, "rows[0].name: expected a family letter"},
+      {"missing field", [](json& d) { d["rows"][0].erase("seqlens"); }, "rows[0].seqlens: required array of integers is missing"},
+      {"wrong schema", [](json& d) { d["schema"] = "rows/0"; }, "schema: expected \"kcpbench.rows/1\", got \"rows/0\""},
+  };
+  for (const auto& c : cases) {
+    json d = valid_set();
+    c.mutate(d);
+    const std::string msg = load_error(d);
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << c.what << ": got\n" << msg;
+    EXPECT_NE(msg.find("bad.json: "), std::string::npos) << c.what << ": the file must be named";
+  }
+}
+
+TEST(RowLoader, AllProblemsAreReportedAtOnce) {
+  json d = valid_set();
+  d["rows"][0]["HV"] = 3;
+  d["rows"][0]["K"] = 32;
+  d["rows"][1]["op"] = "x";
+  d["rows"][1]["bogus"] = 1;
+  const std::string msg = load_error(d);
+  EXPECT_NE(msg.find("4 problems"), std::string::npos) << msg;
+  for (const char* part : {"rows[0].HV", "rows[0].K", "rows[1].op", "rows[1].bogus"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part;
+}
+
+TEST(RowLoader, NotJsonNamesTheFile) {
+  try {
+    load_row_set_text("{\"rows\": [1,}", "broken.json");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.json: not valid JSON"), std::string::npos);
+  }
+}
+
+TEST(RowLoader, ShippedRowSetsLoadAndCoverBothOperators) {
+  const std::string dir = std::string(KCP_TEST_SOURCE_DIR) + "/configs";
+  const auto sets = known_row_sets(dir);
+  EXPECT_EQ(sets, (std::vector<std::string>{"int1", "int3", "int4"}));
+  for (const auto& name : sets) {
+    RowSet set = load_row_set(resolve_row_file(name, dir));
+    bool gdn = false, kda = false;
+    for (const auto& r : set.rows) {
+      gdn = gdn || r.op == OpKind::Gdn;
+      kda = kda || r.op == OpKind::Kda;
+    }
+    EXPECT_TRUE(gdn && kda) << name;
+  }
+}
+
+TEST(RowLoader, SelectRows) {
+  RowSet set = load_row_set_text(valid_set().dump(), "ok.json");
+  EXPECT_EQ(select_rows(set, {}).size(), 2u);
+  EXPECT_EQ(select_rows(set, {"K*"}).size(), 1u);
+  EXPECT_THROW(select_rows(set, {"Z9"}), ConfigError);
+}
