@@ -1,0 +1,106 @@
+// CpuBackend: argument checks and dispatch to the phase implementations of the CPU twin.
+#include "kernels/cpu/cpu_backend.h"
+
+#include <cstring>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace kcp::kernels {
+
+Status CpuBackend::can_implement(const Problem& problem) const {
+  try {
+    validate_problem(problem);
+  } catch (const std::invalid_argument& e) {
+    return Status::fail(e.what());
+  }
+  return Status::success();  // the twin runs every well-formed problem
+}
+
+void CpuBackend::prep(const PrepArgs& args) const { cpu::prep(args); }
+
+void CpuBackend::wy(const WyArgs& a) const {
+  const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn wy" : "kda wy";
+  cpu::check_ctx(a.ctx, ph);
+  cpu::need(a.k, ph, "k");
+  cpu::need(a.v, ph, "v");
+  cpu::need(a.beta, ph, "beta");
+  cpu::need(a.gcum, ph, "gcum");
+  cpu::need(a.Phi, ph, "Phi");
+  cpu::need(a.W, ph, "W");
+  cpu::need(a.U, ph, "U");
+  if (a.ctx.problem.op == Op::Kda) cpu::need(a.kg, ph, "kg");
+  else cpu::forbid(a.kg, ph, "kg", "GDN gates k inside the state kernels");
+  cpu::wy(a);
+}
+
+void CpuBackend::fwd_summaries(const FwdSummaryArgs& args) const { cpu::fwd_summaries(args); }
+void CpuBackend::fold(const FoldArgs& args) const { cpu::fold(args); }
+void CpuBackend::fwd_states(const FwdStateArgs& args) const { cpu::fwd_states(args); }
+
+void CpuBackend::fwd_output(const FwdOutputArgs& a) const {
+  const bool kda = a.ctx.problem.op == Op::Kda;
+  const char* ph = kda ? "kda fwd_output" : "gdn fwd_output";
+  cpu::check_ctx(a.ctx, ph);
+  cpu::need(a.q, ph, "q");
+  cpu::need(a.gcum, ph, "gcum");
+  cpu::need(a.h, ph, "h");
+  cpu::need(a.v_new, ph, "v_new");
+  cpu::need(a.o, ph, "o");
+  if (kda) {
+    cpu::need(a.Aqk, ph, "Aqk");
+    cpu::kda_output(a);
+  } else {
+    cpu::need(a.k, ph, "k");
+    cpu::forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
+    cpu::gdn_output(a);
+  }
+}
+
+void CpuBackend::bwd_local_dv(const BwdLocalDvArgs& args) const { cpu::bwd_local_dv(args); }
+void CpuBackend::bwd_summaries(const BwdSummaryArgs& args) const { cpu::bwd_summaries(args); }
+void CpuBackend::bwd_states(const BwdStateArgs& args) const { cpu::bwd_states(args); }
+
+void CpuBackend::bwd_grads(const BwdGradArgs& a) const {
+  const bool kda = a.ctx.problem.op == Op::Kda;
+  const char* ph = kda ? "kda bwd_grads" : "gdn bwd_grads";
+  cpu::check_ctx(a.ctx, ph);
+  cpu::need(a.q, ph, "q");
+  cpu::need(a.k, ph, "k");
+  cpu::need(a.v, ph, "v");
+  cpu::need(a.beta, ph, "beta");
+  cpu::need(a.gcum, ph, "gcum");
+  cpu::need(a.Phi, ph, "Phi");
+  cpu::need(a.h, ph, "h");
+  cpu::need(a.v_new, ph, "v_new");
+  cpu::need(a.dh, ph, "dh");
+  cpu::need(a.dv2, ph, "dv2");
+  cpu::need(a.dO, ph, "dO");
+  cpu::need(a.dq_hv, ph, "dq_hv");
+  cpu::need(a.dk_hv, ph, "dk_hv");
+  cpu::need(a.dv, ph, "dv");
+  cpu::need(a.dbeta, ph, "dbeta");
+  cpu::need(a.dlam, ph, "dlam");
+  if (kda) cpu::kda_bwd_grads(a);
+  else cpu::gdn_bwd_grads(a);
+}
+
+void CpuBackend::bwd_finalize(const BwdFinalizeArgs& args) const { cpu::bwd_finalize(args); }
+
+void CpuBackend::copy_floats(float* dst, const float* src, int64_t n, const Exec&) const {
+  if (n < 0) cpu::arg_fail("copy_floats", "n (" + std::to_string(n) + ") must be >= 0");
+  if (n == 0) return;
+  cpu::need(dst, "copy_floats", "dst");
+  cpu::need(src, "copy_floats", "src");
+  std::memmove(dst, src, size_t(n) * sizeof(float));
+}
+
+void CpuBackend::fill_floats(float* dst, float value, int64_t n, const Exec&) const {
+  if (n < 0) cpu::arg_fail("fill_floats", "n (" + std::to_string(n) + ") must be >= 0");
+  if (n == 0) return;
+  cpu::need(dst, "fill_floats", "dst");
+  for (int64_t i = 0; i < n; ++i) dst[i] = value;
+}
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace kcp::kernels

@@ -1,0 +1,94 @@
+// Internal helpers of the CPU twin: dimensions, indexing, argument checks, the deterministic
+// parallel loop, the chunk inverse, and the phase entry points implemented per file.
+// Not part of the kernel API (include only from kernels/cpu/*.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/api/backend.h"
+#include "kernels/api/numeric.h"
+
+namespace kcp::kernels::cpu {
+
+// Shapes of one phase call.
+struct Dims {
+  int64_t T, NT, S, N;
+  int32_t H, HV, K, V, G, gw, C;
+  float scale;
+  RoundTo rt;
+  explicit Dims(const PhaseCtx& c)
+      : T(c.layout.T), NT(c.layout.n_chunks), S(c.layout.n_segments), N(c.layout.n_pieces), H(c.problem.H),
+        HV(c.problem.HV), K(c.problem.K), V(c.problem.V), G(c.problem.group()), gw(c.problem.gate_width()),
+        C(c.problem.chunk), scale(c.problem.resolved_scale()),
+        rt(c.problem.dtype == DType::BF16 ? RoundTo::BF16 : RoundTo::FP16) {}
+  // Round to the input dtype (every "stored in dtype" point and every bf16 tensor-core operand).
+  float rnd(float x) const { return round_to(x, rt); }
+  // Offsets.
+  int64_t qk(int64_t t, int32_t i) const { return (t * H + i) * K; }         // [T, H, K]
+  int64_t vv(int64_t t, int32_t j) const { return (t * HV + j) * V; }        // [T, HV, V]
+  int64_t hk(int64_t t, int32_t j) const { return (t * HV + j) * K; }        // [T, HV, K]
+  int64_t th(int64_t t, int32_t j) const { return t * HV + j; }              // [T, HV]
+  int64_t gg(int64_t t, int32_t j) const { return (t * HV + j) * gw; }       // [T, HV, gw]
+  int64_t cc(int64_t t, int32_t j) const { return (t * HV + j) * C; }        // [T, HV, C]
+  int64_t kv(int64_t n, int32_t j) const { return (n * HV + j) * int64_t(K) * V; }  // [*, HV, K, V]
+  int64_t kk(int64_t n, int32_t j) const { return (n * HV + j) * int64_t(K) * K; }  // [*, HV, K, K]
+};
+
+// Argument checks: every message names the phase and the field.
+[[noreturn]] inline void arg_fail(const char* phase, const std::string& what) {
+  throw std::invalid_argument(std::string("kcp kernels: ") + phase + ": " + what);
+}
+inline void need(const void* p, const char* phase, const char* field) {
+  if (!p) arg_fail(phase, std::string("args.") + field + " is null");
+}
+inline void forbid(const void* p, const char* phase, const char* field, const char* why) {
+  if (p) arg_fail(phase, std::string("args.") + field + " must be null (" + why + ")");
+}
+// Validates problem and layout of a phase context.
+inline void check_ctx(const PhaseCtx& c, const char* phase) {
+  try {
+    validate_problem(c.problem);
+    validate_layout(c.layout, c.problem.chunk);
+  } catch (const std::invalid_argument& e) {
+    arg_fail(phase, e.what());
+  }
+}
+
+// Runs fn(i) for i in [0, n) on `threads` workers. Every i writes disjoint memory, so results
+// never depend on the thread count. The first exception is rethrown.
+void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn);
+
+// Phi = (I + Pi)^-1 of one chunk (ALGORITHM F2): Pi is 64 x 64 strictly lower (zero outside the
+// chunk's L x L part); Phi receives the full unit-lower inverse, fp32. 16 x 16 diagonal blocks
+// by row-wise forward substitution, then the block merge X10, X21, X32, X20, X31, X30.
+void tril_inverse_64(const float* Pi, float* Phi);
+
+inline float exp2f_(float x) { return std::exp2(x); }
+inline float sigmoidf_(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// Softplus as in the kernels: identity above 20, else ln(1 + e^x) (no log1p).
+inline float softplusf_(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
+
+// Phase implementations (one file per group).
+void prep(const PrepArgs& a);                 // prep.cpp (+ gdn_/kda_chunk_fwd.cpp intra parts)
+void gdn_intra(const PrepArgs& a);            // gdn_chunk_fwd.cpp: Pi, Phi
+void kda_intra(const PrepArgs& a);            // kda_chunk_fwd.cpp: Pi, Aqk, Phi
+void wy(const WyArgs& a);                     // wy.cpp
+void fwd_summaries(const FwdSummaryArgs& a);  // chunk_state.cpp
+void fwd_states(const FwdStateArgs& a);       // chunk_state.cpp
+void gdn_output(const FwdOutputArgs& a);      // gdn_chunk_fwd.cpp
+void kda_output(const FwdOutputArgs& a);      // kda_chunk_fwd.cpp
+void fold(const FoldArgs& a);                 // fold.cpp
+void bwd_local_dv(const BwdLocalDvArgs& a);   // chunk_state.cpp
+void bwd_summaries(const BwdSummaryArgs& a);  // chunk_state.cpp
+void bwd_states(const BwdStateArgs& a);       // chunk_state.cpp
+void gdn_bwd_grads(const BwdGradArgs& a);     // gdn_chunk_bwd.cpp
+void kda_bwd_grads(const BwdGradArgs& a);     // kda_chunk_bwd.cpp
+void bwd_finalize(const BwdFinalizeArgs& a);  // finalize.cpp
+
+}  // namespace kcp::kernels::cpu

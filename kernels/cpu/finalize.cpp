@@ -1,0 +1,121 @@
+// Backward finalize of the CPU twin (ALGORITHM B6, B7, 3.2 step 6): GVA reduction of dq/dk,
+// L2-norm backward, rounding to dtype; chunk-local reverse cumsum of dlam; raw-gate backward
+// with this rank's partial sums of dA_log and ddt_bias.
+//
+// Rounding points:
+//   [F1] dq, dk: sum over the G value heads of a group in fixed order (fp32), the L2-norm
+//        backward dx = rstd (dy - (dy . y) y) in fp32 with y the stored normalized q/k, then a
+//        single rounding to dtype at the end.
+//   [F2] dA = chunk-local reverse cumsum of dlam (fp32, sequential from the chunk end).
+//   [F3] raw-gate backward in fp32; dA_log / ddt_bias: fp32 partial sum per chunk (rows in
+//        order, then channels), chunk partials added in chunk order (the det package's fixed
+//        order; the twin uses it for nondet too).
+#include <vector>
+
+#include "kernels/cpu/cpu_common.h"
+
+namespace kcp::kernels::cpu {
+
+void bwd_finalize(const BwdFinalizeArgs& a) {
+  const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn bwd_finalize" : "kda bwd_finalize";
+  check_ctx(a.ctx, ph);
+  const Problem& p = a.ctx.problem;
+  need(a.dq_hv, ph, "dq_hv");
+  need(a.dk_hv, ph, "dk_hv");
+  need(a.dlam, ph, "dlam");
+  need(a.dq, ph, "dq");
+  need(a.dk, ph, "dk");
+  need(a.dg, ph, "dg");
+  if (p.qk_l2norm) {
+    need(a.q, ph, "q");
+    need(a.k, ph, "k");
+    need(a.rstd_q, ph, "rstd_q");
+    need(a.rstd_k, ph, "rstd_k");
+  }
+  if (p.gate != GateForm::Direct) need(a.g, ph, "g");
+  if (p.has_A_log) {
+    need(a.A_log, ph, "A_log");
+    need(a.dA_log, ph, "dA_log");
+  } else {
+    forbid(a.dA_log, ph, "dA_log", "problem.has_A_log is false");
+  }
+  if (p.has_dt_bias) {
+    need(a.dt_bias, ph, "dt_bias");
+    need(a.ddt_bias, ph, "ddt_bias");
+  } else {
+    forbid(a.ddt_bias, ph, "ddt_bias", "problem.has_dt_bias is false");
+  }
+  const Dims d(a.ctx);
+
+  // [F1]
+  parallel_for(d.T, a.ctx.exec.threads, [&](int64_t t) {
+    std::vector<float> sum(d.K);
+    for (int32_t i = 0; i < d.H; ++i)
+      for (int pass = 0; pass < 2; ++pass) {
+        const float* src = pass == 0 ? a.dq_hv : a.dk_hv;
+        std::fill(sum.begin(), sum.end(), 0.0f);
+        for (int32_t gi = 0; gi < d.G; ++gi) {
+          const float* x = src + d.hk(t, i * d.G + gi);
+          for (int32_t c = 0; c < d.K; ++c) sum[c] += x[c];
+        }
+        float* out = (pass == 0 ? a.dq : a.dk) + d.qk(t, i);
+        if (p.qk_l2norm) {
+          const float* y = (pass == 0 ? a.q : a.k) + d.qk(t, i);
+          const float r = (pass == 0 ? a.rstd_q : a.rstd_k)[t * d.H + i];
+          float dot = 0.0f;
+          for (int32_t c = 0; c < d.K; ++c) dot += sum[c] * y[c];
+          for (int32_t c = 0; c < d.K; ++c) out[c] = d.rnd(r * (sum[c] - dot * y[c]));
+        } else {
+          for (int32_t c = 0; c < d.K; ++c) out[c] = d.rnd(sum[c]);
+        }
+      }
+  });
+
+  // [F2] + [F3], per value head (the partial sums of a head are one fixed-order chain).
+  parallel_for(d.HV, a.ctx.exec.threads, [&](int64_t jj) {
+    const int32_t j = static_cast<int32_t>(jj);
+    const float ea = p.has_A_log ? std::exp(a.A_log[j]) : 1.0f;
+    float tot_A = 0.0f;
+    std::vector<float> tot_b(d.gw, 0.0f), part_b(d.gw), dA(d.C);
+    for (int64_t n = 0; n < d.NT; ++n) {
+      const ChunkDesc& ch = a.ctx.layout.chunks[n];
+      float part_A = 0.0f;
+      std::fill(part_b.begin(), part_b.end(), 0.0f);
+      for (int32_t c = 0; c < d.gw; ++c) {
+        float acc = 0.0f;
+        for (int32_t r = ch.len - 1; r >= 0; --r) {
+          acc += a.dlam[d.gg(ch.begin + r, j) + c];
+          dA[r] = acc;
+        }
+        const float bias = p.has_dt_bias ? a.dt_bias[int64_t(j) * d.gw + c] : 0.0f;
+        for (int32_t r = 0; r < ch.len; ++r) {
+          const int64_t at = d.gg(ch.begin + r, j) + c;
+          float dg = dA[r];
+          if (p.gate == GateForm::Softplus) {
+            const float x = a.g[at] + bias;
+            const float sg = x > 20.0f ? 1.0f : sigmoidf_(x);
+            const float av = -ea * softplusf_(x);
+            dg = dA[r] * (-ea * sg);
+            part_A += dA[r] * av;
+          } else if (p.gate == GateForm::LowerBound) {
+            const float x = a.g[at] + bias;
+            const float z = p.has_A_log ? ea * x : x;
+            const float sg = sigmoidf_(z);
+            const float dz = dA[r] * p.lower_bound * sg * (1.0f - sg);
+            dg = p.has_A_log ? dz * ea : dz;
+            part_A += dz * z;
+          }
+          a.dg[at] = dg;
+          part_b[c] += dg;
+        }
+      }
+      tot_A += part_A;
+      for (int32_t c = 0; c < d.gw; ++c) tot_b[c] += part_b[c];
+    }
+    if (a.dA_log) a.dA_log[j] = tot_A;
+    if (a.ddt_bias)
+      for (int32_t c = 0; c < d.gw; ++c) a.ddt_bias[int64_t(j) * d.gw + c] = tot_b[c];
+  });
+}
+
+}  // namespace kcp::kernels::cpu

@@ -1,0 +1,318 @@
+// Single-rank driver: the phase sequence of DESIGN.md 4 on one rank, against the abstract Backend.
+#include "kernels/cpu/rank_driver.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace kcp::kernels {
+
+namespace {
+
+PhaseCtx ctx_of(const RankRun& r) { return PhaseCtx{r.problem, r.layout, r.exec}; }
+int64_t hvkv(const Problem& p) { return int64_t(p.HV) * p.K * p.V; }
+int64_t hvkk(const Problem& p) { return int64_t(p.HV) * p.K * p.K; }
+
+void check_run(const RankRun& r, const char* where) {
+  try {
+    validate_problem(r.problem);
+    validate_layout(r.layout, r.problem.chunk);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string(e.what()) + " (in " + where + ")");
+  }
+  const uint64_t fp = layout_fingerprint(r.problem, r.layout);
+  check_workspace(r.ws, r.exec.package, fp);
+  check_saved_set(r.saved.tag, r.exec.package, r.problem.op, fp);
+  if (r.saved.tag.kind != r.kind)
+    throw std::invalid_argument(std::string("kcp kernels: ") + where + ": saved set is " + to_string(r.saved.tag.kind) +
+                                " but run.kind is " + to_string(r.kind));
+  if (r.problem.has_h0 && !r.in.h0) throw std::invalid_argument(std::string("kcp kernels: ") + where + ": in.h0 is null but problem.has_h0");
+}
+
+const float* seg_Mt_of(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_Mt : r.ws.seg_Mt; }
+float* seg_Mt_mut(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_Mt : r.ws.seg_Mt; }
+float* seg_entry_of(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_entry : r.ws.seg_entry; }
+
+void run_prep_wy(const Backend& be, const RankRun& r, bool with_prep) {
+  if (with_prep) {
+    PrepArgs a;
+    a.ctx = ctx_of(r);
+    a.q = r.in.q;
+    a.k = r.in.k;
+    a.g = r.in.g;
+    a.beta = r.in.beta;
+    a.A_log = r.in.A_log;
+    a.dt_bias = r.in.dt_bias;
+    a.q_out = r.saved.q;
+    a.k_out = r.saved.k;
+    a.rstd_q = r.saved.rstd_q;
+    a.rstd_k = r.saved.rstd_k;
+    a.gcum = r.saved.gcum;
+    a.Phi = r.saved.Phi;
+    a.Aqk = r.saved.Aqk;
+    be.prep(a);
+  }
+  WyArgs w;
+  w.ctx = ctx_of(r);
+  w.k = r.saved.k;
+  w.v = r.in.v;
+  w.beta = r.in.beta;
+  w.gcum = r.saved.gcum;
+  w.Phi = r.saved.Phi;
+  w.W = r.ws.W;
+  w.U = r.ws.U;
+  w.kg = r.ws.kg;
+  be.wy(w);
+}
+
+void run_fwd_summaries(const Backend& be, const RankRun& r) {
+  FwdSummaryArgs a;
+  a.ctx = ctx_of(r);
+  a.k = r.saved.k;
+  a.gcum = r.saved.gcum;
+  a.W = r.ws.W;
+  a.U = r.ws.U;
+  a.kg = r.ws.kg;
+  a.seg_h_ext = r.ws.seg_h_ext;
+  a.seg_Mt = seg_Mt_mut(r);
+  be.fwd_summaries(a);
+}
+
+// Forward fold over the segments of piece p: x0 -> entry states (and x_final).
+void fold_piece_fwd(const Backend& be, const RankRun& r, int32_t p, const float* x0, float* entry, float* x_final,
+                    float* composed) {
+  const PieceDesc& pc = r.layout.pieces[p];
+  const Problem& P = r.problem;
+  FoldArgs f;
+  f.exec = r.exec;
+  f.HV = P.HV;
+  f.K = P.K;
+  f.V = P.V;
+  f.n = pc.seg_end - pc.seg_begin;
+  f.transpose_A = true;  // seg_Mt holds M^T; the forward applies M
+  if (f.n > 0) {
+    f.A = seg_Mt_of(r) + pc.seg_begin * hvkk(P);
+    f.A_stride = hvkk(P);
+    f.b = r.ws.seg_h_ext + pc.seg_begin * hvkv(P);
+    f.b_stride = hvkv(P);
+  }
+  f.x0 = x0;
+  if (entry) {
+    f.states_before = entry + pc.seg_begin * hvkv(P);
+    f.states_stride = hvkv(P);
+  }
+  f.x_final = x_final;
+  f.composed = composed;
+  be.fold(f);
+}
+
+// Backward fold over the segments of piece p, last to first: y0 -> segment exit gradients.
+void fold_piece_bwd(const Backend& be, const RankRun& r, int32_t p, const float* y0, float* seg_exit, float* x_final,
+                    float* composed) {
+  const PieceDesc& pc = r.layout.pieces[p];
+  const Problem& P = r.problem;
+  FoldArgs f;
+  f.exec = r.exec;
+  f.HV = P.HV;
+  f.K = P.K;
+  f.V = P.V;
+  f.n = pc.seg_end - pc.seg_begin;
+  f.transpose_A = false;  // M^T applied to gradients
+  if (f.n > 0) {
+    const int64_t last = pc.seg_end - 1;
+    f.A = seg_Mt_of(r) + last * hvkk(P);
+    f.A_stride = -hvkk(P);
+    f.b = r.ws.seg_dh_ext + last * hvkv(P);
+    f.b_stride = -hvkv(P);
+    if (seg_exit) {
+      f.states_before = seg_exit + last * hvkv(P);
+      f.states_stride = -hvkv(P);
+    }
+  }
+  f.x0 = y0;
+  f.x_final = x_final;
+  f.composed = composed;
+  be.fold(f);
+}
+
+// Entry state of piece p: the saved incoming state (piece 0 continuing from earlier ranks), h0,
+// or zeros (null).
+const float* piece_x0(const RankRun& r, int32_t p) {
+  const PieceDesc& pc = r.layout.pieces[p];
+  if (!pc.starts_sequence) return r.saved.incoming;
+  if (r.problem.has_h0) return r.in.h0 + p * hvkv(r.problem);
+  return nullptr;
+}
+
+// Segment entry states of every piece (forward and light backward recompute); ht of empty pieces.
+void entry_states(const Backend& be, const RankRun& r, float* ht) {
+  for (int32_t p = 0; p < r.layout.n_pieces; ++p) {
+    const PieceDesc& pc = r.layout.pieces[p];
+    float* xf = (ht && pc.seg_end == pc.seg_begin) ? ht + p * hvkv(r.problem) : nullptr;
+    fold_piece_fwd(be, r, p, piece_x0(r, p), seg_entry_of(r), xf, nullptr);
+  }
+}
+
+void run_fwd_states(const Backend& be, const RankRun& r, float* ht) {
+  FwdStateArgs a;
+  a.ctx = ctx_of(r);
+  a.k = r.saved.k;
+  a.gcum = r.saved.gcum;
+  a.W = r.ws.W;
+  a.U = r.ws.U;
+  a.kg = r.ws.kg;
+  a.seg_entry = seg_entry_of(r);
+  a.h = r.ws.h;
+  a.v_new = r.ws.v_new;
+  a.ht = ht;
+  be.fwd_states(a);
+}
+
+}  // namespace
+
+void rank_forward_begin(const Backend& be, const RankRun& r, float* summary_M, float* summary_h_ext) {
+  check_run(r, "rank_forward_begin");
+  run_prep_wy(be, r, /*with_prep=*/true);
+  run_fwd_summaries(be, r);
+  if (summary_M || summary_h_ext) fold_piece_fwd(be, r, r.layout.n_pieces - 1, nullptr, nullptr, summary_h_ext, summary_M);
+}
+
+void rank_forward_end(const Backend& be, const RankRun& r, const float* incoming, const OutputTensors& out) {
+  check_run(r, "rank_forward_end");
+  if (incoming && r.layout.pieces[0].starts_sequence)
+    throw std::invalid_argument(
+        "kcp kernels: rank_forward_end: incoming is given but piece 0 starts its sequence (h0 applies there)");
+  if (!out.o) throw std::invalid_argument("kcp kernels: rank_forward_end: out.o is null");
+  // The saved copy is what both the forward and the backward recompute fold from.
+  if (incoming) be.copy_floats(r.saved.incoming, incoming, hvkv(r.problem), r.exec);
+  else be.fill_floats(r.saved.incoming, 0.0f, hvkv(r.problem), r.exec);
+  entry_states(be, r, out.ht);
+  run_fwd_states(be, r, out.ht);
+  FwdOutputArgs o;
+  o.ctx = ctx_of(r);
+  o.q = r.saved.q;
+  o.k = r.saved.k;
+  o.gcum = r.saved.gcum;
+  o.Aqk = r.saved.Aqk;
+  o.h = r.ws.h;
+  o.v_new = r.ws.v_new;
+  o.o = out.o;
+  be.fwd_output(o);
+}
+
+void run_rank_forward(const Backend& be, const RankRun& r, const float* incoming, const OutputTensors& out,
+                      float* summary_M, float* summary_h_ext) {
+  rank_forward_begin(be, r, summary_M, summary_h_ext);
+  rank_forward_end(be, r, incoming, out);
+}
+
+void rank_backward_begin(const Backend& be, const RankRun& r, float* summary_Mt, float* summary_dh_ext) {
+  check_run(r, "rank_backward_begin");
+  if (!r.in.dO) throw std::invalid_argument("kcp kernels: rank_backward_begin: in.dO is null");
+  // B1: recompute W, U (kg); light: segment summaries and entry states; then h, v_new.
+  run_prep_wy(be, r, /*with_prep=*/false);
+  if (r.kind == SavedKind::Light) {
+    run_fwd_summaries(be, r);
+    entry_states(be, r, nullptr);
+  }
+  run_fwd_states(be, r, nullptr);
+  // B2
+  BwdLocalDvArgs l;
+  l.ctx = ctx_of(r);
+  l.q = r.saved.q;
+  l.k = r.saved.k;
+  l.gcum = r.saved.gcum;
+  l.Aqk = r.saved.Aqk;
+  l.dO = r.in.dO;
+  l.dv_local = r.ws.dv_local;
+  be.bwd_local_dv(l);
+  // reverse summaries
+  BwdSummaryArgs s;
+  s.ctx = ctx_of(r);
+  s.q = r.saved.q;
+  s.k = r.saved.k;
+  s.gcum = r.saved.gcum;
+  s.W = r.ws.W;
+  s.kg = r.ws.kg;
+  s.dO = r.in.dO;
+  s.dv_local = r.ws.dv_local;
+  s.seg_dh_ext = r.ws.seg_dh_ext;
+  be.bwd_summaries(s);
+  if (summary_Mt || summary_dh_ext) fold_piece_bwd(be, r, 0, nullptr, nullptr, summary_dh_ext, summary_Mt);
+}
+
+void rank_backward_end(const Backend& be, const RankRun& r, const float* exit_grad, const GradTensors& gr) {
+  check_run(r, "rank_backward_end");
+  const int32_t N = r.layout.n_pieces;
+  if (exit_grad && r.layout.pieces[N - 1].ends_sequence)
+    throw std::invalid_argument(
+        "kcp kernels: rank_backward_end: exit_grad is given but the last piece ends its sequence (dht applies there)");
+  if (r.problem.has_dht && !r.in.dht) throw std::invalid_argument("kcp kernels: rank_backward_end: in.dht is null but problem.has_dht");
+  for (int32_t p = 0; p < N; ++p) {
+    const PieceDesc& pc = r.layout.pieces[p];
+    const float* y0 = nullptr;
+    if (!pc.ends_sequence) y0 = exit_grad;
+    else if (r.problem.has_dht) y0 = r.in.dht + p * hvkv(r.problem);
+    float* xf = (gr.dh0 && pc.seg_end == pc.seg_begin) ? gr.dh0 + p * hvkv(r.problem) : nullptr;
+    fold_piece_bwd(be, r, p, y0, r.ws.seg_exit, xf, nullptr);
+  }
+  BwdStateArgs s;
+  s.ctx = ctx_of(r);
+  s.q = r.saved.q;
+  s.k = r.saved.k;
+  s.gcum = r.saved.gcum;
+  s.W = r.ws.W;
+  s.kg = r.ws.kg;
+  s.dO = r.in.dO;
+  s.dv_local = r.ws.dv_local;
+  s.seg_exit = r.ws.seg_exit;
+  s.dh = r.ws.dh;
+  s.dv2 = r.ws.dv2;
+  s.dh0 = gr.dh0;
+  be.bwd_states(s);
+  BwdGradArgs g;
+  g.ctx = ctx_of(r);
+  g.q = r.saved.q;
+  g.k = r.saved.k;
+  g.v = r.in.v;
+  g.beta = r.in.beta;
+  g.gcum = r.saved.gcum;
+  g.Phi = r.saved.Phi;
+  g.Aqk = r.saved.Aqk;
+  g.h = r.ws.h;
+  g.v_new = r.ws.v_new;
+  g.dh = r.ws.dh;
+  g.dv2 = r.ws.dv2;
+  g.dO = r.in.dO;
+  g.dq_hv = r.ws.dq_hv;
+  g.dk_hv = r.ws.dk_hv;
+  g.dv = gr.dv;
+  g.dbeta = gr.dbeta;
+  g.dlam = r.ws.dlam;
+  be.bwd_grads(g);
+  BwdFinalizeArgs f;
+  f.ctx = ctx_of(r);
+  f.dq_hv = r.ws.dq_hv;
+  f.dk_hv = r.ws.dk_hv;
+  f.dlam = r.ws.dlam;
+  f.q = r.saved.q;
+  f.k = r.saved.k;
+  f.rstd_q = r.saved.rstd_q;
+  f.rstd_k = r.saved.rstd_k;
+  f.g = r.in.g;
+  f.A_log = r.in.A_log;
+  f.dt_bias = r.in.dt_bias;
+  f.dq = gr.dq;
+  f.dk = gr.dk;
+  f.dg = gr.dg;
+  f.dA_log = gr.dA_log;
+  f.ddt_bias = gr.ddt_bias;
+  be.bwd_finalize(f);
+}
+
+void run_rank_backward(const Backend& be, const RankRun& r, const float* exit_grad, const GradTensors& grads,
+                       float* summary_Mt, float* summary_dh_ext) {
+  rank_backward_begin(be, r, summary_Mt, summary_dh_ext);
+  rank_backward_end(be, r, exit_grad, grads);
+}
+
+}  // namespace kcp::kernels
