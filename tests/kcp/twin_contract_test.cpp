@@ -1,0 +1,240 @@
+// (d) full and light saved sets give identical bits (and so do det / nondet and 1 / 2 threads
+// in the twin); (e) extreme gates (-1000 and 0) give no NaN/Inf; (f) bad Args throw with a
+// message naming the field.
+#include <cstring>
+#include <limits>
+
+#include "twin_test_util.h"
+
+namespace kcp::test {
+namespace {
+
+namespace kk = kcp::kernels;
+
+bool same_bits(const TwinResults& a, const TwinResults& b, std::string& which) {
+  for (const auto& [name, x] : a.t) {
+    const auto& y = b.t.at(name);
+    if (x.size() != y.size() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
+      which = name;
+      return false;
+    }
+  }
+  return true;
+}
+
+class Contract : public ::testing::TestWithParam<kk::Op> {};
+
+TEST_P(Contract, FullAndLightGiveTheSameBits) {
+  Case c = GetParam() == kk::Op::Gdn ? gdn_raw_l2() : kda_raw_l2();
+  c.name += "_bits";
+  c.lens = {300, 0, 200};
+  const Data& d = data_for(c);
+  TwinOptions full;
+  full.rank_bounds = {0, 250, 500};
+  full.P = {3, 2};
+  full.kind = kk::SavedKind::Full;
+  const TwinResults a = run_twin(c, d, full);
+  TwinOptions light = full;
+  light.kind = kk::SavedKind::Light;
+  std::string which;
+  EXPECT_TRUE(same_bits(a, run_twin(c, d, light), which)) << "full vs light differ in " << which;
+  TwinOptions nondet = light;
+  nondet.package = kk::Package::Nondet;
+  EXPECT_TRUE(same_bits(a, run_twin(c, d, nondet), which)) << "det vs nondet differ in " << which;
+  TwinOptions threads = full;
+  threads.threads = 2;
+  EXPECT_TRUE(same_bits(a, run_twin(c, d, threads), which)) << "1 vs 2 threads differ in " << which;
+  for (const auto& [name, x] : a.t) EXPECT_EQ(non_finite(x), 0) << name;
+}
+
+TEST_P(Contract, ExtremeGatesStayFinite) {
+  // Direct gates with 15% of positions at -1000 (extreme decay, the KDA varlen stress) and 15%
+  // at 0 (no decay); partial chunks everywhere; split over segments and ranks.
+  Case c = GetParam() == kk::Op::Gdn ? gdn_gva_state() : kda_gva_state();
+  c.name += "_extreme";
+  c.mask_p = 0.15;
+  c.zero_p = 0.15;
+  const Data& d = data_for(c);
+  const RefResults& ref = reference_for(c, d);
+  TwinOptions opt;
+  opt.threads = 2;
+  opt.rank_bounds = {0, 130, c.T()};
+  opt.P = {2, 3};
+  const TwinResults r = run_twin(c, d, opt);
+  for (const auto& [name, x] : r.t) EXPECT_EQ(non_finite(x), 0) << name << " has NaN/Inf";
+  expect_within_thresholds(c.name, ref, r);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Contract, ::testing::Values(kk::Op::Gdn, kk::Op::Kda),
+                         [](const ::testing::TestParamInfo<kk::Op>& i) { return std::string(kk::to_string(i.param)); });
+
+// ---- (f) bad Args ----
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
+}
+
+#define EXPECT_MESSAGE_HAS(call, needle)                                                  \
+  do {                                                                                    \
+    const std::string msg_ = error_of([&] { call; });                                     \
+    EXPECT_NE(msg_.find(needle), std::string::npos) << "message: '" << msg_ << "'"; \
+  } while (0)
+
+TEST(BadArgs, ProblemFieldsAreNamed) {
+  kk::Problem p;
+  p.H = 2;
+  p.HV = 3;
+  EXPECT_MESSAGE_HAS(kk::validate_problem(p), "problem.HV (3) must be a multiple of problem.H (2)");
+  p = kk::Problem{};
+  p.K = 300;
+  EXPECT_MESSAGE_HAS(kk::validate_problem(p), "problem.K (300)");
+  p = kk::Problem{};
+  p.chunk = 32;
+  EXPECT_MESSAGE_HAS(kk::validate_problem(p), "problem.chunk");
+  p = kk::Problem{};
+  p.gate = kk::GateForm::Softplus;
+  EXPECT_MESSAGE_HAS(kk::validate_problem(p), "problem.has_A_log");
+  p = kk::Problem{};
+  p.gate = kk::GateForm::LowerBound;
+  EXPECT_MESSAGE_HAS(kk::validate_problem(p), "problem.gate = lower_bound is KDA only");
+  p = kk::Problem{};
+  p.has_dt_bias = true;
+  EXPECT_MESSAGE_HAS(kk::validate_problem(p), "problem.has_dt_bias");
+  auto be = kk::make_cpu_backend();
+  p = kk::Problem{};
+  p.V = 0;
+  const kk::Status st = be->can_implement(p);
+  EXPECT_FALSE(st.ok);
+  EXPECT_NE(st.reason.find("problem.V"), std::string::npos) << st.reason;
+  EXPECT_TRUE(be->can_implement(kk::Problem{}).ok);
+}
+
+TEST(BadArgs, LayoutFieldsAreNamed) {
+  // segment boundary not on a chunk boundary of its piece
+  EXPECT_MESSAGE_HAS(kk::RankLayout({{0, 200, true, true}}, {{0, 0, 100}, {0, 100, 200}}),
+                     "segments[0].end (100) is not on a chunk boundary of piece 0 nor the piece end");
+  // segments that do not reach the piece end
+  EXPECT_MESSAGE_HAS(kk::RankLayout({{0, 200, true, true}}, {{0, 0, 128}}), "not at the piece end 200");
+  // a non-first piece that continues from an earlier rank
+  EXPECT_MESSAGE_HAS(kk::RankLayout({{0, 10, true, true}, {10, 20, false, true}}, {{0, 0, 10}, {1, 10, 20}}),
+                     "pieces[1].starts_sequence must be 1");
+  // pieces with a gap
+  EXPECT_MESSAGE_HAS(kk::RankLayout({{0, 10, true, true}, {12, 20, true, true}}, {{0, 0, 10}, {1, 12, 20}}),
+                     "pieces[1].begin (12)");
+}
+
+struct Fixture {
+  Case c;
+  Data d;
+  kk::RankLayout layout;
+  std::unique_ptr<kk::Backend> be = kk::make_cpu_backend();
+  std::vector<float> saved, ws, o, out;
+  kk::RankRun run;
+  explicit Fixture(kk::Package pkg = kk::Package::Det) {
+    c = gdn_varlen();
+    c.lens = {100};
+    d = make_data(c);
+    layout = kk::RankLayout::even({100}, 2);
+    const kk::Problem p = c.problem();
+    saved.assign(size_t(be->saved_floats(p, layout.view(), kk::SavedKind::Full)), 0.0f);
+    ws.assign(size_t(be->workspace_floats(p, layout.view())), 0.0f);
+    o.assign(size_t(100) * c.HV * c.V, 0.0f);
+    out.assign(size_t(100) * c.HV * c.V, 0.0f);
+    run.problem = p;
+    run.layout = layout.view();
+    run.exec.package = pkg;
+    run.kind = kk::SavedKind::Full;
+    run.in = {d.q.data(), d.k.data(), d.v.data(), d.g.data(), d.beta.data(), nullptr, nullptr, nullptr, d.dO.data(),
+              nullptr};
+    run.saved = kk::bind_saved(saved.data(), int64_t(saved.size()), p, run.layout, kk::SavedKind::Full, pkg);
+    run.ws = be->bind_workspace_for(ws.data(), int64_t(ws.size()), p, run.layout, pkg);
+  }
+  kk::PhaseCtx ctx() const { return {run.problem, run.layout, run.exec}; }
+};
+
+TEST(BadArgs, NullTensorsAreNamed) {
+  Fixture f;
+  kk::PrepArgs a;
+  a.ctx = f.ctx();
+  a.k = f.d.k.data();
+  EXPECT_MESSAGE_HAS(f.be->prep(a), "gdn prep: args.q is null");
+  kk::FwdStateArgs s;
+  s.ctx = f.ctx();
+  s.k = f.run.saved.k;
+  s.gcum = f.run.saved.gcum;
+  s.W = f.run.ws.W;
+  s.U = f.run.ws.U;
+  EXPECT_MESSAGE_HAS(f.be->fwd_states(s), "gdn fwd_states: args.seg_entry is null");
+  kk::WyArgs w;
+  w.ctx = f.ctx();
+  w.k = f.run.saved.k;
+  w.v = f.d.v.data();
+  w.beta = f.d.beta.data();
+  w.gcum = f.run.saved.gcum;
+  w.Phi = f.run.saved.Phi;
+  w.W = f.run.ws.W;
+  w.U = f.run.ws.U;
+  w.kg = f.run.ws.W;
+  EXPECT_MESSAGE_HAS(f.be->wy(w), "args.kg must be null");
+  kk::FoldArgs fo;
+  fo.HV = 1;
+  fo.K = 4;
+  fo.V = 4;
+  fo.n = 1;
+  EXPECT_MESSAGE_HAS(f.be->fold(fo), "fold: args.A is null");
+  kk::BwdFinalizeArgs fin;
+  fin.ctx = f.ctx();
+  fin.dq_hv = fin.dk_hv = fin.dlam = f.run.ws.dq_hv;
+  fin.dq = fin.dk = fin.dg = f.o.data();
+  fin.dA_log = f.o.data();
+  EXPECT_MESSAGE_HAS(f.be->bwd_finalize(fin), "args.dA_log must be null (problem.has_A_log is false)");
+  // a phase with a malformed problem names the problem field
+  kk::PhaseCtx bad = f.ctx();
+  bad.problem.HV = 3;
+  s.ctx = bad;
+  EXPECT_MESSAGE_HAS(f.be->fwd_states(s), "problem.HV (3)");
+}
+
+TEST(BadArgs, DriverRulesAndTags) {
+  Fixture f;
+  kk::OutputTensors out{f.o.data(), nullptr};
+  std::vector<float> incoming(size_t(f.c.HV) * f.c.K * f.c.V, 0.0f);
+  kk::rank_forward_begin(*f.be, f.run, nullptr, nullptr);
+  EXPECT_MESSAGE_HAS(kk::rank_forward_end(*f.be, f.run, incoming.data(), out), "piece 0 starts its sequence");
+  kk::rank_forward_end(*f.be, f.run, nullptr, out);
+  // a saved set from the nondet package passed to the det backward names both sides
+  Fixture g(kk::Package::Nondet);
+  kk::RankRun mixed = f.run;
+  mixed.saved = g.run.saved;
+  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, mixed, nullptr, nullptr),
+                     "saved set from the nondet package (deterministic=false) passed to the det backward");
+  // a workspace of the other package
+  mixed = f.run;
+  mixed.ws = g.run.ws;
+  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "workspace of the nondet package");
+  // a saved set made for another layout
+  mixed = f.run;
+  kk::RankLayout other = kk::RankLayout::even({100}, 1);
+  mixed.layout = other.view();
+  mixed.ws.fingerprint = kk::layout_fingerprint(mixed.problem, mixed.layout);
+  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "saved set was made for another");
+  // a light run given a full saved set
+  mixed = f.run;
+  mixed.kind = kk::SavedKind::Light;
+  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "saved set is full but run.kind is light");
+  // arena too small
+  EXPECT_MESSAGE_HAS(kk::bind_saved(f.saved.data(), 10, f.run.problem, f.run.layout, kk::SavedKind::Full,
+                                    kk::Package::Det),
+                     "bind_saved: arena holds 10 floats");
+}
+
+}  // namespace
+}  // namespace kcp::test

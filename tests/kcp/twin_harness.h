@@ -1,0 +1,75 @@
+// Test harness for the CPU twin (tests/kcp): deterministic inputs, the FP64 reference adapter,
+// an emulation of the KCP engine over W ranks (each rank runs the single-rank driver; rank
+// summaries are exchanged and folded by hand with Backend::fold), and the rel-RMS metric.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/api/backend.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/rank_driver.h"
+
+namespace kcp::test {
+
+namespace kk = kcp::kernels;
+
+struct Case {
+  std::string name;
+  kk::Op op = kk::Op::Gdn;
+  int H = 2, HV = 2, K = 64, V = 64;
+  std::vector<int64_t> lens;           // global sequence lengths (zero allowed)
+  bool l2norm = false;                 // in-kernel L2 norm (q, k raw randn); else q, k pre-normalized
+  kk::GateForm gate = kk::GateForm::Direct;
+  float lower_bound = -5.0f;
+  bool A_log = false, dt_bias = false, h0 = false, dht = false;
+  kk::DType dtype = kk::DType::BF16;
+  uint64_t seed = 1;
+  double gate_div = 1.0;               // direct gates: logsigmoid(randn) / gate_div (weaker decay)
+  double mask_p = 0.0;                 // direct gates: probability of -1000 (extreme decay)
+  double zero_p = 0.0;                 // direct gates: probability of 0
+  int64_t T() const {
+    int64_t t = 0;
+    for (int64_t l : lens) t += l;
+    return t;
+  }
+  kk::Problem problem() const;
+};
+
+// Global inputs (floats holding dtype values), indexed by global token / sequence.
+struct Data {
+  std::vector<float> q, k, v, g, beta, A_log, dt_bias, h0, dO, dht;
+};
+Data make_data(const Case& c);
+
+// Results of one run, global layout (ht / dh0 indexed by sequence). Double for the reference.
+template <class F>
+struct Results {
+  std::map<std::string, std::vector<F>> t;  // "o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"
+};
+using RefResults = Results<double>;
+using TwinResults = Results<float>;
+
+RefResults run_reference(const Case& c, const Data& d);
+
+struct TwinOptions {
+  std::vector<int64_t> rank_bounds;   // global token boundaries of W ranks: {0, ..., T}; empty = one rank
+  std::vector<int> P;                 // segments per piece, per rank (empty = 1 everywhere)
+  kk::SavedKind kind = kk::SavedKind::Full;
+  kk::Package package = kk::Package::Det;
+  int threads = 1;
+  bool repoison_between = true;       // NaN the workspace between forward and backward
+};
+TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt);
+
+// rel-RMS = RMS(a - ref) / RMS(ref) (RMS(a - ref) when RMS(ref) == 0).
+double rel_rms(const std::vector<double>& ref, const std::vector<float>& a);
+double rel_rms(const std::vector<float>& ref, const std::vector<float>& a);
+int64_t non_finite(const std::vector<float>& a);
+
+// The public thresholds the twin is held to (DESIGN.md 6).
+double threshold(const std::string& tensor);
+
+}  // namespace kcp::test
