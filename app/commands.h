@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "core/config/row_loader.h"
+#include "core/kcp/row_runner.h"
+#include "core/report/report.h"
+
 namespace kcp::app {
 
 struct Globals {
@@ -18,7 +22,16 @@ struct Globals {
 // Each returns the action to run when its subcommand was selected (returns the exit code).
 std::function<int()> add_list_command(CLI::App& app, Globals& g);
 std::function<int()> add_plan_command(CLI::App& app, Globals& g);
+std::function<int()> add_run_command(CLI::App& app, Globals& g);
+
+std::function<int()> add_calibrate_command(CLI::App& app, Globals& g);
 
 std::string version_text();
+
+// Shared by run and calibrate (cmd_run.cpp).
+std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std::string>& patterns);
+RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, bool use_mpi, int threads_flag,
+                        const kernels::Backend& backend, RunContext& ctx);
+std::string default_cache_dir();
 
 }  // namespace kcp::app

@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
     std::vector<std::function<int()>> actions;
     actions.push_back(app::add_list_command(cli, g));
     actions.push_back(app::add_plan_command(cli, g));
+    actions.push_back(app::add_run_command(cli, g));
+    actions.push_back(app::add_calibrate_command(cli, g));
     try {
       cli.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

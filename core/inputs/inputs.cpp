@@ -53,11 +53,36 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
     for (int64_t i = 0; i < T * per_token; ++i) out[i] = value(key, static_cast<uint64_t>(t0 * per_token + i));
   };
   auto normal = [&](uint64_t key, uint64_t c) { return round_to(float(standard_normal(key, c)), rt); };
-  fill(in.q, "q", H * K, normal);
-  if (row.inputs.keys == KeyDist::Skewed)  // nearly parallel keys after L2 norm (ALGORITHM.md 6.2)
-    fill(in.k, "k", H * K, [&](uint64_t key, uint64_t c) { return round_to(float(10.0 * standard_normal(key, c) - 50.0), rt); });
-  else
-    fill(in.k, "k", H * K, normal);
+  if (row.qk_l2norm) {
+    fill(in.q, "q", H * K, normal);
+    if (row.inputs.keys == KeyDist::Skewed)  // nearly parallel keys after L2 norm (ALGORITHM.md 6.2)
+      fill(in.k, "k", H * K, [&](uint64_t key, uint64_t c) { return round_to(float(10.0 * standard_normal(key, c) - 50.0), rt); });
+    else
+      fill(in.k, "k", H * K, normal);
+  } else {
+    // Without the in-kernel norm the caller passes unit-norm q and k, as public tests do (randn,
+    // L2-normalized per (token, head) in fp64, then rounded): with raw randn keys |k|^2 ~ K and
+    // the delta rule's (I - beta k k^T) has eigenvalues far below -1, so the state explodes.
+    const int64_t nrm = H * K;
+    auto unit = [&](std::vector<float>& out, const char* name, bool skewed) {
+      const uint64_t key = tensor_key(row.seed, digest, name);
+      out.resize(static_cast<size_t>(T * nrm));
+      std::vector<double> x(static_cast<size_t>(K));
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h) {
+          double ss = 0;
+          for (int64_t d = 0; d < K; ++d) {
+            const double z = standard_normal(key, static_cast<uint64_t>((t0 + t) * nrm + h * K + d));
+            x[d] = skewed ? 10.0 * z - 50.0 : z;
+            ss += x[d] * x[d];
+          }
+          const double inv = 1.0 / std::sqrt(ss);
+          for (int64_t d = 0; d < K; ++d) out[(t * H + h) * K + d] = round_to(float(x[d] * inv), rt);
+        }
+    };
+    unit(in.q, "q", false);
+    unit(in.k, "k", row.inputs.keys == KeyDist::Skewed);
+  }
   fill(in.v, "v", HV * V, normal);
   fill(in.dO, "dO", HV * V, normal);
   fill(in.beta, "beta", HV, [&](uint64_t key, uint64_t c) { return round_to(float(sigmoid(standard_normal(key, c))), rt); });

@@ -1,6 +1,7 @@
 // Row inputs from a counter-based generator (DESIGN.md 3 step 3; STYLE.md 20).
 // Every element of every tensor is a pure function of (seed, row digest, tensor, global index),
 // so any rank regenerates its own shard, and the shard of any W is bitwise the slice of W = 1.
+// q and k are unit-norm per (token, head) unless the row normalizes them in kernel (qk_l2norm).
 // Values are rounded once to the row's input dtype (bf16 or fp16) and stored as float, which
 // represents them exactly. Gates (and gate parameters) stay fp32, as the kernels keep them.
 //

@@ -1,0 +1,118 @@
+// `kcpbench calibrate`: derives each row's budgets from the CPU twin's error against FP64 at the
+// planned schedule (core/compare/budget.h), and writes them into the row file (--write) or
+// checks that the file holds exactly what it would write (--check).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "app/commands.h"
+#include "core/comm/mpi_communicator.h"
+#include "core/compare/budget.h"
+#include "core/util/error.h"
+#include "core/util/log.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace kcp::app {
+
+std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
+  auto* sub = app.add_subcommand("calibrate", "Derive per-row budgets from the CPU twin's error against FP64 at the "
+                                              "planned schedule; print, --write them into the row file, or --check it");
+  struct Opts {
+    std::string rows = "int1", device = "h200", cache;
+    std::vector<std::string> row;
+    double k = 2.0;
+    bool write = false, check = false;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  sub->add_option("--rows", o->rows, "Row set: a name or a path to a row file")->capture_default_str();
+  sub->add_option("--row", o->row, "Only these rows (names or globs); repeatable");
+  sub->add_option("--device", o->device, "Device class whose planned schedule is calibrated (rows with plan_device "
+                                         "use theirs)")->capture_default_str();
+  sub->add_option("--k", o->k, "Multiplier of the twin's error in the budget formula")->capture_default_str();
+  sub->add_flag("--write", o->write, "Write the budgets into the row file (atomically, other fields kept)");
+  sub->add_flag("--check", o->check, "Exit 1 unless the row file holds exactly the budgets calibrate derives");
+  sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks)");
+  sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables)");
+  return [sub, o, &g]() -> int {
+    if (!sub->parsed()) return -1;
+    KCP_REQUIRE(!(o->write && o->check), "calibrate: --write and --check exclude each other");
+    KCP_REQUIRE(o->k >= 1.0, "calibrate: --k must be >= 1, got {}", o->k);
+    KCP_REQUIRE(!(mpi_available() && mpi_launched()), "calibrate runs without mpirun (ranks as threads)");
+    const std::string file = resolve_row_file(o->rows, g.configs_dir);
+    RowSet set = load_row_set(file);
+    const auto rows = selected_rows(set, o->row);
+    RunOptions opt;
+    opt.packages = {Package::Det};
+    opt.saved = {SavedKind::Full};
+    opt.use_row_forced = false;
+    opt.determinism_checks = false;
+    opt.device_class = o->device;
+    opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
+    auto backend = kernels::make_cpu_backend();
+    RunContext ctx;
+    const RunOutcome out = run_in_world(rows, opt, false, o->threads, *backend, ctx);
+
+    // Read the file as ordered JSON so --write keeps its layout and key order.
+    std::ifstream in(file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    nlohmann::ordered_json doc = nlohmann::ordered_json::parse(ss.str());
+    std::vector<std::string> violations, differences;
+    size_t e = 0;
+    for (const auto& sr : rows) {
+      const RowConfig& row = *sr.row;
+      const auto& entry = out.entries.at(e++);
+      KCP_CHECK(entry["row"] == row.name, "entry order: {} vs {}", entry["row"].dump(), row.name);
+      nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+      std::string line = fmt::format("{:<5}", row.name);
+      for (const std::string& t : all_tensor_names()) {
+        if (!entry["tensors"].contains(t)) continue;
+        const auto& m = entry["tensors"][t];
+        const double rel = m["rel_rms"].is_null() ? INFINITY : m["rel_rms"].get<double>();
+        if (m["nonfinite"].get<int64_t>() > 0 || !(rel <= twin_rel_rms_limit(t)))
+          violations.push_back(fmt::format("{} {}: cpu twin rel-RMS {:.3e} (non-finite {}) breaks the fixed limit {:.0e}",
+                                           row.name, t, rel, m["nonfinite"].get<int64_t>(), twin_rel_rms_limit(t)));
+        const Budget b = derive_budget(m["max_abs"].get<double>(), rel, m["ref_max_abs"].get<double>(), o->k, row.dtype);
+        tensors[t] = {{"max_abs", b.max_abs}, {"rel_rms", b.rel_rms}};
+        line += fmt::format(" {}={:.3g}/{:.3g}", t, b.max_abs, b.rel_rms);
+        auto have = row.budgets.find(t);
+        if (have == row.budgets.end() || have->second.max_abs != b.max_abs || have->second.rel_rms != b.rel_rms)
+          differences.push_back(fmt::format("{} {}: file has {}, calibrate derives max_abs {} rel_rms {}", row.name, t,
+                                            have == row.budgets.end() ? std::string("no budget")
+                                                                      : fmt::format("max_abs {} rel_rms {}", have->second.max_abs,
+                                                                                    have->second.rel_rms),
+                                            b.max_abs, b.rel_rms));
+      }
+      std::printf("%s\n", line.c_str());
+      doc["rows"][row.index]["budgets"] = {{"source", budget_formula(o->k, row.dtype)}, {"tensors", tensors}};
+    }
+    if (!violations.empty()) {
+      for (const auto& v : violations) std::fprintf(stderr, "calibrate: %s\n", v.c_str());
+      std::fprintf(stderr, "calibrate: refusing to derive budgets from a twin that breaks its fixed limits (%zu problems)\n",
+                   violations.size());
+      return 1;
+    }
+    if (o->check) {
+      for (const auto& d : differences) std::fprintf(stderr, "calibrate --check: %s\n", d.c_str());
+      std::printf("calibrate --check: %zu rows, %zu differences\n", rows.size(), differences.size());
+      return differences.empty() ? 0 : 1;
+    }
+    if (o->write) {
+      const std::string tmp = file + ".tmp";
+      {
+        std::ofstream f(tmp);
+        f << doc.dump(1) << "\n";
+        if (!f) raise_api_error("I/O", "write", errno, "cannot write " + tmp, __FILE__, __LINE__);
+      }
+      if (std::rename(tmp.c_str(), file.c_str()) != 0)
+        raise_api_error("I/O", "rename", errno, "cannot replace " + file, __FILE__, __LINE__);
+      std::printf("calibrate: wrote budgets of %zu rows into %s\n", rows.size(), file.c_str());
+    }
+    return 0;
+  };
+}
+
+}  // namespace kcp::app

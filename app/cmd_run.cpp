@@ -1,0 +1,213 @@
+// `kcpbench run`: plan, run every form, judge against FP64, report (DESIGN.md 3).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "app/commands.h"
+#include "core/comm/local_communicator.h"
+#include "core/comm/mpi_communicator.h"
+#include "core/config/row_loader.h"
+#include "core/kcp/row_runner.h"
+#include "core/report/report.h"
+#include "core/util/error.h"
+#include "core/util/log.h"
+#include "kernels/cpu/cpu_backend.h"
+
+namespace kcp::app {
+
+namespace {
+std::vector<std::string> split_commas(const std::vector<std::string>& items) {
+  std::vector<std::string> out;
+  for (const auto& it : items) {
+    std::stringstream ss(it);
+    std::string part;
+    while (std::getline(ss, part, ','))
+      if (!part.empty()) out.push_back(part);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string default_cache_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/kcpbench";
+  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/kcpbench";
+  return "";
+}
+
+struct RunCli {
+  std::string rows = "int1";
+  std::vector<std::string> row, package, saved, P;
+  std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache;
+  int sm_count = 0, threads = 0, inject_rank = -1;
+  bool no_det_checks = false;
+};
+
+// Shared by run and calibrate: the selected rows with their digests.
+std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std::string>& patterns) {
+  std::vector<SelectedRow> out;
+  for (const RowConfig* r : select_rows(set, patterns)) out.push_back({r, set.row_digests[r->index]});
+  return out;
+}
+
+// Runs the rows in the launch mode at hand: under mpirun every process is one rank (rows of
+// another world size are recorded as skipped); otherwise each row gets its W ranks as threads.
+RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, bool use_mpi, int threads_flag,
+                        const kernels::Backend& backend, RunContext& ctx) {
+  const int hw = std::max(1u, std::thread::hardware_concurrency());
+  RunOutcome total;
+  auto merge = [&](RunOutcome&& part) {
+    for (auto& e : part.entries) total.entries.push_back(std::move(e));
+    total.passed += part.passed;
+    total.failed += part.failed;
+    total.skipped += part.skipped;
+    total.contract_broken += part.contract_broken;
+  };
+  if (use_mpi) {
+    auto comm = make_mpi_communicator();
+    const int W = comm->size();
+    ctx.world = W;
+    opt.threads = threads_flag > 0 ? threads_flag : 1;
+    ReferenceStore refs(opt.cache_dir, opt.threads);
+    std::vector<SelectedRow> runnable;
+    for (const auto& sr : rows) {
+      if (sr.row->world == W) {
+        runnable.push_back(sr);
+        continue;
+      }
+      ++total.skipped;  // recorded, never dropped
+      if (comm->rank() == 0) {
+        total.entries.push_back({{"id", sr.row->name}, {"row", sr.row->name}, {"row_digest", sr.digest}, {"status", "skip"},
+                                 {"reason", fmt::format("row needs W = {} ranks; this mpirun has {}", sr.row->world, W)}});
+        log::info0("{}: skipped: needs W = {} ranks, this mpirun has {}", sr.row->name, sr.row->world, W);
+      }
+    }
+    merge(run_rows(runnable, opt, *comm, backend, refs));
+    ctx.devices.assign(W, backend.name());
+  } else {
+    ReferenceStore refs(opt.cache_dir, hw);
+    for (const auto& sr : rows) {
+      const int W = sr.row->world;
+      opt.threads = threads_flag > 0 ? threads_flag : std::max(1, hw / W);
+      RunOutcome part;
+      run_local_world(W, [&](Communicator& comm) {
+        RunOutcome mine = run_rows({sr}, opt, comm, backend, refs);
+        if (comm.rank() == 0) part = std::move(mine);
+      });
+      ctx.world = std::max(ctx.world, W);
+      merge(std::move(part));
+    }
+    ctx.devices.assign(ctx.world, backend.name());
+  }
+  return total;
+}
+
+std::function<int()> add_run_command(CLI::App& app, Globals& g) {
+  auto* sub = app.add_subcommand("run", "Run rows forward and backward in every form, judge every output and gradient "
+                                        "against the FP64 reference, print a table and write JSON");
+  auto o = std::make_shared<RunCli>();
+  sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
+      ->capture_default_str();
+  sub->add_option("--row", o->row, "Only these rows (names or globs like 'K*'); repeatable");
+  sub->add_option("--package", o->package, "Packages to run: det, nondet (comma list; default: the row's)");
+  sub->add_option("--saved", o->saved, "Saved sets to run: full, light (comma list; default: the row's)");
+  sub->add_option("--P", o->P, "Schedules: 'planned' and/or forced segment counts, e.g. --P planned,2,4 "
+                               "(default: planned plus the row's forms.forced_P)");
+  sub->add_option("--backend", o->backend, "cpu (the fp32 CPU twin), cuda, or auto (cuda when a GPU is present)")
+      ->capture_default_str();
+  sub->add_option("--comm", o->comm, "local (ranks as threads), mpi, or auto (mpi under mpirun, else local)")
+      ->capture_default_str();
+  sub->add_option("--device", o->device, "Device class for planning rows without plan_device: h100, h200, b200, "
+                                         "gb300, cpu")->capture_default_str();
+  sub->add_option("--sm-count", o->sm_count, "Override the planning class's SM count");
+  sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks, at least 1)");
+  sub->add_option("--json", o->json, "Write the results JSON (kcpbench.results/1) to this path");
+  sub->add_option("--inject", o->inject, "Inject a fault to prove the harness catches it: drop-segment-entry, "
+                                         "drop-rank-incoming, skip-output-tile, saved-to-other-package, "
+                                         "workspace-of-other-package")->capture_default_str();
+  sub->add_option("--inject-rank", o->inject_rank, "Rank that takes the fault (default: the last rank that can)");
+  sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables; default "
+                                       "$XDG_CACHE_HOME/kcpbench or ~/.cache/kcpbench)");
+  sub->add_flag("--no-det-checks", o->no_det_checks, "Skip the det package's rerun and full-vs-light bitwise checks");
+  return [sub, o, &g]() -> int {
+    if (!sub->parsed()) return -1;
+    RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
+    const auto rows = selected_rows(set, o->row);
+    RunOptions opt;
+    for (const auto& p : split_commas(o->package)) {
+      KCP_REQUIRE(p == "det" || p == "nondet", "--package: expected det or nondet, got \"{}\"", p);
+      opt.packages.push_back(p == "det" ? Package::Det : Package::Nondet);
+    }
+    for (const auto& s : split_commas(o->saved)) {
+      KCP_REQUIRE(s == "full" || s == "light", "--saved: expected full or light, got \"{}\"", s);
+      opt.saved.push_back(s == "full" ? SavedKind::Full : SavedKind::Light);
+    }
+    const auto ps = split_commas(o->P);
+    if (!ps.empty()) {
+      opt.run_planned = false;
+      opt.use_row_forced = false;
+      for (const auto& p : ps) {
+        if (p == "planned") {
+          opt.run_planned = true;
+          continue;
+        }
+        char* end = nullptr;
+        const long v = std::strtol(p.c_str(), &end, 10);
+        KCP_REQUIRE(end && *end == 0 && v >= 1 && v <= 64, "--P: expected 'planned' or a segment count in [1, 64], got \"{}\"", p);
+        opt.forced_P.push_back(static_cast<int>(v));
+      }
+    }
+    device_class(o->device);  // validates the name early (exit 2)
+    opt.device_class = o->device;
+    opt.sm_count = o->sm_count;
+    opt.fault.kind = parse_fault(o->inject);
+    opt.fault.rank = o->inject_rank;
+    opt.determinism_checks = !o->no_det_checks;
+    opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
+    KCP_REQUIRE(o->backend == "auto" || o->backend == "cpu" || o->backend == "cuda",
+                "--backend: expected cpu, cuda or auto, got \"{}\"", o->backend);
+    KCP_REQUIRE(o->backend != "cuda", "--backend cuda: the CUDA backend is not built yet (use cpu or auto)");
+    KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi", "--comm: expected local, mpi or auto, got \"{}\"",
+                o->comm);
+    const bool use_mpi = o->comm == "mpi" || (o->comm == "auto" && mpi_available() && mpi_launched());
+    KCP_REQUIRE(!use_mpi || (mpi_available() && mpi_launched()),
+                "--comm mpi: this process was not started by mpirun (or kcpbench was built without MPI)");
+    auto backend = kernels::make_cpu_backend();
+
+    RunContext ctx;
+    ctx.argv = g.argv;
+    ctx.launch_mode = use_mpi ? "mpirun" : "threads";
+    ctx.comm = use_mpi ? "mpi" : "local";
+    ctx.backend = backend->name();
+    ctx.device_class = o->device;
+    ctx.row_set = set.name;
+    ctx.row_set_file = set.file;
+    ctx.row_set_digest = set.digest;
+
+    RunOutcome total = run_in_world(rows, opt, use_mpi, o->threads, *backend, ctx);
+    const bool rank0 = !use_mpi || mpi_world_rank() == 0;
+    if (rank0) {
+      if (!o->json.empty()) {
+        nlohmann::json doc;
+        doc["context"] = context_block(ctx);
+        doc["entries"] = total.entries;
+        doc["summary"] = {{"passed", total.passed}, {"failed", total.failed}, {"skipped", total.skipped},
+                          {"contract_broken", total.contract_broken}};
+        write_json_atomic(o->json, doc);
+        log::info0("wrote {}", o->json);
+      }
+      std::printf("%d passed, %d failed, %d skipped\n", total.passed, total.failed + total.contract_broken, total.skipped);
+      std::fflush(stdout);
+    }
+    // Every rank holds the same counts (verdicts are reduced), so all agree on the exit code.
+    if (total.contract_broken > 0) return 4;
+    if (total.failed > 0) return 1;
+    return 0;
+  };
+}
+
+}  // namespace kcp::app

@@ -1,0 +1,220 @@
+#include "core/compare/compare.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/util/error.h"
+
+namespace kcp {
+
+namespace {
+struct Acc {
+  TensorMetrics m;
+  WorstElement first_nonfinite;
+  void add(double ref, float got, const WorstElement& where) {
+    ++m.count;
+    if (!std::isfinite(ref)) return;  // the reference itself is non-finite: not counted against the kernel
+    m.ref_max_abs = std::max(m.ref_max_abs, std::fabs(ref));
+    m.sum_ref2 += ref * ref;
+    if (!std::isfinite(got)) {
+      if (m.nonfinite++ == 0) first_nonfinite = where;
+      return;
+    }
+    const double e = std::fabs(double(got) - ref);
+    m.sum_err2 += e * e;
+    if (e > m.max_abs) {
+      m.max_abs = e;
+      m.worst = where;
+    }
+  }
+  // The worst element is the first non-finite one when there is any, else the max-abs one.
+  TensorMetrics done() {
+    if (m.nonfinite > 0) m.worst = first_nonfinite;
+    return m;
+  }
+};
+
+// Distance (tokens) from local token t to the nearest segment or rank boundary.
+int64_t boundary_distance(const RankPlan& rp, int64_t t, int* segment) {
+  int64_t best = std::min(t, rp.tokens() - t);
+  for (size_t s = 0; s < rp.segments.size(); ++s) {
+    const auto& sg = rp.segments[s];
+    if (t >= sg.local_begin && t < sg.local_end) *segment = static_cast<int>(s);
+    if (sg.local_begin > 0) best = std::min<int64_t>(best, std::llabs(t - sg.local_begin));
+  }
+  return best;
+}
+}  // namespace
+
+std::vector<std::shared_ptr<const SequenceReference>> rank_references(const RankPlan& rp, ReferenceCache& cache) {
+  std::vector<std::shared_ptr<const SequenceReference>> refs;
+  for (const auto& pc : rp.pieces) refs.push_back(cache.get(pc.seq));
+  return refs;
+}
+
+std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
+                                        const std::vector<std::shared_ptr<const SequenceReference>>& refs,
+                                        int rank) {
+  const int64_t H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
+  std::vector<TensorMetrics> out;
+  // Token tensors: [T_local, heads, width] against the reference of each piece's sequence.
+  auto token_tensor = [&](const char* name, const std::vector<float>& got, auto ref_of, int64_t heads, int64_t width) {
+    Acc a;
+    a.m.name = name;
+    for (size_t p = 0; p < rp.pieces.size(); ++p) {
+      const Piece& pc = rp.pieces[p];
+      const std::vector<double>& ref = ref_of(*refs[p]);
+      for (int64_t t = pc.local_begin; t < pc.local_end; ++t) {
+        WorstElement w;
+        w.rank = rank;
+        w.token = rp.global_begin + t;
+        w.seq = pc.seq;
+        w.boundary_distance = boundary_distance(rp, t, &w.segment);
+        const int64_t tr = pc.seq_offset + (t - pc.local_begin);  // token inside its sequence
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t c = 0; c < width; ++c) {
+            w.head = static_cast<int>(h);
+            w.channel = static_cast<int>(c);
+            a.add(ref[(tr * heads + h) * width + c], got[(t * heads + h) * width + c], w);
+          }
+      }
+    }
+    out.push_back(a.done());
+  };
+  token_tensor("o", res.o, [](const SequenceReference& r) -> const std::vector<double>& { return r.o; }, HV, V);
+  // States: per piece that ends (ht) or starts (dh0) its sequence.
+  auto state_tensor = [&](const char* name, const std::vector<float>& got, bool ends) {
+    Acc a;
+    a.m.name = name;
+    for (size_t p = 0; p < rp.pieces.size(); ++p) {
+      const Piece& pc = rp.pieces[p];
+      if (ends ? pc.to_next_rank : pc.from_prev_rank) continue;
+      const std::vector<double>& ref = ends ? refs[p]->ht : refs[p]->dh0;
+      WorstElement w;
+      w.rank = rank;
+      w.seq = pc.seq;
+      for (int64_t h = 0; h < HV; ++h)
+        for (int64_t i = 0; i < K * V; ++i) {
+          w.head = static_cast<int>(h);
+          w.channel = static_cast<int>(i);
+          a.add(ref[h * K * V + i], got[(p * HV + h) * K * V + i], w);
+        }
+    }
+    out.push_back(a.done());
+  };
+  if (row.final_state) state_tensor("ht", res.ht, true);
+  token_tensor("dq", res.dq, [](const SequenceReference& r) -> const std::vector<double>& { return r.dq; }, H, K);
+  token_tensor("dk", res.dk, [](const SequenceReference& r) -> const std::vector<double>& { return r.dk; }, H, K);
+  token_tensor("dv", res.dv, [](const SequenceReference& r) -> const std::vector<double>& { return r.dv; }, HV, V);
+  token_tensor("dg", res.dg, [](const SequenceReference& r) -> const std::vector<double>& { return r.dg; }, HV, gw);
+  token_tensor("dbeta", res.dbeta, [](const SequenceReference& r) -> const std::vector<double>& { return r.dbeta; }, HV, 1);
+  if (row.initial_state) state_tensor("dh0", res.dh0, false);
+  return out;
+}
+
+std::vector<TensorMetrics> compare_parameter_grads(const RowConfig& row, const RankPlan& rp, const RankResult& res,
+                                                   const std::vector<std::shared_ptr<const SequenceReference>>& refs,
+                                                   Communicator& comm) {
+  std::vector<TensorMetrics> out;
+  auto one = [&](const char* name, const std::vector<float>& got, std::vector<double> SequenceReference::*part) {
+    // Reference total: each rank sums the sequences that start on it (in sequence order), then
+    // the partial sums are all-reduced in rank order, as the engine reduces the kernel's.
+    std::vector<double> total(got.size(), 0.0);
+    for (size_t p = 0; p < rp.pieces.size(); ++p) {
+      if (rp.pieces[p].from_prev_rank) continue;
+      const std::vector<double>& v = (*refs[p]).*part;
+      for (size_t i = 0; i < total.size() && i < v.size(); ++i) total[i] += v[i];
+    }
+    if (!total.empty()) comm.allreduce(total.data(), total.size(), ReduceOp::Sum);
+    Acc a;
+    a.m.name = name;
+    const size_t per_head = got.size() / std::max<size_t>(1, size_t(row.HV));
+    for (size_t i = 0; i < total.size(); ++i) {
+      WorstElement w;
+      w.head = static_cast<int>(i / per_head);
+      w.channel = static_cast<int>(i % per_head);
+      a.add(total[i], got[i], w);
+    }
+    a.m.rel_rms = a.m.sum_ref2 > 0 ? std::sqrt(a.m.sum_err2 / a.m.sum_ref2) : (a.m.sum_err2 > 0 ? INFINITY : 0.0);
+    out.push_back(a.done());
+  };
+  if (row.A_log) one("dA_log", res.dA_log, &SequenceReference::dA_log);
+  if (row.dt_bias) one("ddt_bias", res.ddt_bias, &SequenceReference::ddt_bias);
+  return out;
+}
+
+void reduce_metrics(std::vector<TensorMetrics>& ms, Communicator& comm) {
+  const int W = comm.size();
+  for (auto& m : ms) {
+    double sums[3] = {m.sum_err2, m.sum_ref2, 0};
+    int64_t counts[2] = {m.nonfinite, m.count};
+    comm.allreduce(sums, 2, ReduceOp::Sum);
+    comm.allreduce(counts, 2, ReduceOp::Sum);
+    double mx = m.ref_max_abs;
+    comm.allreduce(&mx, 1, ReduceOp::Max);
+    // The worst element: gather every rank's (max_abs, location) and keep, in rank order, the
+    // first rank with a non-finite value, else the largest max_abs (lowest rank on ties), so
+    // every rank and every launch mode agree on the same element.
+    const double mine[9] = {m.max_abs, double(m.worst.rank), double(m.worst.token), double(m.worst.seq),
+                            double(m.worst.head), double(m.worst.channel), double(m.worst.segment),
+                            double(m.worst.boundary_distance), double(m.nonfinite)};
+    std::vector<double> all(9 * W);
+    comm.allgather(mine, all.data(), 9);
+    int best = 0;
+    for (int r = 1; r < W; ++r) {
+      const bool best_nf = all[9 * best + 8] > 0, r_nf = all[9 * r + 8] > 0;
+      if ((!best_nf && r_nf) || (!best_nf && !r_nf && all[9 * r] > all[9 * best])) best = r;
+    }
+    const double* b = &all[9 * best];
+    double worst_max = 0;
+    for (int r = 0; r < W; ++r) worst_max = std::max(worst_max, all[9 * r]);
+    m.max_abs = worst_max;
+    m.worst = {int(b[1]), int64_t(b[2]), int(b[3]), int(b[4]), int(b[5]), int(b[6]), int64_t(b[7])};
+    m.sum_err2 = sums[0];
+    m.sum_ref2 = sums[1];
+    m.nonfinite = counts[0];
+    m.count = counts[1];
+    m.ref_max_abs = mx;
+    m.rel_rms = m.sum_ref2 > 0 ? std::sqrt(m.sum_err2 / m.sum_ref2) : (m.sum_err2 > 0 ? INFINITY : 0.0);
+  }
+}
+
+void judge(std::vector<TensorMetrics>& ms, const RowConfig& row) {
+  for (auto& m : ms) {
+    auto it = row.budgets.find(m.name);
+    m.has_budget = it != row.budgets.end();
+    if (!m.has_budget) {
+      m.pass = false;
+      continue;
+    }
+    m.budget = it->second;
+    auto ratio = [](double err, double budget) { return budget > 0 ? err / budget : (err > 0 ? INFINITY : 0.0); };
+    m.ratio_max = ratio(m.max_abs, m.budget.max_abs);
+    m.rms_ratio = ratio(m.rel_rms, m.budget.rel_rms);
+    m.pass = m.nonfinite == 0 && m.ratio_max <= 1.0 && m.rms_ratio <= 1.0;
+  }
+}
+
+nlohmann::json metrics_json(const TensorMetrics& m) {
+  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  nlohmann::json j;
+  j["max_abs"] = num(m.max_abs);
+  j["rel_rms"] = num(m.rel_rms);
+  j["ref_max_abs"] = num(m.ref_max_abs);
+  j["count"] = m.count;
+  j["nonfinite"] = m.nonfinite;
+  j["worst"] = {{"rank", m.worst.rank}, {"token", m.worst.token}, {"seq", m.worst.seq}, {"head", m.worst.head},
+                {"channel", m.worst.channel}, {"segment", m.worst.segment},
+                {"boundary_distance", m.worst.boundary_distance}};
+  if (m.has_budget) {
+    j["budget"] = {{"max_abs", m.budget.max_abs}, {"rel_rms", m.budget.rel_rms}};
+    j["ratio_max"] = num(m.ratio_max);
+    j["rms_ratio"] = num(m.rms_ratio);
+  } else {
+    j["budget"] = nullptr;
+  }
+  j["pass"] = m.pass;
+  return j;
+}
+
+}  // namespace kcp

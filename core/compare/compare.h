@@ -1,0 +1,67 @@
+// Metrics and verdicts (DESIGN.md 3 step 5, section 6): every output and gradient of a rank is
+// compared with the FP64 reference on the rank's own tokens (or sequences, for states); sums
+// and maxima are then reduced over ranks, so every rank holds the same global metrics.
+//
+// Per tensor: max-abs error and where it lies (rank, global token or sequence, head, channel,
+// segment, distance in tokens to the nearest segment or rank boundary), rel-RMS error
+// sqrt(sum err^2 / sum ref^2), the count of non-finite values where the reference is finite,
+// max |ref|; with a budget: ratio_max = max_abs / budget.max_abs, rms_ratio = rel_rms /
+// budget.rel_rms, and pass = both <= 1 and no unexpected non-finite value.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/compare/reference_data.h"
+#include "core/config/row_config.h"
+#include "core/kcp/kcp_engine.h"
+#include "core/plan/segment_plan.h"
+
+namespace kcp {
+
+struct WorstElement {
+  int rank = -1;
+  int64_t token = -1;     // global token (token tensors) or -1
+  int seq = -1;           // sequence (state tensors, and the token's sequence)
+  int head = -1;
+  int channel = -1;       // the innermost index (K or V channel)
+  int segment = -1;       // rank-local segment index
+  int64_t boundary_distance = -1;  // tokens to the nearest segment or rank boundary
+};
+
+struct TensorMetrics {
+  std::string name;
+  int64_t count = 0;
+  double max_abs = 0, rel_rms = 0, ref_max_abs = 0;
+  double sum_err2 = 0, sum_ref2 = 0;
+  int64_t nonfinite = 0;   // non-finite in the backend where the reference is finite
+  WorstElement worst;
+  bool has_budget = false;
+  Budget budget;
+  double ratio_max = 0, rms_ratio = 0;
+  bool pass = false;
+};
+
+// Reference data a rank needs: the sequences its pieces belong to.
+std::vector<std::shared_ptr<const SequenceReference>> rank_references(const RankPlan& rp, ReferenceCache& cache);
+
+// Local metrics of one rank; then reduce_metrics makes them global (collective).
+std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
+                                        const std::vector<std::shared_ptr<const SequenceReference>>& refs,
+                                        int rank);
+void reduce_metrics(std::vector<TensorMetrics>& m, Communicator& comm);
+// dA_log / ddt_bias (totals over all sequences, identical on every rank): global metrics
+// directly (collective).
+std::vector<TensorMetrics> compare_parameter_grads(const RowConfig& row, const RankPlan& rp, const RankResult& res,
+                                                   const std::vector<std::shared_ptr<const SequenceReference>>& refs,
+                                                   Communicator& comm);
+// Applies the row's budgets (after reduce_metrics). A tensor without a budget does not pass.
+void judge(std::vector<TensorMetrics>& m, const RowConfig& row);
+
+nlohmann::json metrics_json(const TensorMetrics& m);
+
+}  // namespace kcp

@@ -1,0 +1,39 @@
+// The FP64 reference of a row, per sequence (DESIGN.md 3 step 5). Each sequence is its own
+// reference problem, so a rank computes only the sequences its tokens touch, and the threads
+// of one process (the local launch mode) share one computation per sequence through
+// ReferenceCache. Results are cached on disk by row digest and seed (a cache directory of
+// binary files); a file that does not match the expected sizes is recomputed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config/row_config.h"
+
+namespace kcp {
+
+struct SequenceReference {
+  int seq = 0;
+  int64_t t_begin = 0, t_end = 0;            // global tokens of the sequence
+  std::vector<double> o, dq, dk, dv, dg, dbeta;  // [len, ...] token-major
+  std::vector<double> ht, dh0;               // [HV, K, V]
+  std::vector<double> dA_log, ddt_bias;      // this sequence's contribution
+};
+
+class ReferenceCache {
+ public:
+  // cache_dir empty: no disk cache. threads: FP64 reference threads per computation.
+  ReferenceCache(const RowConfig& row, std::string digest, std::string cache_dir, int threads);
+  ~ReferenceCache();
+  // Thread-safe; computes (or loads) a sequence once and shares it.
+  std::shared_ptr<const SequenceReference> get(int seq);
+  double compute_seconds() const;  // total time spent computing (not loading)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kcp

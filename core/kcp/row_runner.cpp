@@ -1,0 +1,227 @@
+#include "core/kcp/row_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "core/compare/compare.h"
+#include "core/inputs/inputs.h"
+#include "core/plan/segment_plan.h"
+#include "core/report/plan_json.h"
+#include "core/util/error.h"
+#include "core/util/log.h"
+
+namespace kcp {
+
+ReferenceCache& ReferenceStore::for_row(const RowConfig& row, const std::string& digest) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto& c = caches_[digest];
+  if (!c) c = std::make_unique<ReferenceCache>(row, digest, dir_, threads_);
+  return *c;
+}
+
+std::vector<Form> expand_forms(const RowConfig& row, const RunOptions& opt) {
+  const auto packages = opt.packages.empty() ? row.forms.packages : opt.packages;
+  const auto saved = opt.saved.empty() ? row.forms.saved : opt.saved;
+  std::vector<int> schedules;
+  if (opt.run_planned) schedules.push_back(0);
+  for (int P : opt.forced_P) schedules.push_back(P);
+  if (opt.use_row_forced)
+    for (int P : row.forms.forced_P)
+      if (std::find(schedules.begin(), schedules.end(), P) == schedules.end()) schedules.push_back(P);
+  std::vector<Form> forms;
+  for (int P : schedules)
+    for (Package pk : {Package::Det, Package::Nondet})
+      if (std::find(packages.begin(), packages.end(), pk) != packages.end())
+        for (SavedKind sk : {SavedKind::Full, SavedKind::Light})
+          if (std::find(saved.begin(), saved.end(), sk) != saved.end()) forms.push_back({pk, sk, P});
+  return forms;
+}
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+// Bitwise equality of every tensor a rank produced (NaN payloads included).
+bool same_bits(const RankResult& a, const RankResult& b) {
+  return same_bits(a.o, b.o) && same_bits(a.ht, b.ht) && same_bits(a.dq, b.dq) && same_bits(a.dk, b.dk) &&
+         same_bits(a.dv, b.dv) && same_bits(a.dg, b.dg) && same_bits(a.dbeta, b.dbeta) &&
+         same_bits(a.dA_log, b.dA_log) && same_bits(a.ddt_bias, b.ddt_bias) && same_bits(a.dh0, b.dh0);
+}
+// True on every rank when it holds on every rank.
+bool all_ranks(Communicator& comm, bool mine) {
+  int64_t bad = mine ? 0 : 1;
+  comm.allreduce(&bad, 1, ReduceOp::Max);
+  return bad == 0;
+}
+
+std::string p_text(const SegmentPlan& plan) {
+  std::string s;
+  for (const auto& rp : plan.ranks) s += (s.empty() ? "" : ",") + std::to_string(rp.P);
+  return s;
+}
+
+struct Verdict {
+  const TensorMetrics* worst_ratio = nullptr;
+  const TensorMetrics* worst_rms = nullptr;
+  bool pass = true;
+  std::string reason;
+};
+
+Verdict summarize(const std::vector<TensorMetrics>& ms) {
+  Verdict v;
+  for (const auto& m : ms) {
+    if (!v.worst_ratio || m.ratio_max > v.worst_ratio->ratio_max) v.worst_ratio = &m;
+    if (!v.worst_rms || m.rms_ratio > v.worst_rms->rms_ratio) v.worst_rms = &m;
+    if (!m.pass) {
+      v.pass = false;
+      std::string why = !m.has_budget ? "no budget (run kcpbench calibrate)"
+                        : m.nonfinite ? fmt::format("{} non-finite values", m.nonfinite)
+                                      : fmt::format("ratio_max {:.4f}, rms ratio {:.4f}", m.ratio_max, m.rms_ratio);
+      v.reason += (v.reason.empty() ? "" : "; ") + m.name + ": " + why;
+    }
+  }
+  return v;
+}
+
+}  // namespace
+
+RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,
+                    const kernels::Backend& backend, ReferenceStore& refs) {
+  RunOutcome outcome;
+  const int r = comm.rank(), W = comm.size();
+  const bool rank0 = r == 0;
+  size_t row_no = 0;
+  for (const SelectedRow& sel : rows) {
+    const RowConfig& row = *sel.row;
+    ++row_no;
+    PlanRequest req;
+    req.world = W;
+    req.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
+    req.sm_count = opt.sm_count;
+    if (W != row.world)
+      KCP_THROW(ConfigError, "row {} needs W = {} ranks, this run has {} (launch with mpirun -np {} or without mpirun)",
+                row.name, row.world, W, row.world);
+    const SegmentPlan planned = make_plan(row, req);
+    const RankPlan& my = planned.ranks[r];
+    const RowInputs shard = make_inputs(row, sel.digest, my.global_begin, my.global_end);
+    ReferenceCache& cache = refs.for_row(row, sel.digest);
+    const auto t_ref = std::chrono::steady_clock::now();
+    const auto my_refs = rank_references(my, cache);
+    const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
+    comm.barrier();
+
+    const std::vector<Form> forms = expand_forms(row, opt);
+    std::map<int, RankResult> det_full;  // per schedule: the det/full result, for the bitwise checks
+    for (size_t fi = 0; fi < forms.size(); ++fi) {
+      const Form& form = forms[fi];
+      nlohmann::json entry;
+      entry["id"] = row.name + "/" + form.label();
+      entry["row"] = row.name;
+      entry["row_digest"] = sel.digest;
+      entry["seed"] = row.seed;
+      entry["form"] = {{"package", to_string(form.package)}, {"saved", to_string(form.saved)},
+                       {"P", form.forced_P ? nlohmann::json(form.forced_P) : nlohmann::json("planned")}};
+      entry["fault"] = opt.fault.name();
+      entry["planned_P"] = nlohmann::json::array();
+      for (const auto& rp : planned.ranks) entry["planned_P"].push_back(rp.P);
+      // Forced schedules: eligibility by the row's rule, then a plan of their own.
+      SegmentPlan plan = planned;
+      std::string skip;
+      if (form.forced_P > 0) {
+        skip = forced_p_skip_reason(row, planned, form.forced_P);
+        if (skip.empty()) {
+          PlanRequest fr = req;
+          fr.forced_P = form.forced_P;
+          try {
+            plan = make_plan(row, fr);
+          } catch (const ConfigError& e) {
+            skip = e.what();
+          }
+        }
+      }
+      entry["plan"] = plan_json(plan, false);
+      if (!skip.empty()) {
+        entry["status"] = "skip";
+        entry["reason"] = skip;
+        ++outcome.skipped;
+        if (rank0) {
+          log::info0("[{}/{}] {} {}: skipped: {}", row_no, rows.size(), row.name, form.label(), skip);
+          outcome.entries.push_back(entry);
+        }
+        continue;
+      }
+      EngineOptions eo;
+      eo.threads = opt.threads;
+      eo.fault = opt.fault;
+      const RankResult res = run_form(row, plan, form, shard, comm, backend, eo);
+      std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_refs, r);
+      reduce_metrics(ms, comm);
+      for (auto& m : compare_parameter_grads(row, plan.ranks[r], res, my_refs, comm)) ms.push_back(m);
+      judge(ms, row);
+      const Verdict v = summarize(ms);
+
+      // Determinism contract of the det package (DESIGN.md 5): a rerun gives the same bits, and
+      // light gives the bits of full.
+      nlohmann::json det = nullptr;
+      bool contract_ok = true;
+      if (form.package == Package::Det && opt.determinism_checks && opt.fault.kind == FaultKind::None) {
+        det = nlohmann::json::object();
+        if (form.saved == SavedKind::Full) {
+          const RankResult again = run_form(row, plan, form, shard, comm, backend, eo);
+          const bool same = all_ranks(comm, same_bits(res, again));
+          det["rerun_identical"] = same;
+          contract_ok = contract_ok && same;
+          det_full[form.forced_P] = res;
+        } else if (auto it = det_full.find(form.forced_P); it != det_full.end()) {
+          const bool same = all_ranks(comm, same_bits(res, it->second));
+          det["full_vs_light_identical"] = same;
+          contract_ok = contract_ok && same;
+        }
+      }
+      // Timings: the slowest rank per phase.
+      double times[2] = {res.forward_ms, res.backward_ms};
+      comm.allreduce(times, 2, ReduceOp::Max);
+      std::string status = !contract_ok ? "contract_broken" : v.pass ? "pass" : "fail";
+      if (status == "pass") ++outcome.passed;
+      else if (status == "fail") ++outcome.failed;
+      else ++outcome.contract_broken;
+      if (rank0) {
+        entry["status"] = status;
+        if (!v.pass) entry["reason"] = v.reason;
+        if (!contract_ok) entry["reason"] = "det package: bits differ between runs or between full and light";
+        entry["tensors"] = nlohmann::json::object();
+        for (const auto& m : ms) entry["tensors"][m.name] = metrics_json(m);
+        entry["worst"] = {{"ratio_max", v.worst_ratio ? v.worst_ratio->ratio_max : 0.0},
+                          {"ratio_max_tensor", v.worst_ratio ? v.worst_ratio->name : ""},
+                          {"rms_ratio", v.worst_rms ? v.worst_rms->rms_ratio : 0.0},
+                          {"rms_ratio_tensor", v.worst_rms ? v.worst_rms->name : ""}};
+        entry["determinism"] = det;
+        entry["timings_ms"] = {{"forward", times[0]}, {"backward", times[1]}, {"total", times[0] + times[1]},
+                               {"reference_s_rank0", ref_s}, {"kind", "host wall clock, slowest rank"}};
+        log::info0("[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}",
+                   row_no, rows.size(), row.name, form.label(), p_text(plan),
+                   v.worst_ratio ? v.worst_ratio->ratio_max : 0.0, v.worst_ratio ? v.worst_ratio->name : "",
+                   v.worst_rms ? v.worst_rms->rms_ratio : 0.0, v.worst_rms ? v.worst_rms->name : "", times[0] + times[1],
+                   status == "pass" ? std::string("PASS") : status == "fail" ? "FAIL: " + v.reason : std::string("CONTRACT BROKEN"));
+        outcome.entries.push_back(entry);
+      }
+      // The faulting rank's location, for every rank's entry (only rank 0 writes the JSON).
+      if (opt.fault.kind != FaultKind::None) {
+        double loc[3] = {double(res.faulted_token >= 0 ? r : -1), double(res.faulted_token), double(res.faulted_segment)};
+        std::vector<double> all(3 * W);
+        comm.allgather(loc, all.data(), 3);
+        if (rank0)
+          for (int q = 0; q < W; ++q)
+            if (all[3 * q + 1] >= 0)
+              outcome.entries.back()["fault_at"] = {{"rank", q}, {"token", int64_t(all[3 * q + 1])},
+                                                    {"segment", int(all[3 * q + 2])}};
+      }
+    }
+  }
+  return outcome;
+}
+
+}  // namespace kcp

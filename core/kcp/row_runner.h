@@ -1,0 +1,66 @@
+// `kcpbench run` below the CLI: every selected row, in every selected form, on every rank
+// (DESIGN.md 3). run_rows() is called once per rank (a thread of the local world, or an MPI
+// process) with the same arguments; rank 0 returns the report entries and prints progress.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/compare/reference_data.h"
+#include "core/config/row_config.h"
+#include "core/kcp/kcp_engine.h"
+#include "kernels/api/backend.h"
+
+namespace kcp {
+
+struct RunOptions {
+  std::vector<Package> packages;     // empty = the row's
+  std::vector<SavedKind> saved;      // empty = the row's
+  bool run_planned = true;
+  std::vector<int> forced_P;         // empty and !use_row_forced = none
+  bool use_row_forced = true;        // also run the row's forms.forced_P
+  std::string device_class = "h200"; // planning class when a row names none
+  int sm_count = 0;                  // > 0 overrides the class's SM count
+  int threads = 1;                   // CPU twin threads per rank
+  int ref_threads = 0;               // FP64 reference threads (0 = hardware)
+  std::string cache_dir;             // reference cache ("" = none)
+  bool determinism_checks = true;    // det: rerun and full-vs-light bitwise
+  Fault fault;
+};
+
+// Shared by the rank threads of one process: one ReferenceCache per row.
+class ReferenceStore {
+ public:
+  ReferenceStore(std::string cache_dir, int threads) : dir_(std::move(cache_dir)), threads_(threads) {}
+  ReferenceCache& for_row(const RowConfig& row, const std::string& digest);
+
+ private:
+  std::string dir_;
+  int threads_;
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<ReferenceCache>> caches_;
+};
+
+struct RunOutcome {
+  nlohmann::json entries = nlohmann::json::array();  // rank 0 only
+  int passed = 0, failed = 0, skipped = 0, contract_broken = 0;
+};
+
+struct SelectedRow {
+  const RowConfig* row;
+  std::string digest;
+};
+
+RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,
+                    const kernels::Backend& backend, ReferenceStore& refs);
+
+// The forms of a row under the options, in run order: for each schedule (planned, then each
+// forced P), det before nondet, full before light.
+std::vector<Form> expand_forms(const RowConfig& row, const RunOptions& opt);
+
+}  // namespace kcp
