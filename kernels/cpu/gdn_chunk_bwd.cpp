@@ -71,14 +71,26 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
     float dg_last = hdh * exp2f_(gL);
     for (int32_t r = 0; r < L; ++r)
       for (int32_t x = 0; x < K; ++x) dg_last += dKint(r, x) * k(r)[x];
-    for (int32_t r = 0; r < L; ++r)
-      for (int32_t x = 0; x < K; ++x) {
-        float aq = 0.0f, ak = 0.0f;
-        for (int32_t s = 0; s <= r; ++s) aq += E(r, s) * k(s)[x];
-        for (int32_t s = r; s < L; ++s) ak += E(s, r) * q(s)[x];
-        dQ(r, x) += aq;
-        dK(r, x) = dKint(r, x) + ak;
+    // E K and E^T Q; per element the sums run over s in increasing order (contiguous rows).
+    std::vector<float> aq(K), ak(K);
+    for (int32_t r = 0; r < L; ++r) {
+      std::fill(aq.begin(), aq.end(), 0.0f);
+      std::fill(ak.begin(), ak.end(), 0.0f);
+      for (int32_t s = 0; s <= r; ++s) {
+        const float e = E(r, s);
+        const float* ks = k(s);
+        for (int32_t x = 0; x < K; ++x) aq[x] += e * ks[x];
       }
+      for (int32_t s = r; s < L; ++s) {
+        const float e = E(s, r);
+        const float* qs = q(s);
+        for (int32_t x = 0; x < K; ++x) ak[x] += e * qs[x];
+      }
+      for (int32_t x = 0; x < K; ++x) {
+        dQ(r, x) += aq[x];
+        dK(r, x) = dKint(r, x) + ak[x];
+      }
+    }
     std::vector<float> dlam(L), dbeta(L, 0.0f);
     for (int32_t r = 0; r < L; ++r) {  // [D4]
       float sq = 0.0f, sk = 0.0f;
@@ -109,22 +121,28 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
         for (int32_t e = 0; e < V; ++e) acc += dvn(r)[e] * Yb(s, e);
         dPhi(r, s) = acc;
       }
+    std::vector<float> dX(K), dY(V);
     for (int32_t r = 0; r < L; ++r) {
+      // dX = Phi^T dw, dY = Phi^T dv2 (row r): sums over m >= r in increasing order.
+      std::fill(dX.begin(), dX.end(), 0.0f);
+      std::fill(dY.begin(), dY.end(), 0.0f);
+      for (int32_t m = r; m < L; ++m) {
+        const float p = Phi(m, r);
+        const float* dv2m = dvn(m);
+        for (int32_t x = 0; x < K; ++x) dX[x] += p * dW(m, x);
+        for (int32_t e = 0; e < V; ++e) dY[e] += p * dv2m[e];
+      }
       const float eg = exp2f_(g[r]);
       float db = 0.0f, dl = 0.0f;
       for (int32_t x = 0; x < K; ++x) {
-        float dX = 0.0f;
-        for (int32_t m = r; m < L; ++m) dX += Phi(m, r) * dW(m, x);
-        dK(r, x) += dX * (beta[r] * eg);
-        db += dX * (k(r)[x] * eg);
-        dl += dX * X(r, x);
+        dK(r, x) += dX[x] * (beta[r] * eg);
+        db += dX[x] * (k(r)[x] * eg);
+        dl += dX[x] * X(r, x);
       }
       float* dv = a.dv + d.vv(t0 + r, j);
       for (int32_t e = 0; e < V; ++e) {
-        float dY = 0.0f;
-        for (int32_t m = r; m < L; ++m) dY += Phi(m, r) * dvn(m)[e];
-        dv[e] = d.rnd(beta[r] * dY);  // [D7]
-        db += dY * vin(r)[e];
+        dv[e] = d.rnd(beta[r] * dY[e]);  // [D7]
+        db += dY[e] * vin(r)[e];
       }
       dbeta[r] += db;
       dlam[r] += dl;
@@ -139,14 +157,26 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
         for (int32_t x = 0; x < K; ++x) acc += k(r)[x] * k(s)[x];
         kk(r, s) = acc;
       }
+    Mat Kb(L, K);  // dtype(k beta), operand of dPi'^T (k beta)
+    for (int32_t m = 0; m < L; ++m)
+      for (int32_t x = 0; x < K; ++x) Kb(m, x) = d.rnd(k(m)[x] * beta[m]);
+    std::vector<float> row(K), col(K);
     for (int32_t r = 0; r < L; ++r) {
+      std::fill(row.begin(), row.end(), 0.0f);
+      std::fill(col.begin(), col.end(), 0.0f);
+      for (int32_t s = 0; s < r; ++s) {
+        const float p = dPib(r, s);
+        const float* ks = k(s);
+        for (int32_t x = 0; x < K; ++x) row[x] += p * ks[x];
+      }
+      for (int32_t m = r + 1; m < L; ++m) {
+        const float p = dPib(m, r);
+        for (int32_t x = 0; x < K; ++x) col[x] += p * Kb(m, x);
+      }
       float db = 0.0f;
       for (int32_t x = 0; x < K; ++x) {
-        float row = 0.0f, col = 0.0f;
-        for (int32_t s = 0; s < r; ++s) row += dPib(r, s) * k(s)[x];
-        for (int32_t m = r + 1; m < L; ++m) col += dPib(m, r) * d.rnd(k(m)[x] * beta[m]);
-        db += row * k(r)[x];
-        dK(r, x) += beta[r] * row + col;
+        db += row[x] * k(r)[x];
+        dK(r, x) += beta[r] * row[x] + col[x];
       }
       dbeta[r] += db;
       float gl = 0.0f;

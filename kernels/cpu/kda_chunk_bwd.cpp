@@ -93,22 +93,28 @@ void kda_bwd_grads(const BwdGradArgs& a) {
         for (int32_t e = 0; e < V; ++e) acc += dvn(r)[e] * Yb(s, e);
         dPhi(r, s) = acc;
       }
+    std::vector<float> dX(K), dY(V);
     for (int32_t r = 0; r < L; ++r) {
+      // dX = Phi^T dw, dY = Phi^T dv2 (row r): sums over m >= r in increasing order.
+      std::fill(dX.begin(), dX.end(), 0.0f);
+      std::fill(dY.begin(), dY.end(), 0.0f);
+      for (int32_t m = r; m < L; ++m) {
+        const float p = Phi(m, r);
+        const float* dv2m = dvn(m);
+        for (int32_t x = 0; x < K; ++x) dX[x] += p * dW(m, x);
+        for (int32_t e = 0; e < V; ++e) dY[e] += p * dv2m[e];
+      }
       float db = 0.0f;
       for (int32_t x = 0; x < K; ++x) {
-        float dX = 0.0f;
-        for (int32_t m = r; m < L; ++m) dX += Phi(m, r) * dW(m, x);
         const float eg = exp2f_(g(r)[x]);
-        dK(r, x) += dX * (beta[r] * eg);
-        db += dX * (k(r)[x] * eg);
-        dlam(r, x) += dX * X(r, x);
+        dK(r, x) += dX[x] * (beta[r] * eg);
+        db += dX[x] * (k(r)[x] * eg);
+        dlam(r, x) += dX[x] * X(r, x);
       }
       float* dv = a.dv + d.vv(t0 + r, j);
       for (int32_t e = 0; e < V; ++e) {
-        float dY = 0.0f;
-        for (int32_t m = r; m < L; ++m) dY += Phi(m, r) * dvn(m)[e];
-        dv[e] = d.rnd(beta[r] * dY);  // [E5]
-        db += dY * vin(r)[e];
+        dv[e] = d.rnd(beta[r] * dY[e]);  // [E5]
+        db += dY[e] * vin(r)[e];
       }
       dbeta[r] += db;
     }
