@@ -21,6 +21,12 @@
 //  * the same RankRun (problem, layout, kind, package, inputs, saved set) must be passed to the
 //    forward and the backward; the workspace may be re-poisoned in between: the backward reads
 //    only the saved set and the inputs.
+//  * rank summaries are taken from a ZERO state (forward) and a ZERO exit gradient (backward), so
+//    the engine's fold over the ranks of one sequence must start from that sequence's h0
+//    (FoldArgs::x0 = h0[seq] when problem.has_h0; the first rank of the chain starts the
+//    sequence) and, backward, from its dht (x0 = dht[seq] when problem.has_dht); otherwise the
+//    initial state / final-state gradient of a sequence that crosses ranks is lost.
+//    tests/kcp/twin_harness.cpp (run_twin) is a reference emulation of these exchanges.
 //  * summary pointers may be null (not computed). Shapes: M / Mt [HV, K, K], h_ext / dh_ext
 //    [HV, K, V], all fp32; M is in natural orientation (X -> M X + h_ext), Mt is M^T
 //    (Y -> Mt Y + dh_ext).

@@ -238,3 +238,81 @@ TEST(BadArgs, DriverRulesAndTags) {
 
 }  // namespace
 }  // namespace kcp::test
+
+namespace kcp::test {
+namespace {
+
+// The fold contract of kernels/api/fold.h against a naive double computation: transpose,
+// negative strides, states_before, composed, n = 0, and x_final aliasing x0.
+TEST(Fold, MatchesNaiveChain) {
+  const int HV = 2, K = 3, V = 2, n = 3;
+  const int64_t KK = int64_t(HV) * K * K, KV = int64_t(HV) * K * V;
+  std::vector<float> A(n * KK), b(n * KV), x0(KV);
+  uint64_t s = 7;
+  auto rnd = [&] { s = s * 6364136223846793005ull + 1442695040888963407ull; return float(int(s >> 40) % 17 - 8) / 8.0f; };
+  for (auto& x : A) x = rnd();
+  for (auto& x : b) x = rnd();
+  for (auto& x : x0) x = rnd();
+  auto be = kk::make_cpu_backend();
+  for (bool transpose : {false, true})
+    for (bool reverse : {false, true}) {
+      // naive (double): items in fold order
+      std::vector<double> X(x0.begin(), x0.end()), C(HV * K * K, 0.0), before(n * KV);
+      for (int j = 0; j < HV; ++j)
+        for (int a = 0; a < K; ++a) C[(j * K + a) * K + a] = 1.0;
+      for (int it = 0; it < n; ++it) {
+        const int item = reverse ? n - 1 - it : it;
+        for (int64_t e = 0; e < KV; ++e) before[it * KV + e] = X[e];
+        std::vector<double> Xn(KV, 0.0), Cn(HV * K * K, 0.0);
+        for (int j = 0; j < HV; ++j) {
+          const float* Aj = &A[item * KK + j * K * K];
+          auto op = [&](int r, int c) { return double(transpose ? Aj[c * K + r] : Aj[r * K + c]); };
+          for (int r = 0; r < K; ++r) {
+            for (int e = 0; e < V; ++e) {
+              double acc = b[item * KV + (j * K + r) * V + e];
+              for (int m = 0; m < K; ++m) acc += op(r, m) * X[(j * K + m) * V + e];
+              Xn[(j * K + r) * V + e] = acc;
+            }
+            for (int e = 0; e < K; ++e) {
+              double acc = 0.0;
+              for (int m = 0; m < K; ++m) acc += op(r, m) * C[(j * K + m) * K + e];
+              Cn[(j * K + r) * K + e] = acc;
+            }
+          }
+        }
+        X = Xn;
+        C = Cn;
+      }
+      std::vector<float> states(n * KV, -1.0f), composed(HV * K * K), xf(x0);
+      kk::FoldArgs f;
+      f.HV = HV; f.K = K; f.V = V; f.n = n;
+      f.transpose_A = transpose;
+      f.A = reverse ? &A[(n - 1) * KK] : A.data();
+      f.A_stride = reverse ? -KK : KK;
+      f.b = reverse ? &b[(n - 1) * KV] : b.data();
+      f.b_stride = reverse ? -KV : KV;
+      f.x0 = xf.data();
+      f.x_final = xf.data();  // aliases x0
+      f.states_before = states.data();
+      f.states_stride = KV;
+      f.composed = composed.data();
+      be->fold(f);
+      for (int64_t e = 0; e < KV; ++e) EXPECT_NEAR(xf[e], X[e], 1e-5) << "x_final " << e;
+      for (int64_t e = 0; e < n * KV; ++e) EXPECT_NEAR(states[e], before[e], 1e-5) << "states_before " << e;
+      for (size_t e = 0; e < C.size(); ++e) EXPECT_NEAR(composed[e], C[e], 1e-5) << "composed " << e;
+    }
+  // n = 0: x_final = x0 (zeros when null), composed = I
+  std::vector<float> xf(KV, 5.0f), composed(HV * K * K, 5.0f);
+  kk::FoldArgs f;
+  f.HV = HV; f.K = K; f.V = V; f.n = 0;
+  f.x_final = xf.data();
+  f.composed = composed.data();
+  be->fold(f);
+  for (float x : xf) EXPECT_EQ(x, 0.0f);
+  for (int j = 0; j < HV; ++j)
+    for (int r = 0; r < K; ++r)
+      for (int c = 0; c < K; ++c) EXPECT_EQ(composed[(j * K + r) * K + c], r == c ? 1.0f : 0.0f);
+}
+
+}  // namespace
+}  // namespace kcp::test
