@@ -60,21 +60,21 @@ Data make_data(const Case& c) {
   const int gw = c.op == kk::Op::Kda ? c.K : 1;
   const int64_t N = static_cast<int64_t>(c.lens.size());
   Rng rng(c.seed);
-  auto fill_qk = [&](std::vector<float>& x) {
+  auto fill_qk = [&](std::vector<float>& x, double mul, double add) {
     x.resize(size_t(T) * c.H * c.K);
     std::vector<double> row(c.K);
     for (int64_t r = 0; r < T * c.H; ++r) {
       double ss = 0.0;
       for (int e = 0; e < c.K; ++e) {
-        row[e] = rng.normal();
+        row[e] = mul * rng.normal() + add;
         ss += row[e] * row[e];
       }
       const double inv = c.l2norm ? 1.0 : 1.0 / std::sqrt(ss);  // pre-normalized unless the kernel normalizes
       for (int e = 0; e < c.K; ++e) x[size_t(r) * c.K + e] = rnd(c, row[e] * inv);
     }
   };
-  fill_qk(d.q);
-  fill_qk(d.k);
+  fill_qk(d.q, 1.0, c.skewed ? 1.0 : 0.0);
+  fill_qk(d.k, c.skewed ? 10.0 : 1.0, c.skewed ? -50.0 : 0.0);
   d.v.resize(size_t(T) * c.HV * c.V);
   for (auto& x : d.v) x = rnd(c, rng.normal());
   d.g.resize(size_t(T) * c.HV * gw);

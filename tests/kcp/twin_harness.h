@@ -22,6 +22,7 @@ struct Case {
   int H = 2, HV = 2, K = 64, V = 64;
   std::vector<int64_t> lens;           // global sequence lengths (zero allowed)
   bool l2norm = false;                 // in-kernel L2 norm (q, k raw randn); else q, k pre-normalized
+  bool skewed = false;                 // q = randn + 1, k = 10 randn - 50 (nearly parallel keys; needs l2norm)
   kk::GateForm gate = kk::GateForm::Direct;
   float lower_bound = -5.0f;
   bool A_log = false, dt_bias = false, h0 = false, dht = false;
