@@ -98,6 +98,27 @@ TEST_P(SegmentSplit, ThreeRanksWithAMiddleRank) {
   EXPECT_TRUE(within_split_noise(c.name + " W=3", base, split));
 }
 
+TEST_P(SegmentSplit, EdgeLengths) {
+  // 1-token sequences, exact multiples of C, 1-token last chunks (65, 129), a zero-length
+  // sequence, and ranks [0,131) [131,195) [195,324): rank 0 ends with a 1-token piece of seq 4
+  // (after the zero-length seq 3 at token 130), rank 1 holds 64 tokens of seq 4 that neither
+  // start nor end it, rank 2 starts with seq 4's 64-token tail.
+  Case c = GetParam() == kernels::Op::Gdn ? gdn_gva_state() : kda_gva_state();
+  c.name += "_edges";
+  c.lens = {1, 64, 65, 0, 129, 1, 64};
+  const Data& d = data_for(c);
+  const RefResults& ref = reference_for(c, d);
+  TwinOptions opt;
+  opt.threads = 2;
+  const TwinResults base = run_twin(c, d, opt);
+  expect_within_thresholds(c.name + " W=1", ref, base);
+  opt.rank_bounds = {0, 131, 195, c.T()};
+  opt.P = {2, 1, 3};
+  const TwinResults split = run_twin(c, d, opt);
+  expect_within_thresholds(c.name + " W=3", ref, split);
+  EXPECT_TRUE(within_split_noise(c.name + " W=3", base, split));
+}
+
 INSTANTIATE_TEST_SUITE_P(Ops, SegmentSplit, ::testing::Values(kernels::Op::Gdn, kernels::Op::Kda),
                          [](const ::testing::TestParamInfo<kernels::Op>& i) {
                            return std::string(kernels::to_string(i.param));
