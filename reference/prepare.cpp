@@ -1,0 +1,151 @@
+// Per-token preparation (Q/K L2 norm, q.k, decay factors) and the backward tail (gate chain rule,
+// L2-norm backward). Everything here is O(T * HV * K); the O(T * HV * K * V) work lives in
+// recurrence.cpp.
+#include <cmath>
+
+#include "reference/detail.h"
+
+namespace kcp::ref::detail {
+
+namespace {
+constexpr double kL2Eps = 1e-6; // ALGORITHM.md 1.3: added to the sum of squares inside the sqrt
+constexpr int64_t kTokensPerTask = 256;
+} // namespace
+
+int resolve_threads(int threads) {
+  if (threads > 0)
+    return threads;
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc == 0 ? 1 : static_cast<int>(hc);
+}
+
+Prepared prepare(const Problem& p, const Inputs& in, int threads) {
+  Prepared pr;
+  pr.T = p.tokens();
+  pr.H = p.H;
+  pr.HV = p.HV;
+  pr.K = p.K;
+  pr.V = p.V;
+  pr.G = p.HV / p.H;
+  pr.Kg = p.gate_width();
+  pr.rho = p.scale != 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.K));
+  pr.zeros.assign(static_cast<size_t>(p.K), 0.0);
+
+  const int64_t T = pr.T;
+  const int H = p.H, HV = p.HV, K = p.K, Kg = pr.Kg;
+  const auto sz = [](int64_t n) { return static_cast<size_t>(n); };
+  const auto uninit = [&](int64_t n) {
+    return std::unique_ptr<double[]>(new double[sz(std::max<int64_t>(n, 1))]);
+  };
+  if (p.qk_l2norm) {
+    pr.qn_buf = uninit(T * H * K);
+    pr.kn_buf = uninit(T * H * K);
+    pr.rstd_q = uninit(T * H);
+    pr.rstd_k = uninit(T * H);
+    pr.qn = pr.qn_buf.get();
+    pr.kn = pr.kn_buf.get();
+  } else {
+    pr.qn = in.q;
+    pr.kn = in.k;
+  }
+  pr.qk = uninit(T * H);
+  pr.dec = uninit(T * HV * Kg);
+
+  const int64_t tasks = (T + kTokensPerTask - 1) / kTokensPerTask;
+  parallel_for(tasks, threads, [&](int64_t task) {
+    const int64_t ta = task * kTokensPerTask, tb = std::min(T, ta + kTokensPerTask);
+    for (int64_t t = ta; t < tb; ++t) {
+      for (int i = 0; i < H; ++i) {
+        const int64_t row = t * H + i;
+        if (p.qk_l2norm) {
+          const double* srcs[2] = {in.q + row * K, in.k + row * K};
+          double* dsts[2] = {pr.qn_buf.get() + row * K, pr.kn_buf.get() + row * K};
+          double* rstds[2] = {&pr.rstd_q[sz(row)], &pr.rstd_k[sz(row)]};
+          for (int w = 0; w < 2; ++w) {
+            double ss = 0;
+            for (int d = 0; d < K; ++d)
+              ss += srcs[w][d] * srcs[w][d];
+            const double r = 1.0 / std::sqrt(ss + kL2Eps);
+            *rstds[w] = r;
+            for (int d = 0; d < K; ++d)
+              dsts[w][d] = srcs[w][d] * r;
+          }
+        }
+        double qk = 0;
+        for (int d = 0; d < K; ++d)
+          qk += pr.qn[row * K + d] * pr.kn[row * K + d];
+        pr.qk[sz(row)] = qk;
+      }
+      for (int j = 0; j < HV; ++j) {
+        const double eA = p.has_A_log ? std::exp(in.A_log[j]) : 1.0;
+        for (int d = 0; d < Kg; ++d) {
+          const int64_t idx = (t * HV + j) * Kg + d;
+          const double bias = p.has_dt_bias ? in.dt_bias[j * Kg + d] : 0.0;
+          pr.dec[sz(idx)] = std::exp(gate_value<false>(p, eA, in.g[idx] + bias).a);
+        }
+      }
+    }
+  });
+  return pr;
+}
+
+void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Grads& g,
+                     int threads) {
+  const int64_t T = pr.T;
+  const int H = pr.H, HV = pr.HV, K = pr.K, Kg = pr.Kg;
+
+  // Gate chain rule, per value head so that dA_log[j] and ddt_bias[j, :] are summed over tokens
+  // in token order (fixed order, any thread count). g.dg holds d L / d a on entry.
+  if (p.gate != GateForm::Direct) {
+    parallel_for(HV, threads, [&](int64_t jj) {
+      const int j = static_cast<int>(jj);
+      const double eA = p.has_A_log ? std::exp(in.A_log[j]) : 1.0;
+      double dA = 0;
+      std::vector<double> dbias(static_cast<size_t>(Kg), 0.0);
+      for (int64_t t = 0; t < T; ++t) {
+        for (int d = 0; d < Kg; ++d) {
+          const int64_t idx = (t * HV + j) * Kg + d;
+          const double bias = p.has_dt_bias ? in.dt_bias[j * Kg + d] : 0.0;
+          const GateValue gv = gate_value<true>(p, eA, in.g[idx] + bias);
+          const double da = g.dg[static_cast<size_t>(idx)];
+          const double dx = da * gv.dadx;
+          g.dg[static_cast<size_t>(idx)] = dx;
+          dA += da * gv.dadA;
+          dbias[static_cast<size_t>(d)] += dx;
+        }
+      }
+      if (p.has_A_log)
+        g.dA_log[static_cast<size_t>(j)] = dA;
+      if (p.has_dt_bias)
+        for (int d = 0; d < Kg; ++d)
+          g.ddt_bias[static_cast<size_t>(j * Kg + d)] = dbias[static_cast<size_t>(d)];
+    });
+  }
+
+  // L2-norm backward: dx = rstd * (dy - (dy . y) y), y the normalized vector.
+  if (p.qk_l2norm) {
+    const int64_t tasks = (T + kTokensPerTask - 1) / kTokensPerTask;
+    parallel_for(tasks, threads, [&](int64_t task) {
+      const int64_t ta = task * kTokensPerTask, tb = std::min(T, ta + kTokensPerTask);
+      for (int64_t row = ta * H; row < tb * H; ++row) {
+        struct Side {
+          double* dy;
+          const double* y;
+          double rstd;
+        };
+        const Side sides[2] = {
+            {g.dq.data() + row * K, pr.qn + row * K, pr.rstd_q[static_cast<size_t>(row)]},
+            {g.dk.data() + row * K, pr.kn + row * K, pr.rstd_k[static_cast<size_t>(row)]}};
+        for (const Side& s : sides) {
+          double dot = 0;
+          for (int d = 0; d < K; ++d)
+            dot += s.dy[d] * s.y[d];
+          for (int d = 0; d < K; ++d)
+            s.dy[d] = s.rstd * (s.dy[d] - dot * s.y[d]);
+        }
+      }
+    });
+  }
+}
+
+} // namespace kcp::ref::detail

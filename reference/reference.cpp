@@ -1,0 +1,176 @@
+// Public entry points of the FP64 reference: validation, forward, forward+backward, FLOP count.
+// The work itself is in prepare.cpp (per-token O(K) parts) and recurrence.cpp (the O(K V) part).
+#include "reference/reference.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "reference/detail.h"
+
+namespace kcp::ref {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::invalid_argument("kcp::ref: " + what);
+}
+
+void require_input(const void* ptr, bool needed, const char* name) {
+  if (needed && ptr == nullptr)
+    fail(std::string("Inputs.") + name + " is null but the problem needs it");
+}
+
+void check_inputs(const Problem& p, const Inputs& in, bool backward) {
+  const bool tokens = p.tokens() > 0;
+  require_input(in.q, tokens, "q");
+  require_input(in.k, tokens, "k");
+  require_input(in.v, tokens, "v");
+  require_input(in.g, tokens, "g");
+  require_input(in.beta, tokens, "beta");
+  require_input(in.A_log, p.has_A_log, "A_log");
+  require_input(in.dt_bias, p.has_dt_bias, "dt_bias");
+  require_input(in.h0, p.has_h0, "h0");
+  if (backward) {
+    require_input(in.dO, tokens, "dO");
+    require_input(in.dht, p.has_dht, "dht");
+  }
+}
+
+size_t zs(int64_t n) { return static_cast<size_t>(n); }
+
+} // namespace
+
+void validate(const Problem& p) {
+  auto num = [](auto x) { return std::to_string(x); };
+  if (p.op != Op::Gdn && p.op != Op::Kda)
+    fail("Problem.op is not Gdn or Kda");
+  if (p.H < 1)
+    fail("Problem.H must be >= 1, got " + num(p.H));
+  if (p.HV < 1)
+    fail("Problem.HV must be >= 1, got " + num(p.HV));
+  if (p.HV % p.H != 0)
+    fail("Problem.HV (" + num(p.HV) + ") must be a multiple of Problem.H (" + num(p.H) + ")");
+  if (p.K < 1)
+    fail("Problem.K must be >= 1, got " + num(p.K));
+  if (p.V < 1)
+    fail("Problem.V must be >= 1, got " + num(p.V));
+  if (p.cu_seqlens.size() < 2)
+    fail("Problem.cu_seqlens must hold N + 1 >= 2 offsets, got " + num(p.cu_seqlens.size()));
+  if (p.cu_seqlens.front() != 0)
+    fail("Problem.cu_seqlens[0] must be 0, got " + num(p.cu_seqlens.front()));
+  for (size_t n = 1; n < p.cu_seqlens.size(); ++n)
+    if (p.cu_seqlens[n] < p.cu_seqlens[n - 1])
+      fail("Problem.cu_seqlens must be non-decreasing, but cu_seqlens[" + num(n) +
+           "] = " + num(p.cu_seqlens[n]) + " < cu_seqlens[" + num(n - 1) +
+           "] = " + num(p.cu_seqlens[n - 1]));
+  if (!std::isfinite(p.scale))
+    fail("Problem.scale must be finite (0 means K^-1/2)");
+  switch (p.gate) {
+  case GateForm::Direct:
+    if (p.has_A_log)
+      fail("Problem.has_A_log needs a raw gate form (Softplus or LowerBound), gate is Direct");
+    if (p.has_dt_bias)
+      fail("Problem.has_dt_bias needs a raw gate form (Softplus or LowerBound), gate is Direct");
+    break;
+  case GateForm::Softplus:
+    if (!p.has_A_log)
+      fail("Problem.has_A_log must be true for the Softplus gate form (A_log is required)");
+    break;
+  case GateForm::LowerBound:
+    if (p.op != Op::Kda)
+      fail("Problem.gate LowerBound is KDA only, op is Gdn");
+    if (!std::isfinite(p.lower_bound) || !(p.lower_bound < 0.0))
+      fail("Problem.lower_bound must be finite and < 0, got " + num(p.lower_bound));
+    break;
+  default:
+    fail("Problem.gate is not a known GateForm");
+  }
+}
+
+namespace detail {
+
+void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int threads,
+         const Tuning& tuning) {
+  validate(p);
+  check_inputs(p, in, grads != nullptr);
+  if (tuning.window < 1 || tuning.max_checkpoints < 1 || tuning.target_items < 1)
+    fail("detail::Tuning fields must be >= 1");
+  threads = resolve_threads(threads);
+
+  const int64_t T = p.tokens();
+  const int N = p.sequences(), H = p.H, HV = p.HV, K = p.K, V = p.V, Kg = p.gate_width();
+  const int64_t state = static_cast<int64_t>(K) * V;
+  const Prepared pr = prepare(p, in, threads);
+
+  out.o.assign(zs(T * HV * V), 0.0);
+  out.ht.assign(zs(N * HV * state), 0.0);
+  if (grads != nullptr) {
+    grads->dq.assign(zs(T * H * K), 0.0);
+    grads->dk.assign(zs(T * H * K), 0.0);
+    grads->dv.assign(zs(T * HV * V), 0.0);
+    grads->dg.assign(zs(T * HV * Kg), 0.0);
+    grads->dbeta.assign(zs(T * HV), 0.0);
+    grads->dA_log.assign(p.has_A_log ? zs(HV) : 0, 0.0);
+    grads->ddt_bias.assign(p.has_dt_bias ? zs(HV * Kg) : 0, 0.0);
+    grads->dh0.assign(p.has_h0 ? zs(N * HV * state) : 0, 0.0);
+  }
+  // Zero-length sequences: ht = h0 and dh0 = dht (no work item touches them).
+  for (int n = 0; n < N; ++n) {
+    if (p.cu_seqlens[zs(n) + 1] != p.cu_seqlens[zs(n)])
+      continue;
+    const int64_t off = static_cast<int64_t>(n) * HV * state, cnt = HV * state;
+    if (p.has_h0)
+      std::copy(in.h0 + off, in.h0 + off + cnt, out.ht.begin() + off);
+    if (grads != nullptr && p.has_h0 && p.has_dht)
+      std::copy(in.dht + off, in.dht + off + cnt, grads->dh0.begin() + off);
+  }
+
+  run_recurrence(p, in, pr, out, grads, threads, tuning);
+  if (grads != nullptr)
+    finish_backward(p, in, pr, *grads, threads);
+}
+
+// FLOPs per (token, value head, state element), counting each multiply and add of the loops over
+// the K x V state as implemented (recurrence.cpp):
+//   forward pass:        7  (pending update 2, decay 1, k.Sbar 2, q.Sbar 2)
+//   backward recompute:  5  (forward without the output)
+//   reverse sweep:      16  (Sbar 1, dSbar 2, dk 4, da 2, dS 1, G 2, k.G 2, dq 2)
+//   two-level checkpoints (sequences with more than Tuning::max_checkpoints windows): +5
+// Per-token terms of order K + V (norms, gates, e, o, window bookkeeping) are not counted; they
+// are below 2 % of the total at K = V = 64, so the reported rate errs low.
+double flops(const Problem& p, bool backward, const Tuning& tuning) {
+  validate(p);
+  const double kv = static_cast<double>(p.K) * p.V * p.HV;
+  double total = 0;
+  for (int n = 0; n < p.sequences(); ++n) {
+    const int64_t len = p.cu_seqlens[zs(n) + 1] - p.cu_seqlens[zs(n)];
+    double per = 7.0;
+    if (backward) {
+      per += 5.0 + 16.0;
+      const int64_t nwin = (len + tuning.window - 1) / tuning.window;
+      if (nwin > tuning.max_checkpoints)
+        per += 5.0;
+    }
+    total += per * kv * static_cast<double>(len);
+  }
+  return total;
+}
+
+} // namespace detail
+
+Outputs forward(const Problem& p, const Inputs& in, int threads) {
+  Outputs out;
+  detail::run(p, in, out, nullptr, threads, detail::Tuning{});
+  return out;
+}
+
+void forward_backward(const Problem& p, const Inputs& in, Outputs& out, Grads& grads, int threads) {
+  detail::run(p, in, out, &grads, threads, detail::Tuning{});
+}
+
+double forward_flops(const Problem& p) { return detail::flops(p, false, detail::Tuning{}); }
+
+double forward_backward_flops(const Problem& p) { return detail::flops(p, true, detail::Tuning{}); }
+
+} // namespace kcp::ref
