@@ -90,8 +90,10 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, bo
     ctx.devices.assign(W, backend.name());
   } else {
     ReferenceStore refs(opt.cache_dir, hw);
+    opt.progress_total = static_cast<int>(rows.size());
     for (const auto& sr : rows) {
       const int W = sr.row->world;
+      opt.progress_offset = static_cast<int>(&sr - rows.data());
       opt.threads = threads_flag > 0 ? threads_flag : std::max(1, hw / W);
       RunOutcome part;
       run_local_world(W, [&](Communicator& comm) {

@@ -242,7 +242,11 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
   // ---- backward: workspace poisoned again, so only the saved set carries state over ----
   std::fill(ws_arena.begin(), ws_arena.end(), kNaN);
   std::vector<float> ws_other;
-  if (fk == FaultKind::SavedToOtherPackage) run.exec.package = to_kernel(other(form.package));
+  if (fk == FaultKind::SavedToOtherPackage) {
+    // The other package's backward, with its own workspace: only the saved set is foreign.
+    run.exec.package = to_kernel(other(form.package));
+    run.ws = backend.bind_workspace_for(ws_arena.data(), int64_t(ws_arena.size()), problem, lv, run.exec.package);
+  }
   if (fk == FaultKind::WorkspaceOfOtherPackage) {
     ws_other.assign(ws_arena.size(), kNaN);
     run.ws = backend.bind_workspace_for(ws_other.data(), int64_t(ws_other.size()), problem, lv,

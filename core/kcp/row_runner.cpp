@@ -93,7 +93,8 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
   RunOutcome outcome;
   const int r = comm.rank(), W = comm.size();
   const bool rank0 = r == 0;
-  size_t row_no = 0;
+  size_t row_no = static_cast<size_t>(opt.progress_offset);
+  const size_t row_total = opt.progress_total > 0 ? static_cast<size_t>(opt.progress_total) : rows.size();
   for (const SelectedRow& sel : rows) {
     const RowConfig& row = *sel.row;
     ++row_no;
@@ -148,7 +149,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
         entry["reason"] = skip;
         ++outcome.skipped;
         if (rank0) {
-          log::info0("[{}/{}] {} {}: skipped: {}", row_no, rows.size(), row.name, form.label(), skip);
+          log::info0("[{}/{}] {} {}: skipped: {}", row_no, row_total, row.name, form.label(), skip);
           outcome.entries.push_back(entry);
         }
         continue;
@@ -202,7 +203,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
         entry["timings_ms"] = {{"forward", times[0]}, {"backward", times[1]}, {"total", times[0] + times[1]},
                                {"reference_s_rank0", ref_s}, {"kind", "host wall clock, slowest rank"}};
         log::info0("[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}",
-                   row_no, rows.size(), row.name, form.label(), p_text(plan),
+                   row_no, row_total, row.name, form.label(), p_text(plan),
                    v.worst_ratio ? v.worst_ratio->ratio_max : 0.0, v.worst_ratio ? v.worst_ratio->name : "",
                    v.worst_rms ? v.worst_rms->rms_ratio : 0.0, v.worst_rms ? v.worst_rms->name : "", times[0] + times[1],
                    status == "pass" ? std::string("PASS") : status == "fail" ? "FAIL: " + v.reason : std::string("CONTRACT BROKEN"));

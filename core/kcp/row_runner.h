@@ -31,6 +31,8 @@ struct RunOptions {
   std::string cache_dir;             // reference cache ("" = none)
   bool determinism_checks = true;    // det: rerun and full-vs-light bitwise
   Fault fault;
+  int progress_offset = 0;            // rows before these in the whole run (for "[i/n]" lines)
+  int progress_total = 0;             // rows in the whole run (0 = these rows)
 };
 
 // Shared by the rank threads of one process: one ReferenceCache per row.

@@ -12,8 +12,8 @@ struct CmdResult {
   std::string out;  // stdout and stderr together
 };
 
-inline CmdResult run_kcpbench(const std::string& args) {
-  const std::string cmd = std::string(KCPBENCH_EXE) + " " + args + " 2>&1";
+inline CmdResult run_command(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -24,3 +24,5 @@ inline CmdResult run_kcpbench(const std::string& args) {
   r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+inline CmdResult run_kcpbench(const std::string& args) { return run_command(std::string(KCPBENCH_EXE) + " " + args); }

@@ -66,6 +66,7 @@ TEST(Inputs, ShardsForAnyWorldAreSlicesOfTheWholeTensor) {
 TEST(Inputs, ValuesAreRoundedAndDistributedAsAsked) {
   RowConfig row = small_row(OpKind::Kda);
   row.inputs.keys = KeyDist::Skewed;
+  row.qk_l2norm = true;  // raw keys; the kernel normalizes them
   const RowInputs in = make_inputs(row, "d", 0, row.total_tokens());
   double kmean = 0;
   for (float x : in.k) {
@@ -89,6 +90,18 @@ TEST(Inputs, ValuesAreRoundedAndDistributedAsAsked) {
   for (float x : h.q) EXPECT_EQ(x, round_to_fp16(x));
   // A different seed or row digest gives different data.
   EXPECT_NE(make_inputs(row, "d", 0, 4).q, make_inputs(row, "e", 0, 4).q);
+}
+
+TEST(Inputs, UnitNormQueriesAndKeysWithoutInKernelNorm) {
+  RowConfig row = small_row(OpKind::Gdn);
+  row.qk_l2norm = false;
+  const RowInputs in = make_inputs(row, "d", 0, 50);
+  for (const auto* x : {&in.q, &in.k})
+    for (int64_t t = 0; t < 50 * row.H; ++t) {
+      double ss = 0;
+      for (int d = 0; d < row.K; ++d) ss += double((*x)[t * row.K + d]) * (*x)[t * row.K + d];
+      EXPECT_NEAR(ss, 1.0, 0.02);  // unit norm up to bf16 rounding
+    }
 }
 
 TEST(Inputs, RawGateParameters) {

@@ -1,0 +1,127 @@
+// Whole-program tests of `kcpbench run` and `kcpbench calibrate` on the CPU twin: the int1 row
+// set passes in every form with a complete JSON report, injected faults are caught where they
+// were put, cross-package saved sets and workspaces are refused, and int1's budgets are what
+// calibrate derives.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "e2e_util.h"
+
+using nlohmann::json;
+
+namespace {
+json read_json(const std::string& path) {
+  std::ifstream f(path);
+  return json::parse(f);
+}
+std::string tmp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+}  // namespace
+
+TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
+  const std::string out = tmp("int1.json");
+  auto r = run_kcpbench("-q run --rows int1 --cache none --json " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(" passed, 0 failed, "), std::string::npos) << r.out;
+  json j = read_json(out);
+  const json& c = j["context"];
+  for (const char* k : {"schema_version", "build", "date", "command_line", "world_size", "launch_mode", "comm", "backend",
+                        "device_class", "devices", "row_set"})
+    EXPECT_TRUE(c.contains(k)) << "context." << k;
+  for (const char* k : {"git_sha", "git_dirty", "build_type", "compiler", "cuda", "nccl", "mpi"})
+    EXPECT_TRUE(c["build"].contains(k)) << "context.build." << k;
+  EXPECT_EQ(c["schema_version"], "kcpbench.results/1");
+  EXPECT_EQ(c["row_set"]["digest"].get<std::string>().size(), 64u);
+  int pass = 0, skip = 0, forced = 0, det_checks = 0;
+  std::set<std::string> rows;
+  for (const auto& e : j["entries"]) {
+    rows.insert(e["row"].get<std::string>());
+    for (const char* k : {"id", "row", "row_digest", "seed", "form", "plan", "planned_P", "status"})
+      EXPECT_TRUE(e.contains(k)) << e["id"] << " lacks " << k;
+    if (e["status"] == "skip") {
+      ++skip;
+      EXPECT_FALSE(e["reason"].get<std::string>().empty());
+      continue;
+    }
+    ASSERT_EQ(e["status"], "pass") << e.dump(1);
+    ++pass;
+    forced += e["form"]["P"] != "planned";
+    for (const char* t : {"o", "dq", "dk", "dv", "dg", "dbeta"}) {
+      const json& m = e["tensors"][t];
+      EXPECT_LE(m["ratio_max"].get<double>(), 1.0);
+      EXPECT_LE(m["rms_ratio"].get<double>(), 1.0);
+      EXPECT_GT(m["max_abs"].get<double>(), 0.0) << "a twin with no error at all would be suspicious";
+      EXPECT_EQ(m["nonfinite"], 0);
+      for (const char* k : {"rank", "token", "head", "segment", "boundary_distance"}) EXPECT_TRUE(m["worst"].contains(k));
+    }
+    for (const char* k : {"forward", "backward", "total"}) EXPECT_GT(e["timings_ms"][k].get<double>(), 0.0);
+    if (e["form"]["package"] == "det") {
+      ++det_checks;
+      const json& d = e["determinism"];
+      if (e["form"]["saved"] == "full") EXPECT_EQ(d["rerun_identical"], true);
+      else EXPECT_EQ(d["full_vs_light_identical"], true);
+    }
+  }
+  EXPECT_EQ(rows.size(), 15u);
+  EXPECT_GE(pass, 60);
+  EXPECT_GE(forced, 8) << "forced-P forms ran";
+  EXPECT_GE(skip, 4) << "C1's forced forms are skipped by the all_ranks_plan_p1 rule";
+  EXPECT_GE(det_checks, 30);
+  EXPECT_EQ(j["summary"]["passed"], pass);
+}
+
+TEST(Run, InjectedFaultsFailTheirRowAtTheBoundary) {
+  struct Case {
+    const char* fault;
+    bool state_fault;  // the worst element must sit at distance 0 from the dropped boundary
+  };
+  for (const Case& c : {Case{"drop-segment-entry", true}, Case{"drop-rank-incoming", true}, Case{"skip-output-tile", false}}) {
+    const std::string out = tmp(std::string(c.fault) + ".json");
+    auto r = run_kcpbench(std::string("-q run --rows int1 --row A1 --package det --saved full --cache none --inject ") +
+                          c.fault + " --json " + out);
+    EXPECT_EQ(r.code, 1) << c.fault << "\n" << r.out;
+    json e = read_json(out)["entries"][0];
+    EXPECT_EQ(e["status"], "fail") << c.fault;
+    const json& w = e["tensors"]["o"]["worst"];
+    EXPECT_EQ(w["rank"], e["fault_at"]["rank"]) << c.fault << " " << e.dump(1);
+    if (c.state_fault) {
+      EXPECT_EQ(w["boundary_distance"], 0) << c.fault;
+      EXPECT_EQ(w["token"], e["fault_at"]["token"]) << c.fault;
+    } else {
+      EXPECT_GT(e["tensors"]["o"]["nonfinite"].get<int>(), 0);
+      EXPECT_EQ(w["token"], e["fault_at"]["token"]);
+    }
+  }
+}
+
+TEST(Run, CrossPackageSavedSetsAndWorkspacesAreRefusedNamingBothSides) {
+  auto a = run_kcpbench("-q run --rows int1 --row A1 --package det --saved full --cache none --inject saved-to-other-package");
+  EXPECT_EQ(a.code, 2);
+  EXPECT_NE(a.out.find("saved set from the det package (deterministic=true) passed to the nondet backward; run it "
+                       "through the det backward"),
+            std::string::npos)
+      << a.out;
+  auto b = run_kcpbench("-q run --rows int1 --row A1 --package nondet --saved light --cache none --inject saved-to-other-package");
+  EXPECT_EQ(b.code, 2);
+  EXPECT_NE(b.out.find("saved set from the nondet package (deterministic=false) passed to the det backward"),
+            std::string::npos)
+      << b.out;
+  auto c = run_kcpbench("-q run --rows int1 --row KA1 --package det --saved full --cache none --inject workspace-of-other-package");
+  EXPECT_EQ(c.code, 2);
+  EXPECT_NE(c.out.find("workspace of the nondet package passed to the det package"), std::string::npos) << c.out;
+}
+
+TEST(Run, BadOptionsExitTwo) {
+  EXPECT_EQ(run_kcpbench("run --rows int1 --package fast").code, 2);
+  EXPECT_EQ(run_kcpbench("run --rows int1 --P 0").code, 2);
+  EXPECT_EQ(run_kcpbench("run --rows int1 --inject bogus").code, 2);
+  EXPECT_EQ(run_kcpbench("run --rows int1 --device a100").code, 2);
+}
+
+TEST(Calibrate, Int1BudgetsAreReproduced) {
+  auto r = run_kcpbench("-q calibrate --rows int1 --cache none --check");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("15 rows, 0 differences"), std::string::npos) << r.out;
+}
