@@ -10,6 +10,8 @@
 // kRcpLn2 (log2 units, fp32); kernels use exp2 of differences, every exponent <= 0.
 #pragma once
 
+#include <cstdint>
+
 #include "kernels/api/layout.h"
 #include "kernels/api/problem.h"
 
@@ -20,6 +22,11 @@ struct PhaseCtx {
   Problem problem;
   LayoutView layout;
   Exec exec;
+  // Backend-private workspace (WorkspaceTensors::scratch, Backend::extra_workspace_floats()):
+  // e.g. a device backend's copy of the layout tables and the det package's partial buffers.
+  // Null / 0 when the backend asks for none (the CPU twin). Added after the first API commit.
+  float* scratch = nullptr;
+  int64_t scratch_floats = 0;
 };
 
 // Phase 1: local prep, chunk-local, no state. Writes the prep part of the saved set.

@@ -8,7 +8,7 @@ namespace kcp::kernels {
 
 namespace {
 
-PhaseCtx ctx_of(const RankRun& r) { return PhaseCtx{r.problem, r.layout, r.exec}; }
+PhaseCtx ctx_of(const RankRun& r) { return PhaseCtx{r.problem, r.layout, r.exec, r.ws.scratch, r.ws.scratch_floats}; }
 int64_t hvkv(const Problem& p) { return int64_t(p.HV) * p.K * p.V; }
 int64_t hvkk(const Problem& p) { return int64_t(p.HV) * p.K * p.K; }
 

@@ -27,6 +27,8 @@
 //    sequence) and, backward, from its dht (x0 = dht[seq] when problem.has_dht); otherwise the
 //    initial state / final-state gradient of a sequence that crosses ranks is lost.
 //    tests/kcp/twin_harness.cpp (run_twin) is a reference emulation of these exchanges.
+//  * the driver never synchronizes: with an asynchronous (device) backend call
+//    be.synchronize(run.exec) before reading summaries or results on the host.
 //  * summary pointers may be null (not computed). Shapes: M / Mt [HV, K, K], h_ext / dh_ext
 //    [HV, K, V], all fp32; M is in natural orientation (X -> M X + h_ext), Mt is M^T
 //    (Y -> Mt Y + dh_ext).
