@@ -87,7 +87,11 @@ Data make_data(const Case& c) {
       else if (u < c.mask_p + c.zero_p) a = 0.0;
       x = rnd(c, a);
     } else {
-      x = rnd(c, z);  // raw gate
+      double graw = z;  // raw gate
+      const double u = rng.uniform();
+      if (u < c.mask_p) graw = 1000.0;                 // softplus -> 1000, sigmoid -> 1: decay at its extreme
+      else if (u < c.mask_p + c.zero_p) graw = -1000.0;  // softplus -> 0 (no decay), sigmoid -> 0
+      x = rnd(c, graw);
     }
   }
   d.beta.resize(size_t(T) * c.HV);

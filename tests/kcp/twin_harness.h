@@ -29,8 +29,8 @@ struct Case {
   kk::DType dtype = kk::DType::BF16;
   uint64_t seed = 1;
   double gate_div = 1.0;               // direct gates: logsigmoid(randn) / gate_div (weaker decay)
-  double mask_p = 0.0;                 // direct gates: probability of -1000 (extreme decay)
-  double zero_p = 0.0;                 // direct gates: probability of 0
+  double mask_p = 0.0;                 // probability of an extreme-decay gate: direct -1000, raw +1000
+  double zero_p = 0.0;                 // probability of a no-decay gate: direct 0, raw -1000
   int64_t T() const {
     int64_t t = 0;
     for (int64_t l : lens) t += l;
