@@ -13,12 +13,16 @@ namespace {
 // the chunking of everything after the cut, so their difference is the size of the twin's own
 // error; chunk-aligned segment splits only change the rounding of the states after each cut.
 // A wrong entry state or exit gradient gives differences of order 1. Measured values are printed.
+// dA_log and ddt_bias are HV-element sums over all tokens (rel-RMS of a few numbers with
+// cancellation): both runs are within the threshold of FP64, so their difference is bounded by
+// twice it (triangle inequality); measured up to 1.9e-2 on the 2-rank GDN softplus case.
 bool within_split_noise(const std::string& label, const TwinResults& base, const TwinResults& split) {
   max_rel_diff(label, base, split);
   bool ok = true;
   for (const auto& [name, b] : base.t) {
     const double e = rel_rms(b, split.t.at(name));
-    if (e > threshold(name)) {
+    const double bound = (name == "dA_log" || name == "ddt_bias") ? 2.0 * threshold(name) : threshold(name);
+    if (e > bound) {
       ADD_FAILURE() << label << ": " << name << " differs from the unsplit run by rel-RMS " << e;
       ok = false;
     }
