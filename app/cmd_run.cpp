@@ -12,6 +12,7 @@
 #include "core/comm/mpi_communicator.h"
 #include "core/config/row_loader.h"
 #include "core/kcp/row_runner.h"
+#include "core/report/npy_dump.h"
 #include "core/report/report.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
@@ -42,7 +43,7 @@ std::string default_cache_dir() {
 struct RunCli {
   std::string rows = "int1";
   std::vector<std::string> row, package, saved, P;
-  std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache;
+  std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
   int sm_count = 0, threads = 0, inject_rank = -1;
   bool no_det_checks = false;
 };
@@ -134,6 +135,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   sub->add_option("--inject-rank", o->inject_rank, "Rank that takes the fault (default: the last rank that can)");
   sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables; default "
                                        "$XDG_CACHE_HOME/kcpbench or ~/.cache/kcpbench)");
+  sub->add_option("--dump", o->dump, "Write inputs, FP64 reference and backend outputs/gradients of the selected "
+                                     "rows and forms as .npy files, with DIR/manifest.json describing each");
   sub->add_flag("--no-det-checks", o->no_det_checks, "Skip the det package's rerun and full-vs-light bitwise checks");
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
@@ -190,7 +193,10 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     ctx.row_set_file = set.file;
     ctx.row_set_digest = set.digest;
 
+    Dumper dumper(o->dump);
+    if (dumper.enabled()) opt.dumper = &dumper;
     RunOutcome total = run_in_world(rows, opt, use_mpi, o->threads, *backend, ctx);
+    dumper.write_manifest(context_block(ctx));
     const bool rank0 = !use_mpi || mpi_world_rank() == 0;
     if (rank0) {
       if (!o->json.empty()) {

@@ -52,63 +52,94 @@ std::vector<std::shared_ptr<const SequenceReference>> rank_references(const Rank
   return refs;
 }
 
+RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
+                                 const std::vector<std::shared_ptr<const SequenceReference>>& refs) {
+  const int64_t H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
+  const int64_t T = rp.tokens(), N = static_cast<int64_t>(rp.pieces.size()), state = HV * K * V;
+  RankReference rr;
+  // Token tensors: each local token reads its own sequence's reference at its place in the sequence.
+  auto gather = [&](std::vector<double>& out, std::vector<double> SequenceReference::*field, int64_t per_token) {
+    out.assign(static_cast<size_t>(T * per_token), 0.0);
+    for (int64_t p = 0; p < N; ++p) {
+      const Piece& pc = rp.pieces[p];
+      const std::vector<double>& ref = (*refs[p]).*field;
+      std::copy_n(ref.begin() + pc.seq_offset * per_token, pc.length() * per_token,
+                  out.begin() + pc.local_begin * per_token);
+    }
+  };
+  gather(rr.o, &SequenceReference::o, HV * V);
+  gather(rr.dq, &SequenceReference::dq, H * K);
+  gather(rr.dk, &SequenceReference::dk, H * K);
+  gather(rr.dv, &SequenceReference::dv, HV * V);
+  gather(rr.dg, &SequenceReference::dg, HV * gw);
+  gather(rr.dbeta, &SequenceReference::dbeta, HV);
+  // States per piece: NaN where the piece has no final state (it continues) or no dh0.
+  rr.ht.assign(static_cast<size_t>(N * state), std::nan(""));
+  rr.dh0.assign(static_cast<size_t>(N * state), std::nan(""));
+  for (int64_t p = 0; p < N; ++p) {
+    if (row.final_state && !rp.pieces[p].to_next_rank) std::copy_n(refs[p]->ht.begin(), state, rr.ht.begin() + p * state);
+    if (row.initial_state && !rp.pieces[p].from_prev_rank)
+      std::copy_n(refs[p]->dh0.begin(), state, rr.dh0.begin() + p * state);
+  }
+  if (!row.final_state) rr.ht.clear();
+  if (!row.initial_state) rr.dh0.clear();
+  return rr;
+}
+
 std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
-                                        const std::vector<std::shared_ptr<const SequenceReference>>& refs,
-                                        int rank) {
+                                        const RankReference& rr, int rank) {
   const int64_t H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
   std::vector<TensorMetrics> out;
-  // Token tensors: [T_local, heads, width] against the reference of each piece's sequence.
-  auto token_tensor = [&](const char* name, const std::vector<float>& got, auto ref_of, int64_t heads, int64_t width) {
+  std::vector<int> piece_of(static_cast<size_t>(rp.tokens()), 0);
+  for (size_t p = 0; p < rp.pieces.size(); ++p)
+    std::fill(piece_of.begin() + rp.pieces[p].local_begin, piece_of.begin() + rp.pieces[p].local_end, int(p));
+  auto token_tensor = [&](const char* name, const std::vector<float>& got, const std::vector<double>& ref, int64_t heads,
+                          int64_t width) {
     Acc a;
     a.m.name = name;
-    for (size_t p = 0; p < rp.pieces.size(); ++p) {
-      const Piece& pc = rp.pieces[p];
-      const std::vector<double>& ref = ref_of(*refs[p]);
-      for (int64_t t = pc.local_begin; t < pc.local_end; ++t) {
-        WorstElement w;
-        w.rank = rank;
-        w.token = rp.global_begin + t;
-        w.seq = pc.seq;
-        w.boundary_distance = boundary_distance(rp, t, &w.segment);
-        const int64_t tr = pc.seq_offset + (t - pc.local_begin);  // token inside its sequence
-        for (int64_t h = 0; h < heads; ++h)
-          for (int64_t c = 0; c < width; ++c) {
-            w.head = static_cast<int>(h);
-            w.channel = static_cast<int>(c);
-            a.add(ref[(tr * heads + h) * width + c], got[(t * heads + h) * width + c], w);
-          }
-      }
-    }
-    out.push_back(a.done());
-  };
-  token_tensor("o", res.o, [](const SequenceReference& r) -> const std::vector<double>& { return r.o; }, HV, V);
-  // States: per piece that ends (ht) or starts (dh0) its sequence.
-  auto state_tensor = [&](const char* name, const std::vector<float>& got, bool ends) {
-    Acc a;
-    a.m.name = name;
-    for (size_t p = 0; p < rp.pieces.size(); ++p) {
-      const Piece& pc = rp.pieces[p];
-      if (ends ? pc.to_next_rank : pc.from_prev_rank) continue;
-      const std::vector<double>& ref = ends ? refs[p]->ht : refs[p]->dh0;
+    for (int64_t t = 0; t < rp.tokens(); ++t) {
       WorstElement w;
       w.rank = rank;
-      w.seq = pc.seq;
-      for (int64_t h = 0; h < HV; ++h)
-        for (int64_t i = 0; i < K * V; ++i) {
+      w.token = rp.global_begin + t;
+      w.seq = rp.pieces[piece_of[t]].seq;
+      w.boundary_distance = boundary_distance(rp, t, &w.segment);
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t c = 0; c < width; ++c) {
           w.head = static_cast<int>(h);
-          w.channel = static_cast<int>(i);
-          a.add(ref[h * K * V + i], got[(p * HV + h) * K * V + i], w);
+          w.channel = static_cast<int>(c);
+          const int64_t i = (t * heads + h) * width + c;
+          a.add(ref[i], got[i], w);
         }
     }
     out.push_back(a.done());
   };
-  if (row.final_state) state_tensor("ht", res.ht, true);
-  token_tensor("dq", res.dq, [](const SequenceReference& r) -> const std::vector<double>& { return r.dq; }, H, K);
-  token_tensor("dk", res.dk, [](const SequenceReference& r) -> const std::vector<double>& { return r.dk; }, H, K);
-  token_tensor("dv", res.dv, [](const SequenceReference& r) -> const std::vector<double>& { return r.dv; }, HV, V);
-  token_tensor("dg", res.dg, [](const SequenceReference& r) -> const std::vector<double>& { return r.dg; }, HV, gw);
-  token_tensor("dbeta", res.dbeta, [](const SequenceReference& r) -> const std::vector<double>& { return r.dbeta; }, HV, 1);
-  if (row.initial_state) state_tensor("dh0", res.dh0, false);
+  // States: only pieces that end (ht) or start (dh0) their sequence; the others hold NaN in rr.
+  auto state_tensor = [&](const char* name, const std::vector<float>& got, const std::vector<double>& ref) {
+    Acc a;
+    a.m.name = name;
+    for (size_t p = 0; p < rp.pieces.size(); ++p) {
+      WorstElement w;
+      w.rank = rank;
+      w.seq = rp.pieces[p].seq;
+      for (int64_t h = 0; h < HV; ++h)
+        for (int64_t i = 0; i < K * V; ++i) {
+          const int64_t at = (int64_t(p) * HV + h) * K * V + i;
+          if (std::isnan(ref[at])) continue;
+          w.head = static_cast<int>(h);
+          w.channel = static_cast<int>(i);
+          a.add(ref[at], got[at], w);
+        }
+    }
+    out.push_back(a.done());
+  };
+  token_tensor("o", res.o, rr.o, HV, V);
+  if (row.final_state) state_tensor("ht", res.ht, rr.ht);
+  token_tensor("dq", res.dq, rr.dq, H, K);
+  token_tensor("dk", res.dk, rr.dk, H, K);
+  token_tensor("dv", res.dv, rr.dv, HV, V);
+  token_tensor("dg", res.dg, rr.dg, HV, gw);
+  token_tensor("dbeta", res.dbeta, rr.dbeta, HV, 1);
+  if (row.initial_state) state_tensor("dh0", res.dh0, rr.dh0);
   return out;
 }
 

@@ -49,10 +49,17 @@ struct TensorMetrics {
 // Reference data a rank needs: the sequences its pieces belong to.
 std::vector<std::shared_ptr<const SequenceReference>> rank_references(const RankPlan& rp, ReferenceCache& cache);
 
+// The reference of one rank's tokens and pieces, in the backend's layouts (kcp_engine.h
+// RankResult); ht / dh0 hold NaN for pieces without a final state / an initial state.
+struct RankReference {
+  std::vector<double> o, dq, dk, dv, dg, dbeta, ht, dh0;
+};
+RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
+                                 const std::vector<std::shared_ptr<const SequenceReference>>& refs);
+
 // Local metrics of one rank; then reduce_metrics makes them global (collective).
 std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
-                                        const std::vector<std::shared_ptr<const SequenceReference>>& refs,
-                                        int rank);
+                                        const RankReference& ref, int rank);
 void reduce_metrics(std::vector<TensorMetrics>& m, Communicator& comm);
 // dA_log / ddt_bias (totals over all sequences, identical on every rank): global metrics
 // directly (collective).

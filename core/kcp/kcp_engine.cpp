@@ -229,6 +229,9 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     fa.A_stride = HVKK + HVKV;
     fa.b = first + HVKK;
     fa.b_stride = HVKK + HVKV;
+    // The chain's first rank summarised its piece from a zero state, so the fold starts from the
+    // sequence's own initial state.
+    fa.x0 = row.initial_state ? shard.h0.data() + rp.pieces.front().seq * HVKV : nullptr;
     fa.x_final = incoming.data();
     call_backend("forward rank fold", [&] { backend.fold(fa); });
   }
@@ -293,6 +296,8 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     fa.A_stride = -(HVKK + HVKV);
     fa.b = first + HVKK;
     fa.b_stride = -(HVKK + HVKV);
+    // Likewise the chain's last rank summarised from a zero exit gradient: start from dht.
+    fa.x0 = row.dht ? shard.dht.data() + rp.pieces.back().seq * HVKV : nullptr;
     fa.x_final = exit_grad.data();
     call_backend("backward rank fold", [&] { backend.fold(fa); });
   }

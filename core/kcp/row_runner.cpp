@@ -8,6 +8,7 @@
 #include "core/compare/compare.h"
 #include "core/inputs/inputs.h"
 #include "core/plan/segment_plan.h"
+#include "core/report/npy_dump.h"
 #include "core/report/plan_json.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
@@ -86,6 +87,46 @@ Verdict summarize(const std::vector<TensorMetrics>& ms) {
   return v;
 }
 
+// --dump: the rank's inputs and reference once per row, the backend's tensors once per form.
+void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInputs& in, const RankReference& ref, int r) {
+  const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
+  const int64_t N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
+  auto in_ = [&](const char* n, const std::vector<float>& v, std::vector<int64_t> shape) { d.add(row.name, "row", r, "input", n, v, shape, b, e); };
+  in_("q", in.q, {T, H, K});
+  in_("k", in.k, {T, H, K});
+  in_("v", in.v, {T, HV, V});
+  in_("g", in.g, {T, HV, gw});
+  in_("beta", in.beta, {T, HV});
+  in_("dO", in.dO, {T, HV, V});
+  auto rf = [&](const char* n, const std::vector<double>& v, std::vector<int64_t> shape) { d.add(row.name, "row", r, "reference", n, v, shape, b, e); };
+  rf("o", ref.o, {T, HV, V});
+  rf("dq", ref.dq, {T, H, K});
+  rf("dk", ref.dk, {T, H, K});
+  rf("dv", ref.dv, {T, HV, V});
+  rf("dg", ref.dg, {T, HV, gw});
+  rf("dbeta", ref.dbeta, {T, HV});
+  rf("ht", ref.ht, {N, HV, K, V});
+  rf("dh0", ref.dh0, {N, HV, K, V});
+}
+
+void dump_result(Dumper& d, const RowConfig& row, const Form& form, const RankPlan& rp, const RankResult& res, int r) {
+  const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
+  const int64_t N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
+  auto out = [&](const char* n, const std::vector<float>& v, std::vector<int64_t> shape, bool tokens = true) {
+    d.add(row.name, form.label(), r, "backend", n, v, shape, tokens ? b : -1, tokens ? e : -1);
+  };
+  out("o", res.o, {T, HV, V});
+  out("dq", res.dq, {T, H, K});
+  out("dk", res.dk, {T, H, K});
+  out("dv", res.dv, {T, HV, V});
+  out("dg", res.dg, {T, HV, gw});
+  out("dbeta", res.dbeta, {T, HV});
+  out("ht", res.ht, {N, HV, K, V});
+  out("dh0", res.dh0, {N, HV, K, V});
+  out("dA_log", res.dA_log, {HV}, false);
+  out("ddt_bias", res.ddt_bias, {int64_t(res.ddt_bias.size())}, false);
+}
+
 }  // namespace
 
 RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,
@@ -111,7 +152,9 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     ReferenceCache& cache = refs.for_row(row, sel.digest);
     const auto t_ref = std::chrono::steady_clock::now();
     const auto my_refs = rank_references(my, cache);
+    const RankReference my_ref = reference_for_rank(row, my, my_refs);
     const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
+    if (opt.dumper) dump_row(*opt.dumper, row, my, shard, my_ref, r);
     comm.barrier();
 
     const std::vector<Form> forms = expand_forms(row, opt);
@@ -158,7 +201,8 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       eo.threads = opt.threads;
       eo.fault = opt.fault;
       const RankResult res = run_form(row, plan, form, shard, comm, backend, eo);
-      std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_refs, r);
+      std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_ref, r);
+      if (opt.dumper) dump_result(*opt.dumper, row, form, plan.ranks[r], res, r);
       reduce_metrics(ms, comm);
       for (auto& m : compare_parameter_grads(row, plan.ranks[r], res, my_refs, comm)) ms.push_back(m);
       judge(ms, row);

@@ -18,6 +18,8 @@
 
 namespace kcp {
 
+class Dumper;
+
 struct RunOptions {
   std::vector<Package> packages;     // empty = the row's
   std::vector<SavedKind> saved;      // empty = the row's
@@ -31,6 +33,7 @@ struct RunOptions {
   std::string cache_dir;             // reference cache ("" = none)
   bool determinism_checks = true;    // det: rerun and full-vs-light bitwise
   Fault fault;
+  Dumper* dumper = nullptr;     // --dump: inputs, reference and backend tensors as .npy
   int progress_offset = 0;            // rows before these in the whole run (for "[i/n]" lines)
   int progress_total = 0;             // rows in the whole run (0 = these rows)
 };

@@ -125,3 +125,27 @@ TEST(Calibrate, Int1BudgetsAreReproduced) {
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("15 rows, 0 differences"), std::string::npos) << r.out;
 }
+
+TEST(Run, DumpWritesNpyFilesAndAManifest) {
+  const std::string dir = tmp("dump");
+  auto r = run_kcpbench("-q run --rows int1 --row D1 --package nondet --saved light --cache none --dump " + dir);
+  ASSERT_EQ(r.code, 0) << r.out;
+  json m = read_json(dir + "/manifest.json");
+  EXPECT_EQ(m["schema"], "kcpbench.dump/1");
+  std::set<std::string> kinds;
+  for (const auto& f : m["files"]) {
+    kinds.insert(f["kind"].get<std::string>() + ":" + f["tensor"].get<std::string>());
+    std::ifstream in(dir + "/" + f["file"].get<std::string>(), std::ios::binary);
+    char magic[6] = {};
+    in.read(magic, 6);
+    EXPECT_EQ(std::string(magic + 1, 5), "NUMPY") << f["file"];
+    in.seekg(0, std::ios::end);
+    int64_t n = 1;
+    for (auto d : f["shape"]) n *= d.get<int64_t>();
+    const int64_t bytes = n * (f["dtype"] == "float64" ? 8 : 4);
+    EXPECT_EQ(int64_t(in.tellg()) % 64, bytes % 64) << "header padded to 64 bytes";
+    EXPECT_GT(int64_t(in.tellg()), bytes);
+  }
+  for (const char* k : {"input:q", "input:dO", "reference:o", "reference:dh0", "backend:o", "backend:dq", "backend:ht"})
+    EXPECT_TRUE(kinds.count(k)) << k;
+}

@@ -1,0 +1,37 @@
+// --dump DIR: writes inputs, the FP64 reference and the backend's outputs and gradients of the
+// selected rows and forms as NumPy .npy files, plus manifest.json describing every file (row,
+// form, rank, tensor, kind, shape, dtype, global token range), so a failure can be taken apart
+// in Python: np.load(DIR + "/" + entry["file"]).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace kcp {
+
+// Writes one little-endian .npy file (format 1.0, C order). Throws ApiError on I/O failure.
+void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape);
+void write_npy(const std::string& path, const double* data, const std::vector<int64_t>& shape);
+
+// Collects files from every rank thread and writes the manifest once at the end.
+class Dumper {
+ public:
+  explicit Dumper(std::string dir);
+  bool enabled() const { return !dir_.empty(); }
+  // kind: "input", "reference" or "backend"; tokens: the global token range ([-1, -1] for
+  // tensors not indexed by token).
+  template <class T>
+  void add(const std::string& row, const std::string& form, int rank, const std::string& kind, const std::string& tensor,
+           const std::vector<T>& data, const std::vector<int64_t>& shape, int64_t t_begin, int64_t t_end);
+  void write_manifest(const nlohmann::json& context) const;
+
+ private:
+  std::string dir_;
+  mutable std::mutex mutex_;
+  nlohmann::json entries_ = nlohmann::json::array();
+};
+
+}  // namespace kcp
