@@ -10,8 +10,8 @@
 //   reference.cpp   validate(), the public entry points, the FLOP count.
 //
 // Invariants:
-//   * Results do not depend on the thread count (bitwise): the column grouping is a function of
-//     the problem shape only, and every reduction runs in a fixed order.
+//   * Results do not depend on the thread count (bitwise): every reduction runs in a fixed order
+//     that does not depend on how the work is split (column groups, token chunks).
 //   * Results do not depend on the window length or on one- vs two-level checkpointing (bitwise):
 //     the recomputation repeats exactly the arithmetic of the first forward pass.
 #pragma once
@@ -34,7 +34,8 @@ namespace kcp::ref::detail {
 struct Tuning {
   int window = 64;           // tokens per checkpoint window (states of one window are recomputed)
   int max_checkpoints = 256; // checkpoints per work item before switching to two levels
-  int target_items = 64;     // column groups are chosen so that items >= this (when possible)
+  int items_per_thread = 4;  // column groups: enough for this many work items per thread
+  int column_groups = 0;     // > 0 forces this many column groups per (sequence, value head)
 };
 
 // Forward (grads == nullptr) or forward and backward, with explicit tuning.

@@ -94,32 +94,46 @@ void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Gra
   const int64_t T = pr.T;
   const int H = pr.H, HV = pr.HV, K = pr.K, Kg = pr.Kg;
 
-  // Gate chain rule, per value head so that dA_log[j] and ddt_bias[j, :] are summed over tokens
-  // in token order (fixed order, any thread count). g.dg holds d L / d a on entry.
+  // Gate chain rule. g.dg holds d L / d a on entry. Token chunks of a fixed size (a function of T
+  // only) run in parallel; each keeps its own partial sums of dA_log and ddt_bias (tokens in
+  // order), which are then added in chunk order: the same bits for any thread count.
   if (p.gate != GateForm::Direct) {
-    parallel_for(HV, threads, [&](int64_t jj) {
-      const int j = static_cast<int>(jj);
-      const double eA = p.has_A_log ? std::exp(in.A_log[j]) : 1.0;
-      double dA = 0;
-      std::vector<double> dbias(static_cast<size_t>(Kg), 0.0);
-      for (int64_t t = 0; t < T; ++t) {
-        for (int d = 0; d < Kg; ++d) {
-          const int64_t idx = (t * HV + j) * Kg + d;
-          const double bias = p.has_dt_bias ? in.dt_bias[j * Kg + d] : 0.0;
-          const GateValue gv = gate_value<true>(p, eA, in.g[idx] + bias);
-          const double da = g.dg[static_cast<size_t>(idx)];
-          const double dx = da * gv.dadx;
-          g.dg[static_cast<size_t>(idx)] = dx;
-          dA += da * gv.dadA;
-          dbias[static_cast<size_t>(d)] += dx;
+    const int64_t chunk = std::max<int64_t>(kTokensPerTask, (T + 511) / 512);
+    const int64_t tasks = (T + chunk - 1) / chunk;
+    const int64_t width = static_cast<int64_t>(HV) * Kg;
+    std::vector<double> eA(static_cast<size_t>(HV), 1.0);
+    if (p.has_A_log)
+      for (int j = 0; j < HV; ++j)
+        eA[static_cast<size_t>(j)] = std::exp(in.A_log[j]);
+    std::vector<double> part_A(static_cast<size_t>(tasks * HV), 0.0);
+    std::vector<double> part_b(static_cast<size_t>(tasks * width), 0.0);
+    parallel_for(tasks, threads, [&](int64_t task) {
+      const int64_t ta = task * chunk, tb = std::min(T, ta + chunk);
+      double* pA = part_A.data() + task * HV;
+      double* pb = part_b.data() + task * width;
+      for (int64_t t = ta; t < tb; ++t) {
+        for (int j = 0; j < HV; ++j) {
+          for (int d = 0; d < Kg; ++d) {
+            const int64_t idx = (t * HV + j) * Kg + d;
+            const double bias = p.has_dt_bias ? in.dt_bias[j * Kg + d] : 0.0;
+            const GateValue gv = gate_value<true>(p, eA[static_cast<size_t>(j)], in.g[idx] + bias);
+            const double da = g.dg[static_cast<size_t>(idx)];
+            const double dx = da * gv.dadx;
+            g.dg[static_cast<size_t>(idx)] = dx;
+            pA[j] += da * gv.dadA;
+            pb[j * Kg + d] += dx;
+          }
         }
       }
-      if (p.has_A_log)
-        g.dA_log[static_cast<size_t>(j)] = dA;
-      if (p.has_dt_bias)
-        for (int d = 0; d < Kg; ++d)
-          g.ddt_bias[static_cast<size_t>(j * Kg + d)] = dbias[static_cast<size_t>(d)];
     });
+    for (int64_t task = 0; task < tasks; ++task) {
+      if (p.has_A_log)
+        for (int j = 0; j < HV; ++j)
+          g.dA_log[static_cast<size_t>(j)] += part_A[static_cast<size_t>(task * HV + j)];
+      if (p.has_dt_bias)
+        for (int64_t x = 0; x < width; ++x)
+          g.ddt_bias[static_cast<size_t>(x)] += part_b[static_cast<size_t>(task * width + x)];
+    }
   }
 
   // L2-norm backward: dx = rstd * (dy - (dy . y) y), y the normalized vector.

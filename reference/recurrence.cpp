@@ -12,26 +12,31 @@
 //   dS <- D_t dSbar                          (gradient w.r.t. S_{t-1})
 // dq, dk, da, dbeta are sums over columns; everything else stays column-separable.
 //
-// Work decomposition. A work item is (sequence n, value head j, group of column blocks). The
-// number of groups per (n, j) depends on the problem shape only (never on the thread count).
-// Within an item, time runs in windows of W tokens (default 64); inside a window each block of
-// kCB columns runs through the tokens with its K x kCB state slice in L1 and SIMD over columns.
+// Work decomposition. A work item is (sequence n, value head j, group of column blocks of kCB =
+// 16 columns); threads take items from one counter. There are as few groups per (n, j) as give
+// each thread about Tuning::items_per_thread items: a wide item reads each token's q, k and decay
+// once per window for all its blocks. Within an item, time runs in windows of W tokens (default
+// 64); inside a window each block runs through the tokens with its K x 16 state slice in L1 and
+// SIMD over columns.
 //
-// Memory held at once per work item (backward), with Wc = the item's columns rounded up to kCB:
-//   * checkpoints of the item's state at window starts: min(#windows, Cmax) x K x Wc doubles;
-//     above Cmax windows (default 256) checkpoints are two-level: one per segment of
-//     ceil(sqrt(#windows)) windows, plus the window checkpoints of the current segment, i.e.
-//     about 2 sqrt(#windows) x K x Wc (one extra forward pass recomputes each segment);
-//   * the item's dS (K x Wc) and state (K x Wc);
-//   * one window of one block: (W + 1) x K x kCB recomputed states, plus W x kCB for e, v, dO, dv;
-//   * window partial sums of dq, dk (W x K each), da (W x K or W) and dbeta (W).
+// Memory held at once per work item (backward), in doubles, with Wc = the item's columns rounded
+// up to 16 and nb = Wc / 16 its blocks:
+//   * checkpoints of the item's state at window starts: min(#windows, Cmax) x K x Wc; above
+//     Cmax windows (default 256) checkpoints are two-level, one per segment of ceil(sqrt(#windows))
+//     windows plus the window checkpoints of the current segment, about 2 sqrt(#windows) x K x Wc
+//     (at the cost of one extra forward pass that refills each segment);
+//   * the item's state and dS: 2 x K x Wc;
+//   * one window of one block: (W + 1) x K x 16 recomputed states (1 MiB at K = 128), plus
+//     W x 16 each for e, v, dO, dv;
+//   * the window's contributions to dq, dk, da, dbeta, per block: nb x W x (2 K + Kg + 1).
 // Per-token states are never all kept. Forward-only holds the state and the window buffers.
 //
-// Determinism. Partial sums over column blocks are formed in block order inside an item; items
-// of the same (sequence, q/k head) form a chain ordered by (value head, group) and add their
-// window partials to dq, dk, dg, dbeta strictly in chain order (item r waits until item r - 1 has
-// published the same window). Items are claimed from one counter in chain order, so the item
-// waited on is always running or done: no deadlock, any thread count, same bits.
+// Determinism. Every sum over column blocks (dq, dk, da, dbeta per token) is formed in global
+// block order, whatever the grouping: an item keeps its window contributions per block, and the
+// items of one (sequence, q/k head) form a chain ordered by (value head, group) that adds them to
+// dq, dk, dg, dbeta strictly in chain order (item r waits until item r - 1 has published the same
+// window). So the grouping may follow the thread count, and the bits never do. Items are claimed
+// from one counter in chain order, so the item waited on is always running or done: no deadlock.
 #include <Eigen/Core>
 #include <cstring>
 #include <limits>
@@ -301,7 +306,7 @@ public:
       : p_(p), in_(in), pr_(pr), out_(out), gr_(gr), tu_(tu) {}
 
   void run(int threads) {
-    build_items();
+    build_items(threads);
     progress_ = std::vector<std::atomic<int>>(items_.size());
     parallel_for(
         static_cast<int64_t>(items_.size()), threads,
@@ -319,7 +324,7 @@ public:
   }
 
 private:
-  void build_items() {
+  void build_items(int threads) {
     const int N = p_.sequences();
     const int nb = (p_.V + kCB - 1) / kCB;
     int nonempty = 0;
@@ -328,8 +333,11 @@ private:
     if (nonempty == 0)
       return;
     const int64_t heads = static_cast<int64_t>(nonempty) * p_.HV;
-    const int groups = static_cast<int>(
-        std::clamp<int64_t>((tu_.target_items + heads - 1) / heads, 1, static_cast<int64_t>(nb)));
+    // Column groups: enough items for the threads, as wide as possible otherwise (wider items
+    // reuse each token's q, k and decay over more column blocks). Results do not depend on it.
+    const int64_t want = static_cast<int64_t>(tu_.items_per_thread) * threads;
+    const int groups = static_cast<int>(std::clamp<int64_t>(
+        tu_.column_groups > 0 ? tu_.column_groups : (want + heads - 1) / heads, 1, nb));
     // Chains (n, i), longest sequences first (a scheduling choice only: results do not depend on
     // it).
     std::vector<int> order(static_cast<size_t>(N));
@@ -478,7 +486,9 @@ private:
 
     std::vector<double> Sblk(zs(blk_sz)), G(zs(blk_sz)), states(zs((W + 1) * blk_sz));
     std::vector<double> ewin(zs(W * kCB)), rdOwin(zs(W * kCB)), dvwin(zs(W * kCB));
-    std::vector<double> dqh(zs(W * K)), dkh(zs(W * K)), dah(zs(W * Kg)), dbh(zs(W));
+    // Window contributions kept per block, so that they can be added in global block order.
+    std::vector<double> dqh(zs(nbl * W * K)), dkh(zs(nbl * W * K)), dah(zs(nbl * W * Kg)),
+        dbh(zs(nbl * W));
     load_state(it, p_.has_dht ? in_.dht : nullptr, dS.data());
     int published = 0;
     for (int64_t s = nseg - 1; s >= 0; --s) {
@@ -501,16 +511,20 @@ private:
           gather(in_.v, 1.0, it.j, it.b0 + blk, t0, t1, vwin.data());
           gather(in_.dO, pr_.rho, it.j, it.b0 + blk, t0, t1, rdOwin.data());
           double* dSb = dS.data() + blk * blk_sz;
+          double* bq = dqh.data() + blk * W * K;
+          double* bk = dkh.data() + blk * W * K;
+          double* ba = dah.data() + blk * W * Kg;
+          double* bb = dbh.data() + blk * W;
           if (perc) {
             fwd_window<true, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr,
                                           states.data(), ewin.data());
             bwd_window<true>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(),
-                             dqh.data(), dkh.data(), dah.data(), dbh.data(), dvwin.data());
+                             bq, bk, ba, bb, dvwin.data());
           } else {
             fwd_window<false, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr,
                                            states.data(), ewin.data());
             bwd_window<false>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(),
-                              dqh.data(), dkh.data(), dah.data(), dbh.data(), dvwin.data());
+                              bq, bk, ba, bb, dvwin.data());
           }
           scatter(dvwin.data(), it.j, it.b0 + blk, t0, t1, gr_->dv.data());
         }
@@ -521,18 +535,24 @@ private:
                cur = pv.load(std::memory_order_acquire))
             pv.wait(cur, std::memory_order_acquire);
         }
-        for (int64_t l = 0; l < L; ++l) {
-          const int64_t t = t0 + l;
-          double* dq = gr_->dq.data() + (t * p_.H + h.i) * K;
-          double* dk = gr_->dk.data() + (t * p_.H + h.i) * K;
-          double* dg = gr_->dg.data() + (t * p_.HV + it.j) * Kg;
-          for (int d = 0; d < K; ++d) {
-            dq[d] += dqh[zs(l * K + d)];
-            dk[d] += dkh[zs(l * K + d)];
+        for (int blk = 0; blk < nbl; ++blk) {
+          const double* bq = dqh.data() + blk * W * K;
+          const double* bk = dkh.data() + blk * W * K;
+          const double* ba = dah.data() + blk * W * Kg;
+          const double* bb = dbh.data() + blk * W;
+          for (int64_t l = 0; l < L; ++l) {
+            const int64_t t = t0 + l;
+            double* dq = gr_->dq.data() + (t * p_.H + h.i) * K;
+            double* dk = gr_->dk.data() + (t * p_.H + h.i) * K;
+            double* dg = gr_->dg.data() + (t * p_.HV + it.j) * Kg;
+            for (int d = 0; d < K; ++d) {
+              dq[d] += bq[l * K + d];
+              dk[d] += bk[l * K + d];
+            }
+            for (int d = 0; d < Kg; ++d)
+              dg[d] += ba[l * Kg + d];
+            gr_->dbeta[zs(t * p_.HV + it.j)] += bb[l];
           }
-          for (int d = 0; d < Kg; ++d)
-            dg[d] += dah[zs(l * Kg + d)];
-          gr_->dbeta[zs(t * p_.HV + it.j)] += dbh[zs(l)];
         }
         ++published;
         progress_[zs(self)].store(published, std::memory_order_release);

@@ -94,7 +94,8 @@ void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int thr
          const Tuning& tuning) {
   validate(p);
   check_inputs(p, in, grads != nullptr);
-  if (tuning.window < 1 || tuning.max_checkpoints < 1 || tuning.target_items < 1)
+  if (tuning.window < 1 || tuning.max_checkpoints < 1 || tuning.items_per_thread < 1 ||
+      tuning.column_groups < 0)
     fail("detail::Tuning fields must be >= 1");
   threads = resolve_threads(threads);
 

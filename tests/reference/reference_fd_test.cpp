@@ -23,7 +23,8 @@ struct Case {
   int H = 1, HV = 1;
   std::vector<int64_t> cu{0, 12};
   double scale = 0.0;
-  bool small_windows = false; // window 2, two-level checkpoints, one column group per block
+  bool small_windows = false; // window 2, two-level checkpoints, one block per column group
+  int K = 5, V = 11;          // V not a multiple of the 16-column block: exercises padding
 };
 
 Problem problem_of(const Case& c) {
@@ -31,8 +32,8 @@ Problem problem_of(const Case& c) {
   p.op = c.op;
   p.H = c.H;
   p.HV = c.HV;
-  p.K = 5;
-  p.V = 11; // not a multiple of the column block: exercises padding
+  p.K = c.K;
+  p.V = c.V;
   p.cu_seqlens = c.cu;
   p.scale = c.scale;
   p.qk_l2norm = c.l2;
@@ -54,7 +55,7 @@ TEST_P(FiniteDifference, EveryGradient) {
   if (c.small_windows) {
     tu.window = 2;
     tu.max_checkpoints = 2;
-    tu.target_items = 1 << 20;
+    tu.column_groups = 1 << 20; // one block per group: many chained items
   }
   Outputs out;
   Grads gr;
@@ -217,6 +218,27 @@ std::vector<Case> cases() {
        .HV = 2,
        .cu = {0, 9, 9, 12},
        .small_windows = true});
+  // Degenerate and multi-block widths.
+  add({.name = "kda_k1_v1",
+       .op = Op::Kda,
+       .gate = GateForm::Softplus,
+       .A_log = true,
+       .h0 = true,
+       .dht = true,
+       .cu = varlen,
+       .K = 1,
+       .V = 1});
+  add({.name = "gdn_v37_three_blocks",
+       .op = Op::Gdn,
+       .l2 = true,
+       .h0 = true,
+       .dht = true,
+       .H = 1,
+       .HV = 2,
+       .cu = {0, 4, 9},
+       .small_windows = true,
+       .K = 3,
+       .V = 37});
   return cs;
 }
 
