@@ -44,7 +44,8 @@ struct RunCli {
   std::string rows = "int1";
   std::vector<std::string> row, package, saved, P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
-  int sm_count = 0, threads = 0, inject_rank = -1;
+  int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
+  bool bench = false;
   bool no_det_checks = false;
 };
 
@@ -137,6 +138,11 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                                        "$XDG_CACHE_HOME/kcpbench or ~/.cache/kcpbench)");
   sub->add_option("--dump", o->dump, "Write inputs, FP64 reference and backend outputs/gradients of the selected "
                                      "rows and forms as .npy files, with DIR/manifest.json describing each");
+  sub->add_option("--warmup", o->warmup, "Untimed forward+backward runs per form before the timed ones")->capture_default_str();
+  sub->add_option("--repeats", o->repeats, "Timed forward+backward runs per form (median/min/max/p90 in the JSON)")
+      ->capture_default_str();
+  sub->add_flag("--bench", o->bench, "Benchmark mode: --warmup 3 --repeats 20 unless given (kernels only; results are "
+                                     "still judged)");
   sub->add_flag("--no-det-checks", o->no_det_checks, "Skip the det package's rerun and full-vs-light bitwise checks");
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
@@ -172,6 +178,10 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.fault.kind = parse_fault(o->inject);
     opt.fault.rank = o->inject_rank;
     opt.determinism_checks = !o->no_det_checks;
+    KCP_REQUIRE(o->warmup >= 0 && o->repeats >= 1, "--warmup must be >= 0 and --repeats >= 1, got {} and {}", o->warmup,
+                o->repeats);
+    opt.warmup = o->bench && sub->count("--warmup") == 0 ? 3 : o->warmup;
+    opt.repeats = o->bench && sub->count("--repeats") == 0 ? 20 : o->repeats;
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
     KCP_REQUIRE(o->backend == "auto" || o->backend == "cpu" || o->backend == "cuda",
                 "--backend: expected cpu, cuda or auto, got \"{}\"", o->backend);

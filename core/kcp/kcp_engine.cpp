@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "core/kcp/device_array.h"
 #include "core/kcp/fault_backend.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
@@ -159,7 +160,11 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
   const kernels::Status st = backend.can_implement(problem);
   if (!st.ok) KCP_THROW(ConfigError, "backend {} cannot run row {}: {}", backend.name(), row.name, st.reason);
 
-  // Inputs: the shard, plus per-piece h0 / dht taken from the sequence each piece belongs to.
+  // Inputs: the shard, plus per-piece h0 / dht taken from the sequence each piece belongs to,
+  // uploaded once to the backend's memory (outside every timed region).
+  kernels::Exec exec;
+  exec.package = to_kernel(form.package);
+  exec.threads = opt.threads;
   std::vector<float> h0_local, dht_local;
   if (row.initial_state) h0_local.assign(N * HVKV, 0.0f);
   if (row.dht) dht_local.assign(N * HVKV, 0.0f);
@@ -168,25 +173,33 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     if (row.initial_state) std::copy_n(shard.h0.data() + seq * HVKV, HVKV, h0_local.data() + p * HVKV);
     if (row.dht) std::copy_n(shard.dht.data() + seq * HVKV, HVKV, dht_local.data() + p * HVKV);
   }
+  const DeviceArray d_q(backend, shard.q, exec), d_k(backend, shard.k, exec), d_v(backend, shard.v, exec),
+      d_g(backend, shard.g, exec), d_beta(backend, shard.beta, exec), d_dO(backend, shard.dO, exec),
+      d_A_log(backend, row.A_log ? shard.A_log : std::vector<float>{}, exec),
+      d_dt_bias(backend, row.dt_bias ? shard.dt_bias : std::vector<float>{}, exec), d_h0(backend, h0_local, exec),
+      d_dht(backend, dht_local, exec);
   kernels::InputTensors in;
-  in.q = shard.q.data();
-  in.k = shard.k.data();
-  in.v = shard.v.data();
-  in.g = shard.g.data();
-  in.beta = shard.beta.data();
-  in.A_log = row.A_log ? shard.A_log.data() : nullptr;
-  in.dt_bias = row.dt_bias ? shard.dt_bias.data() : nullptr;
-  in.h0 = row.initial_state ? h0_local.data() : nullptr;
-  in.dO = shard.dO.data();
-  in.dht = row.dht ? dht_local.data() : nullptr;
+  in.q = d_q.get();
+  in.k = d_k.get();
+  in.v = d_v.get();
+  in.g = d_g.get();
+  in.beta = d_beta.get();
+  in.A_log = d_A_log.get();
+  in.dt_bias = d_dt_bias.get();
+  in.h0 = d_h0.get();
+  in.dO = d_dO.get();
+  in.dht = d_dht.get();
 
-  // Saved set and workspace: allocated once for the form, poisoned with NaN.
-  kernels::Exec exec;
-  exec.package = to_kernel(form.package);
-  exec.threads = opt.threads;
+  // Saved set, workspace, outputs and gradients: allocated once for the form.
   const kernels::SavedKind kind = to_kernel(form.saved);
-  std::vector<float> saved_arena(static_cast<size_t>(backend.saved_floats(problem, lv, kind)), kNaN);
-  std::vector<float> ws_arena(static_cast<size_t>(backend.workspace_floats(problem, lv)), kNaN);
+  const DeviceArray saved_arena(backend, backend.saved_floats(problem, lv, kind));
+  const DeviceArray ws_arena(backend, backend.workspace_floats(problem, lv));
+  DeviceArray ws_other;  // the other package's workspace, for the cross-package faults
+  const DeviceArray d_o(backend, T * HV * V), d_ht(backend, N * HVKV), d_dq(backend, T * row.H * K),
+      d_dk(backend, T * row.H * K), d_dv(backend, T * HV * V), d_dg(backend, T * HV * gw), d_dbeta(backend, T * HV),
+      d_dA_log(backend, row.A_log ? HV : 0), d_ddt_bias(backend, row.dt_bias ? HV * gw : 0), d_dh0(backend, N * HVKV);
+  const DeviceArray d_send(backend, HVKK + HVKV), d_gathered(backend, W * (HVKK + HVKV)), d_incoming(backend, HVKV),
+      d_exit(backend, HVKV);
   kernels::RankRun run;
   run.problem = problem;
   run.layout = lv;
@@ -194,126 +207,148 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
   run.kind = kind;
   run.in = in;
   call_backend("bind", [&] {
-    run.saved = kernels::bind_saved(saved_arena.data(), int64_t(saved_arena.size()), problem, lv, kind, exec.package);
-    run.ws = backend.bind_workspace_for(ws_arena.data(), int64_t(ws_arena.size()), problem, lv, exec.package);
+    run.saved = kernels::bind_saved(saved_arena.get(), saved_arena.size(), problem, lv, kind, exec.package);
   });
-
-  res.o.assign(T * HV * V, kNaN);
-  std::vector<float> ht_all(N * HVKV, kNaN);
   kernels::OutputTensors out;
-  out.o = res.o.data();
-  out.ht = ht_all.data();
-
-  // ---- forward ----
-  comm.barrier();
-  auto t0 = std::chrono::steady_clock::now();
-  const bool sends_fwd = !rp.pieces.empty() && rp.pieces.back().to_next_rank;
-  std::vector<float> send(HVKK + HVKV, 0.0f), gathered(W * (HVKK + HVKV));
-  call_backend("forward summary", [&] {
-    kernels::rank_forward_begin(backend, run, send.data(), send.data() + HVKK);
-  });
-  if (!sends_fwd) std::fill(send.begin(), send.end(), 0.0f);  // the last rank of a chain contributes zeros
-  comm.allgather(send.data(), gathered.data(), send.size());
-  std::vector<float> incoming(HVKV, 0.0f);
-  const bool receives = !rp.pieces.empty() && rp.pieces.front().from_prev_rank;
-  if (receives && rp.pre_ranks > 0) {
-    // X = 0; for q = r - pre .. r - 1: X <- M_q X + h_ext_q (fp32, ALGORITHM.md 4.2).
-    kernels::FoldArgs fa;
-    fa.exec = exec;
-    fa.HV = row.HV;
-    fa.K = row.K;
-    fa.V = row.V;
-    fa.n = rp.pre_ranks;
-    const float* first = gathered.data() + (r - rp.pre_ranks) * (HVKK + HVKV);
-    fa.A = first;
-    fa.A_stride = HVKK + HVKV;
-    fa.b = first + HVKK;
-    fa.b_stride = HVKK + HVKV;
-    // The chain's first rank summarised its piece from a zero state, so the fold starts from the
-    // sequence's own initial state.
-    fa.x0 = row.initial_state ? shard.h0.data() + rp.pieces.front().seq * HVKV : nullptr;
-    fa.x_final = incoming.data();
-    call_backend("forward rank fold", [&] { backend.fold(fa); });
-  }
-  if (r == incoming_fault_rank) std::fill(incoming.begin(), incoming.end(), 0.0f);
-  call_backend("forward", [&] { kernels::rank_forward_end(backend, run, receives ? incoming.data() : nullptr, out); });
-  res.forward_ms = ms_since(t0);
-
-  // Final states: only pieces that end their sequence have one.
-  if (row.final_state) res.ht = ht_all;
-
-  // ---- backward: workspace poisoned again, so only the saved set carries state over ----
-  std::fill(ws_arena.begin(), ws_arena.end(), kNaN);
-  std::vector<float> ws_other;
-  if (fk == FaultKind::SavedToOtherPackage) {
-    // The other package's backward, with its own workspace: only the saved set is foreign.
-    run.exec.package = to_kernel(other(form.package));
-    run.ws = backend.bind_workspace_for(ws_arena.data(), int64_t(ws_arena.size()), problem, lv, run.exec.package);
-  }
-  if (fk == FaultKind::WorkspaceOfOtherPackage) {
-    ws_other.assign(ws_arena.size(), kNaN);
-    run.ws = backend.bind_workspace_for(ws_other.data(), int64_t(ws_other.size()), problem, lv,
-                                        to_kernel(other(form.package)));
-  }
-  res.dq.assign(T * row.H * K, kNaN);
-  res.dk.assign(T * row.H * K, kNaN);
-  res.dv.assign(T * HV * V, kNaN);
-  res.dg.assign(T * HV * gw, kNaN);
-  res.dbeta.assign(T * HV, kNaN);
-  std::vector<float> dA_log(row.A_log ? HV : 0, kNaN), ddt_bias(row.dt_bias ? HV * gw : 0, kNaN);
-  std::vector<float> dh0_all(N * HVKV, kNaN);
+  out.o = d_o.get();
+  out.ht = d_ht.get();
   kernels::GradTensors gr;
-  gr.dq = res.dq.data();
-  gr.dk = res.dk.data();
-  gr.dv = res.dv.data();
-  gr.dg = res.dg.data();
-  gr.dbeta = res.dbeta.data();
-  gr.dA_log = row.A_log ? dA_log.data() : nullptr;
-  gr.ddt_bias = row.dt_bias ? ddt_bias.data() : nullptr;
-  gr.dh0 = dh0_all.data();
+  gr.dq = d_dq.get();
+  gr.dk = d_dk.get();
+  gr.dv = d_dv.get();
+  gr.dg = d_dg.get();
+  gr.dbeta = d_dbeta.get();
+  gr.dA_log = d_dA_log.get();
+  gr.ddt_bias = d_ddt_bias.get();
+  gr.dh0 = d_dh0.get();
 
-  comm.barrier();
-  t0 = std::chrono::steady_clock::now();
-  const bool sends_bwd = receives;  // the first piece's reverse summary goes to earlier ranks
-  std::fill(send.begin(), send.end(), 0.0f);
-  call_backend("backward summary", [&] {
-    kernels::rank_backward_begin(backend, run, send.data(), send.data() + HVKK);
-  });
-  if (!sends_bwd) std::fill(send.begin(), send.end(), 0.0f);
-  comm.allgather(send.data(), gathered.data(), send.size());
-  std::vector<float> exit_grad(HVKV, 0.0f);
-  const bool continues = sends_fwd;
-  if (continues && rp.post_ranks > 0) {
-    // Y = 0; for q = r + post down to r + 1: Y <- M_q^T Y + dh_ext_q (ALGORITHM.md 4.3).
+  const bool sends_fwd = !rp.pieces.empty() && rp.pieces.back().to_next_rank;
+  const bool receives = !rp.pieces.empty() && rp.pieces.front().from_prev_rank;
+  std::vector<float> host_send(HVKK + HVKV), host_gathered(W * (HVKK + HVKV));
+  // All-gathers this rank's summary (zeros unless `sends`) through the host communicator; a
+  // world of one rank has nothing to exchange.
+  auto exchange = [&](bool sends) {
+    if (W == 1) return;
+    if (sends) host_send = d_send.to_host(run.exec);
+    else std::fill(host_send.begin(), host_send.end(), 0.0f);
+    comm.allgather(host_send.data(), host_gathered.data(), host_send.size());
+    d_gathered.from_host(host_gathered, run.exec);
+  };
+  auto rank_fold = [&](int first_rank, int n, int64_t stride, const float* x0, float* x_final) {
     kernels::FoldArgs fa;
     fa.exec = run.exec;
     fa.HV = row.HV;
     fa.K = row.K;
     fa.V = row.V;
-    fa.n = rp.post_ranks;
-    const float* first = gathered.data() + (r + rp.post_ranks) * (HVKK + HVKV);
+    fa.n = n;
+    const float* first = d_gathered.get() + first_rank * (HVKK + HVKV);
     fa.A = first;
-    fa.A_stride = -(HVKK + HVKV);
+    fa.A_stride = stride;
     fa.b = first + HVKK;
-    fa.b_stride = -(HVKK + HVKV);
-    // Likewise the chain's last rank summarised from a zero exit gradient: start from dht.
-    fa.x0 = row.dht ? shard.dht.data() + rp.pieces.back().seq * HVKV : nullptr;
-    fa.x_final = exit_grad.data();
-    call_backend("backward rank fold", [&] { backend.fold(fa); });
+    fa.b_stride = stride;
+    fa.x0 = x0;
+    fa.x_final = x_final;
+    call_backend("rank fold", [&] { backend.fold(fa); });
+  };
+
+  // The states the rank folds start from: the first piece's sequence h0, the last piece's dht.
+  auto seq_state = [&](const std::vector<float>& all, bool has, int seq) {
+    return has ? DeviceArray(backend, std::vector<float>(all.begin() + seq * HVKV, all.begin() + (seq + 1) * HVKV), exec)
+               : DeviceArray();
+  };
+  const DeviceArray d_h0_seq = seq_state(shard.h0, row.initial_state && receives, receives ? rp.pieces.front().seq : 0);
+  const DeviceArray d_dht_seq = seq_state(shard.dht, row.dht && sends_fwd, sends_fwd ? rp.pieces.back().seq : 0);
+
+  auto t_fwd_local = backend.make_timer(), t_fwd_rest = backend.make_timer(), t_bwd_local = backend.make_timer(),
+       t_bwd_rest = backend.make_timer();
+  const int repeats = std::max(1, opt.warmup + opt.repeats);
+  for (int rep = 0; rep < repeats; ++rep) {
+    // Poison everything the kernels write (DESIGN.md 5): an unwritten element shows as NaN.
+    for (const DeviceArray* a : {&saved_arena, &ws_arena, &d_o, &d_ht, &d_dq, &d_dk, &d_dv, &d_dg, &d_dbeta, &d_dA_log,
+                                 &d_ddt_bias, &d_dh0})
+      a->fill(kNaN, exec);
+    run.exec = exec;
+    call_backend("bind", [&] {
+      run.ws = backend.bind_workspace_for(ws_arena.get(), ws_arena.size(), problem, lv, exec.package);
+    });
+    backend.synchronize(exec);
+    comm.barrier();
+
+    // ---- forward ----
+    const auto w0 = std::chrono::steady_clock::now();
+    d_send.fill(0.0f, exec);
+    t_fwd_local->start(exec);
+    call_backend("forward summary", [&] { kernels::rank_forward_begin(backend, run, d_send.get(), d_send.get() + HVKK); });
+    t_fwd_local->stop(exec);
+    exchange(sends_fwd);
+    t_fwd_rest->start(exec);
+    if (receives && rp.pre_ranks > 0) {
+      // X = h0(seq) or 0; for q = r - pre .. r - 1: X <- M_q X + h_ext_q (ALGORITHM.md 4.2). The
+      // chain's first rank summarised its piece from a zero state, so the fold starts from h0.
+      rank_fold(r - rp.pre_ranks, rp.pre_ranks, HVKK + HVKV, d_h0_seq.get(), d_incoming.get());
+    } else {
+      d_incoming.fill(0.0f, exec);
+    }
+    if (r == incoming_fault_rank) d_incoming.fill(0.0f, exec);
+    call_backend("forward", [&] { kernels::rank_forward_end(backend, run, receives ? d_incoming.get() : nullptr, out); });
+    t_fwd_rest->stop(exec);
+    backend.synchronize(exec);
+    const double fwd_wall = ms_since(w0);
+
+    // ---- backward: the workspace poisoned again, so only the saved set carries state over ----
+    ws_arena.fill(kNaN, exec);
+    if (fk == FaultKind::SavedToOtherPackage) {
+      // The other package's backward, with its own workspace: only the saved set is foreign.
+      run.exec.package = to_kernel(other(form.package));
+      run.ws = backend.bind_workspace_for(ws_arena.get(), ws_arena.size(), problem, lv, run.exec.package);
+    }
+    if (fk == FaultKind::WorkspaceOfOtherPackage) {
+      ws_other = DeviceArray(backend, ws_arena.size());
+      ws_other.fill(kNaN, exec);
+      run.ws = backend.bind_workspace_for(ws_other.get(), ws_other.size(), problem, lv, to_kernel(other(form.package)));
+    }
+    backend.synchronize(exec);
+    comm.barrier();
+    const auto w1 = std::chrono::steady_clock::now();
+    d_send.fill(0.0f, exec);
+    t_bwd_local->start(run.exec);
+    call_backend("backward summary", [&] { kernels::rank_backward_begin(backend, run, d_send.get(), d_send.get() + HVKK); });
+    t_bwd_local->stop(run.exec);
+    exchange(receives);  // the first piece's reverse summary goes to earlier ranks
+    t_bwd_rest->start(run.exec);
+    if (sends_fwd && rp.post_ranks > 0) {
+      // Y = dht(seq) or 0; for q = r + post down to r + 1: Y <- M_q^T Y + dh_ext_q (ALGORITHM.md 4.3);
+      // the chain's last rank summarised from a zero exit gradient, so the fold starts from dht.
+      rank_fold(r + rp.post_ranks, rp.post_ranks, -(HVKK + HVKV), d_dht_seq.get(), d_exit.get());
+    }
+    call_backend("backward", [&] { kernels::rank_backward_end(backend, run, sends_fwd ? d_exit.get() : nullptr, gr); });
+    t_bwd_rest->stop(run.exec);
+    backend.synchronize(run.exec);
+    const double bwd_wall = ms_since(w1);
+    if (rep >= opt.warmup) {
+      res.forward_kernel_ms.push_back(t_fwd_local->elapsed_ms() + t_fwd_rest->elapsed_ms());
+      res.backward_kernel_ms.push_back(t_bwd_local->elapsed_ms() + t_bwd_rest->elapsed_ms());
+      res.forward_wall_ms.push_back(fwd_wall);
+      res.backward_wall_ms.push_back(bwd_wall);
+    }
   }
-  call_backend("backward", [&] {
-    kernels::rank_backward_end(backend, run, continues ? exit_grad.data() : nullptr, gr);
-  });
+
+  // Results back to the host (after the last repeat).
+  res.o = d_o.to_host(exec);
+  if (row.final_state) res.ht = d_ht.to_host(exec);
+  res.dq = d_dq.to_host(exec);
+  res.dk = d_dk.to_host(exec);
+  res.dv = d_dv.to_host(exec);
+  res.dg = d_dg.to_host(exec);
+  res.dbeta = d_dbeta.to_host(exec);
+  if (row.initial_state) res.dh0 = d_dh0.to_host(exec);
   // Raw-gate parameter gradients: this rank's partial sums, all-reduced in rank order.
-  for (std::vector<float>* v : {&dA_log, &ddt_bias}) {
-    std::vector<double> d(v->begin(), v->end());
+  for (auto [dev, dst] : {std::pair{&d_dA_log, &res.dA_log}, std::pair{&d_ddt_bias, &res.ddt_bias}}) {
+    const std::vector<float> part = dev->to_host(exec);
+    std::vector<double> d(part.begin(), part.end());
     if (!d.empty()) comm.allreduce(d.data(), d.size(), ReduceOp::Sum);
-    for (size_t i = 0; i < d.size(); ++i) (*v)[i] = static_cast<float>(d[i]);
+    dst->assign(d.begin(), d.end());
   }
-  res.dA_log = std::move(dA_log);
-  res.ddt_bias = std::move(ddt_bias);
-  if (row.initial_state) res.dh0 = std::move(dh0_all);
-  res.backward_ms = ms_since(t0);
   return res;
 }
 

@@ -56,13 +56,17 @@ struct RankResult {
   std::vector<float> o, dq, dk, dv, dg, dbeta;  // local tokens
   std::vector<float> ht, dh0;                   // [n_pieces, HV, K, V] (pieces of this rank)
   std::vector<float> dA_log, ddt_bias;          // totals over all ranks (all-reduced)
-  double forward_ms = 0, backward_ms = 0;       // host wall time of this rank's phases
+  // Per timed repeat: kernel time (backend timers around the phases, exchange excluded) and host
+  // wall time (exchange included) of this rank's forward and backward.
+  std::vector<double> forward_kernel_ms, backward_kernel_ms, forward_wall_ms, backward_wall_ms;
   int faulted_segment = -1;                     // where an injected fault was applied (-1 none)
   int64_t faulted_token = -1;                   // global token of the fault boundary (-1 none)
 };
 
 struct EngineOptions {
   int threads = 1;   // CPU twin worker threads per rank
+  int warmup = 0;    // untimed forward+backward runs before the timed ones
+  int repeats = 1;   // timed runs; the results of the last one are returned
   Fault fault;
 };
 

@@ -87,6 +87,30 @@ Verdict summarize(const std::vector<TensorMetrics>& ms) {
   return v;
 }
 
+// Median, min, max, p90 and count of per-repeat times, each the slowest rank's (collective).
+nlohmann::json timing_stats(const RankResult& res, Communicator& comm) {
+  const size_t n = res.forward_kernel_ms.size();
+  std::vector<double> f(res.forward_kernel_ms), b(res.backward_kernel_ms), fw(res.forward_wall_ms), bw(res.backward_wall_ms);
+  for (auto* v : {&f, &b, &fw, &bw})
+    if (n) comm.allreduce(v->data(), n, ReduceOp::Max);
+  std::vector<double> t(n), tw(n);
+  for (size_t i = 0; i < n; ++i) {
+    t[i] = f[i] + b[i];
+    tw[i] = fw[i] + bw[i];
+  }
+  auto stats = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t m = v.size();
+    if (m == 0) return nlohmann::json(nullptr);
+    const double med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    return nlohmann::json{{"median", med}, {"min", v.front()}, {"max", v.back()},
+                          {"p90", v[std::min(m - 1, static_cast<size_t>(0.9 * double(m)))]}, {"count", m}};
+  };
+  return {{"forward", stats(f)}, {"backward", stats(b)}, {"total", stats(t)}, {"wall_total", stats(tw)},
+          {"what", "forward/backward/total: backend timers around the kernel phases (CUDA events on a GPU), "
+                   "the exchange excluded; wall_total: host clock, exchange included; each the slowest rank"}};
+}
+
 // --dump: the rank's inputs and reference once per row, the backend's tensors once per form.
 void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInputs& in, const RankReference& ref, int r) {
   const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
@@ -200,6 +224,8 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       EngineOptions eo;
       eo.threads = opt.threads;
       eo.fault = opt.fault;
+      eo.warmup = opt.warmup;
+      eo.repeats = opt.repeats;
       const RankResult res = run_form(row, plan, form, shard, comm, backend, eo);
       std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_ref, r);
       if (opt.dumper) dump_result(*opt.dumper, row, form, plan.ranks[r], res, r);
@@ -226,9 +252,8 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
           contract_ok = contract_ok && same;
         }
       }
-      // Timings: the slowest rank per phase.
-      double times[2] = {res.forward_ms, res.backward_ms};
-      comm.allreduce(times, 2, ReduceOp::Max);
+      // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
+      const nlohmann::json timings = timing_stats(res, comm);
       std::string status = !contract_ok ? "contract_broken" : v.pass ? "pass" : "fail";
       if (status == "pass") ++outcome.passed;
       else if (status == "fail") ++outcome.failed;
@@ -244,12 +269,12 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
                           {"rms_ratio", v.worst_rms ? v.worst_rms->rms_ratio : 0.0},
                           {"rms_ratio_tensor", v.worst_rms ? v.worst_rms->name : ""}};
         entry["determinism"] = det;
-        entry["timings_ms"] = {{"forward", times[0]}, {"backward", times[1]}, {"total", times[0] + times[1]},
-                               {"reference_s_rank0", ref_s}, {"kind", "host wall clock, slowest rank"}};
+        entry["timings_ms"] = timings;
+        entry["reference_seconds_rank0"] = ref_s;
         log::info0("[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}",
                    row_no, row_total, row.name, form.label(), p_text(plan),
                    v.worst_ratio ? v.worst_ratio->ratio_max : 0.0, v.worst_ratio ? v.worst_ratio->name : "",
-                   v.worst_rms ? v.worst_rms->rms_ratio : 0.0, v.worst_rms ? v.worst_rms->name : "", times[0] + times[1],
+                   v.worst_rms ? v.worst_rms->rms_ratio : 0.0, v.worst_rms ? v.worst_rms->name : "", timings["total"]["median"].get<double>(),
                    status == "pass" ? std::string("PASS") : status == "fail" ? "FAIL: " + v.reason : std::string("CONTRACT BROKEN"));
         outcome.entries.push_back(entry);
       }

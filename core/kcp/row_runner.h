@@ -31,7 +31,9 @@ struct RunOptions {
   int threads = 1;                   // CPU twin threads per rank
   int ref_threads = 0;               // FP64 reference threads (0 = hardware)
   std::string cache_dir;             // reference cache ("" = none)
-  bool determinism_checks = true;    // det: rerun and full-vs-light bitwise
+  bool determinism_checks = true;
+  int warmup = 0;                    // untimed runs per form before the timed ones
+  int repeats = 1;                   // timed runs per form    // det: rerun and full-vs-light bitwise
   Fault fault;
   Dumper* dumper = nullptr;     // --dump: inputs, reference and backend tensors as .npy
   int progress_offset = 0;            // rows before these in the whole run (for "[i/n]" lines)

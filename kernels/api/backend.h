@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "kernels/api/chunk_bwd.h"
 #include "kernels/api/chunk_fwd.h"
@@ -29,6 +31,15 @@
 #include "kernels/api/tensors.h"
 
 namespace kcp::kernels {
+
+// Times work issued between start() and stop() on one stream; elapsed_ms() waits for it.
+class PhaseTimer {
+ public:
+  virtual ~PhaseTimer() = default;
+  virtual void start(const Exec& exec) = 0;
+  virtual void stop(const Exec& exec) = 0;
+  virtual double elapsed_ms() = 0;
+};
 
 class Backend {
  public:
@@ -80,6 +91,19 @@ class Backend {
   virtual void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const = 0;
   virtual void fill_floats(float* dst, float value, int64_t n, const Exec& exec) const = 0;
   virtual void synchronize(const Exec& exec) const { (void)exec; }
+
+  // ---- allocations and host transfers (used by the engine outside timed regions) ----
+  // alloc_floats: n floats in the backend's space (host for cpu, device for cuda), never null
+  // (throws std::runtime_error on failure); free_floats(nullptr) is a no-op.
+  virtual float* alloc_floats(int64_t n) const = 0;
+  virtual void free_floats(float* p) const = 0;
+  // Copies between host memory and the backend's space; complete when they return.
+  virtual void upload(float* dst, const float* host_src, int64_t n, const Exec& exec) const = 0;
+  virtual void download(float* host_dst, const float* src, int64_t n, const Exec& exec) const = 0;
+  // A timer of work issued on exec's stream (CUDA events on the GPU; the host clock on the CPU).
+  virtual std::unique_ptr<PhaseTimer> make_timer() const = 0;
+  // Human-readable device description ("cpu (2 threads)", "NVIDIA H200 (132 SMs)").
+  virtual std::string device_name() const = 0;
 };
 
 }  // namespace kcp::kernels

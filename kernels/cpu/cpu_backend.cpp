@@ -1,6 +1,9 @@
 // CpuBackend: argument checks and dispatch to the phase implementations of the CPU twin.
 #include "kernels/cpu/cpu_backend.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include <cstring>
 
 #include "kernels/cpu/cpu_common.h"
@@ -103,4 +106,28 @@ void CpuBackend::fill_floats(float* dst, float value, int64_t n, const Exec&) co
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
+}  // namespace kcp::kernels
+
+namespace kcp::kernels {
+namespace {
+class HostTimer final : public PhaseTimer {
+ public:
+  void start(const Exec&) override { t0_ = std::chrono::steady_clock::now(); }
+  void stop(const Exec&) override { t1_ = std::chrono::steady_clock::now(); }
+  double elapsed_ms() override { return std::chrono::duration<double, std::milli>(t1_ - t0_).count(); }
+
+ private:
+  std::chrono::steady_clock::time_point t0_, t1_;
+};
+}  // namespace
+
+float* CpuBackend::alloc_floats(int64_t n) const {
+  if (n < 0) cpu::arg_fail("alloc_floats", "n (" + std::to_string(n) + ") must be >= 0");
+  return new float[static_cast<size_t>(std::max<int64_t>(n, 1))];
+}
+void CpuBackend::free_floats(float* p) const { delete[] p; }
+void CpuBackend::upload(float* dst, const float* src, int64_t n, const Exec& exec) const { copy_floats(dst, src, n, exec); }
+void CpuBackend::download(float* dst, const float* src, int64_t n, const Exec& exec) const { copy_floats(dst, src, n, exec); }
+std::unique_ptr<PhaseTimer> CpuBackend::make_timer() const { return std::make_unique<HostTimer>(); }
+std::string CpuBackend::device_name() const { return "cpu (fp32 twin)"; }
 }  // namespace kcp::kernels

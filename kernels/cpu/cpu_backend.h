@@ -32,6 +32,13 @@ class CpuBackend final : public Backend {
 
   void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const override;
   void fill_floats(float* dst, float value, int64_t n, const Exec& exec) const override;
+
+  float* alloc_floats(int64_t n) const override;
+  void free_floats(float* p) const override;
+  void upload(float* dst, const float* host_src, int64_t n, const Exec& exec) const override;
+  void download(float* host_dst, const float* src, int64_t n, const Exec& exec) const override;
+  std::unique_ptr<PhaseTimer> make_timer() const override;
+  std::string device_name() const override;
 };
 
 // Factory: the CPU twin.

@@ -56,7 +56,10 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
       EXPECT_EQ(m["nonfinite"], 0);
       for (const char* k : {"rank", "token", "head", "segment", "boundary_distance"}) EXPECT_TRUE(m["worst"].contains(k));
     }
-    for (const char* k : {"forward", "backward", "total"}) EXPECT_GT(e["timings_ms"][k].get<double>(), 0.0);
+    for (const char* k : {"forward", "backward", "total", "wall_total"}) {
+      EXPECT_GT(e["timings_ms"][k]["median"].get<double>(), 0.0);
+      EXPECT_EQ(e["timings_ms"][k]["count"], 1);
+    }
     if (e["form"]["package"] == "det") {
       ++det_checks;
       const json& d = e["determinism"];
