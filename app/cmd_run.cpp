@@ -183,21 +183,19 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.warmup = o->bench && sub->count("--warmup") == 0 ? 3 : o->warmup;
     opt.repeats = o->bench && sub->count("--repeats") == 0 ? 20 : o->repeats;
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
-    KCP_REQUIRE(o->backend == "auto" || o->backend == "cpu" || o->backend == "cuda",
-                "--backend: expected cpu, cuda or auto, got \"{}\"", o->backend);
-    KCP_REQUIRE(o->backend != "cuda", "--backend cuda: the CUDA backend is not built yet (use cpu or auto)");
     KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi", "--comm: expected local, mpi or auto, got \"{}\"",
                 o->comm);
     const bool use_mpi = o->comm == "mpi" || (o->comm == "auto" && mpi_available() && mpi_launched());
     KCP_REQUIRE(!use_mpi || (mpi_available() && mpi_launched()),
                 "--comm mpi: this process was not started by mpirun (or kcpbench was built without MPI)");
-    auto backend = kernels::make_cpu_backend();
+    auto backend = select_backend(o->backend);
 
     RunContext ctx;
     ctx.argv = g.argv;
     ctx.launch_mode = use_mpi ? "mpirun" : "threads";
     ctx.comm = use_mpi ? "mpi" : "local";
     ctx.backend = backend->name();
+    ctx.backend_device = backend->device_name();
     ctx.device_class = o->device;
     ctx.row_set = set.name;
     ctx.row_set_file = set.file;

@@ -33,5 +33,6 @@ std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std:
 RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, bool use_mpi, int threads_flag,
                         const kernels::Backend& backend, RunContext& ctx);
 std::string default_cache_dir();
+std::unique_ptr<kernels::Backend> select_backend(const std::string& name);  // backend_select.cpp
 
 }  // namespace kcp::app

@@ -175,12 +175,15 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     const RowInputs shard = make_inputs(row, sel.digest, my.global_begin, my.global_end);
     ReferenceCache& cache = refs.for_row(row, sel.digest);
     const auto t_ref = std::chrono::steady_clock::now();
-    const auto my_refs = rank_references(my, cache);
-    const RankReference my_ref = reference_for_rank(row, my, my_refs);
+    const bool runnable = backend.can_implement(kernel_problem(row)).ok;
+    const auto my_refs = runnable ? rank_references(my, cache) : std::vector<std::shared_ptr<const SequenceReference>>{};
+    const RankReference my_ref = runnable ? reference_for_rank(row, my, my_refs) : RankReference{};
     const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
-    if (opt.dumper) dump_row(*opt.dumper, row, my, shard, my_ref, r);
+    if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, shard, my_ref, r);
     comm.barrier();
 
+    // A row the backend cannot run is recorded as skipped in every form, with its reason.
+    const kernels::Status backend_status = backend.can_implement(kernel_problem(row));
     const std::vector<Form> forms = expand_forms(row, opt);
     std::map<int, RankResult> det_full;  // per schedule: the det/full result, for the bitwise checks
     for (size_t fi = 0; fi < forms.size(); ++fi) {
@@ -211,6 +214,8 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
         }
       }
       entry["plan"] = plan_json(plan, false);
+      if (skip.empty() && !backend_status.ok)
+        skip = fmt::format("backend {} cannot run this row: {}", backend.name(), backend_status.reason);
       if (!skip.empty()) {
         entry["status"] = "skip";
         entry["reason"] = skip;

@@ -39,6 +39,7 @@ nlohmann::json context_block(const RunContext& ctx) {
   c["launch_mode"] = ctx.launch_mode;
   c["comm"] = ctx.comm;
   c["backend"] = ctx.backend;
+  c["backend_device"] = ctx.backend_device;
   c["device_class"] = ctx.device_class;
   c["devices"] = ctx.devices;
   c["row_set"] = {{"name", ctx.row_set}, {"file", ctx.row_set_file}, {"digest", ctx.row_set_digest}};

@@ -18,6 +18,7 @@ struct RunContext {
   std::string launch_mode;         // "threads" or "mpirun"
   std::string comm;                // "local", "mpi", "nccl"
   std::string backend;             // "cpu", "cuda"
+  std::string backend_device;      // the backend's device description
   std::string device_class;        // planning class
   std::vector<std::string> devices;  // one per rank: "cpu" or "NVIDIA H200 (132 SMs)"
   std::string row_set, row_set_file, row_set_digest;

@@ -1,0 +1,38 @@
+// --backend cpu|cuda|auto: which kernels run. auto picks CUDA when this build has it and the
+// runtime sees a GPU; "no driver" counts as no GPU (DESIGN.md 10), not as an error.
+#include <cstdlib>
+
+#include "app/commands.h"
+#include "core/util/error.h"
+#include "kcp/config.h"
+#include "kernels/cpu/cpu_backend.h"
+#if KCP_HAVE_CUDA_BACKEND
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace kcp::app {
+
+std::unique_ptr<kernels::Backend> select_backend(const std::string& name) {
+  KCP_REQUIRE(name == "auto" || name == "cpu" || name == "cuda", "--backend: expected cpu, cuda or auto, got \"{}\"", name);
+  if (name == "cpu") return kernels::make_cpu_backend();
+#if KCP_HAVE_CUDA_BACKEND
+  const int n = kernels::cuda_device_count();
+  if (n > 0) {
+    // One GPU per local rank under mpirun; threads of one process share device 0.
+    int local = 0;
+    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+      if (const char* s = std::getenv(v)) local = std::atoi(s);
+    try {
+      return kernels::make_cuda_backend(local % n);
+    } catch (const std::exception& e) {
+      KCP_THROW(ApiError, "--backend {}: cannot start the CUDA backend on device {}: {}", name, local % n, e.what());
+    }
+  }
+  KCP_REQUIRE(name != "cuda", "--backend cuda: no CUDA device is visible (the CPU twin runs with --backend cpu or auto)");
+#else
+  KCP_REQUIRE(name != "cuda", "--backend cuda: this kcpbench was built without the CUDA backend (KCP_ENABLE_CUDA=OFF)");
+#endif
+  return kernels::make_cpu_backend();
+}
+
+}  // namespace kcp::app
