@@ -28,8 +28,10 @@
 //   * the item's state and dS: 2 x K x Wc;
 //   * one window of one block: (W + 1) x K x 16 recomputed states (1 MiB at K = 128), plus
 //     W x 16 each for e, v, dO, dv;
-//   * the window's contributions to dq, dk, da, dbeta, per block: nb x W x (2 K + Kg + 1).
-// Per-token states are never all kept. Forward-only holds the state and the window buffers.
+//   * the window's contributions to dq, dk, da, dbeta, per block: W x nb x (2 K + Kg + 1).
+// Per (sequence, value head), summed over its groups: the same with Wc = V rounded up to 16,
+// i.e. at K = V = 128 and 8192 tokens 16 MiB of checkpoints plus ~1.5 MiB of window buffers per
+// group. Per-token states are never all kept. Forward-only holds the state and window buffers.
 //
 // Determinism. Every sum over column blocks (dq, dk, da, dbeta per token) is formed in global
 // block order, whatever the grouping: an item keeps its window contributions per block, and the
@@ -213,30 +215,34 @@ inline void bwd_step(int K, const double* sprev /*S_{t-1} [K][kCB]*/, const doub
         st(dS + d * kCB + u * kPS, ds);
       }
     });
-    dk_row[d] += dk.total();
+    dk_row[d] = dk.total();
     if constexpr (kPerChannel)
-      da_row[d] += da.total();
+      da_row[d] = da.total();
     if constexpr (kFuse)
-      dq_row_prev[d] += dq.total();
+      dq_row_prev[d] = dq.total();
   }
   if constexpr (!kPerChannel)
-    da_row[0] += ei::predux(ei::padd(daacc[0], daacc[1]));
+    da_row[0] = ei::predux(ei::padd(daacc[0], daacc[1]));
 }
 
 // Reverse sweep over tokens [t0, t1) for one block.
 //   states  [(L+1)][K][kCB]  from fwd_window<kStore>;  ewin [L][kCB];  rdOwin [L][kCB] = rho dO
 //   dS      [K][kCB]  in: gradient w.r.t. S_{t1-1} from later tokens; out: w.r.t. S_{t0-1}
 //   G       [K][kCB]  scratch
-//   dqh, dkh [L][K], dah [L][Kg], dbh [L]: window partials, accumulated (+=)
+//   contrib out: this block's contributions for token t0 + l at contrib + l * stride: dq [K], dk
+//   [K],
+//           da [Kg], dbeta [1] (each written exactly once)
 //   dvwin   [L][kCB]  out
 template <bool kPerChannel>
 [[gnu::noinline]] void bwd_window(const HeadView& h, int64_t t0, int64_t t1, const double* states,
                                   const double* ewin, const double* rdOwin, double* dS, double* G,
-                                  double* dqh, double* dkh, double* dah, double* dbh,
-                                  double* dvwin) {
+                                  double* contrib, int64_t stride, double* dvwin) {
   const int K = h.K;
-  const int Kg = h.Kg;
   const int64_t L = t1 - t0;
+  auto dq_row = [&](int64_t l) { return contrib + l * stride; };
+  auto dk_row = [&](int64_t l) { return contrib + l * stride + K; };
+  auto da_row = [&](int64_t l) { return contrib + l * stride + 2 * K; };
+  auto db_at = [&](int64_t l) { return contrib + l * stride + 2 * K + h.Kg; };
   Pk kG[kNP];
   { // G and kG of token t1-1, and its dq (uses S_{t1-1}, the last state slot)
     const int64_t lt = L - 1;
@@ -260,7 +266,7 @@ template <bool kPerChannel>
         kG[u] = ei::padd(kG[u], ei::pmul(kd, g));
         dq.add<u>(ei::pmul(ld(sl + o), rdO[u]));
       });
-      dqh[lt * K + d] += dq.total();
+      dq_row(lt)[d] = dq.total();
     }
   }
   for (int64_t t = t1 - 1; t >= t0; --t) {
@@ -278,15 +284,14 @@ template <bool kPerChannel>
       kGn[u] = zero();
       rdOp[u] = lt > 0 ? ld(rdOwin + (lt - 1) * kCB + u * kPS) : zero();
     });
-    dbh[lt] += db.total();
+    *db_at(lt) = db.total();
     const double* sprev = states + lt * K * kCB;
     if (t > t0) {
-      bwd_step<kPerChannel, true>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dkh + lt * K,
-                                  dah + lt * Kg, h.q(t - 1), h.k(t - 1), rdOp, dqh + (lt - 1) * K,
-                                  kGn);
+      bwd_step<kPerChannel, true>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dk_row(lt), da_row(lt),
+                                  h.q(t - 1), h.k(t - 1), rdOp, dq_row(lt - 1), kGn);
     } else {
-      bwd_step<kPerChannel, false>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dkh + lt * K,
-                                   dah + lt * Kg, nullptr, nullptr, rdOp, nullptr, kGn);
+      bwd_step<kPerChannel, false>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dk_row(lt),
+                                   da_row(lt), nullptr, nullptr, rdOp, nullptr, kGn);
     }
     for (int u = 0; u < kNP; ++u)
       kG[u] = kGn[u];
@@ -487,8 +492,10 @@ private:
     std::vector<double> Sblk(zs(blk_sz)), G(zs(blk_sz)), states(zs((W + 1) * blk_sz));
     std::vector<double> ewin(zs(W * kCB)), rdOwin(zs(W * kCB)), dvwin(zs(W * kCB));
     // Window contributions kept per block, so that they can be added in global block order.
-    std::vector<double> dqh(zs(nbl * W * K)), dkh(zs(nbl * W * K)), dah(zs(nbl * W * Kg)),
-        dbh(zs(nbl * W));
+    // Each block's contributions to dq, dk, da, dbeta of the window, token-major with the blocks
+    // of a token adjacent ([W][nbl][2 K + Kg + 1]), added to the sums in block order below.
+    const int64_t rec = 2 * static_cast<int64_t>(K) + Kg + 1;
+    std::vector<double> contrib(zs(W * nbl * rec));
     load_state(it, p_.has_dht ? in_.dht : nullptr, dS.data());
     int published = 0;
     for (int64_t s = nseg - 1; s >= 0; --s) {
@@ -501,30 +508,23 @@ private:
       const int64_t ck0 = single ? 0 : ws0; // window index of ck's first checkpoint
       for (int64_t w = ws1 - 1; w >= ws0; --w) {
         const int64_t t0 = b + w * W, t1 = std::min(e, t0 + W), L = t1 - t0;
-        std::fill(dqh.begin(), dqh.end(), 0.0);
-        std::fill(dkh.begin(), dkh.end(), 0.0);
-        std::fill(dah.begin(), dah.end(), 0.0);
-        std::fill(dbh.begin(), dbh.end(), 0.0);
         for (int blk = 0; blk < nbl; ++blk) {
           const double* src = ck + (w - ck0) * item_sz + blk * blk_sz;
           std::copy(src, src + blk_sz, Sblk.begin());
           gather(in_.v, 1.0, it.j, it.b0 + blk, t0, t1, vwin.data());
           gather(in_.dO, pr_.rho, it.j, it.b0 + blk, t0, t1, rdOwin.data());
           double* dSb = dS.data() + blk * blk_sz;
-          double* bq = dqh.data() + blk * W * K;
-          double* bk = dkh.data() + blk * W * K;
-          double* ba = dah.data() + blk * W * Kg;
-          double* bb = dbh.data() + blk * W;
+          double* cb = contrib.data() + blk * rec;
           if (perc) {
             fwd_window<true, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr,
                                           states.data(), ewin.data());
             bwd_window<true>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(),
-                             bq, bk, ba, bb, dvwin.data());
+                             cb, nbl * rec, dvwin.data());
           } else {
             fwd_window<false, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr,
                                            states.data(), ewin.data());
             bwd_window<false>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(),
-                              bq, bk, ba, bb, dvwin.data());
+                              cb, nbl * rec, dvwin.data());
           }
           scatter(dvwin.data(), it.j, it.b0 + blk, t0, t1, gr_->dv.data());
         }
@@ -535,23 +535,21 @@ private:
                cur = pv.load(std::memory_order_acquire))
             pv.wait(cur, std::memory_order_acquire);
         }
-        for (int blk = 0; blk < nbl; ++blk) {
-          const double* bq = dqh.data() + blk * W * K;
-          const double* bk = dkh.data() + blk * W * K;
-          const double* ba = dah.data() + blk * W * Kg;
-          const double* bb = dbh.data() + blk * W;
-          for (int64_t l = 0; l < L; ++l) {
-            const int64_t t = t0 + l;
-            double* dq = gr_->dq.data() + (t * p_.H + h.i) * K;
-            double* dk = gr_->dk.data() + (t * p_.H + h.i) * K;
-            double* dg = gr_->dg.data() + (t * p_.HV + it.j) * Kg;
+        for (int64_t l = 0; l < L; ++l) {
+          const int64_t t = t0 + l;
+          double* dq = gr_->dq.data() + (t * p_.H + h.i) * K;
+          double* dk = gr_->dk.data() + (t * p_.H + h.i) * K;
+          double* dg = gr_->dg.data() + (t * p_.HV + it.j) * Kg;
+          double& db = gr_->dbeta[zs(t * p_.HV + it.j)];
+          for (int blk = 0; blk < nbl; ++blk) {
+            const double* c = contrib.data() + (l * nbl + blk) * rec;
             for (int d = 0; d < K; ++d) {
-              dq[d] += bq[l * K + d];
-              dk[d] += bk[l * K + d];
+              dq[d] += c[d];
+              dk[d] += c[K + d];
             }
             for (int d = 0; d < Kg; ++d)
-              dg[d] += ba[l * Kg + d];
-            gr_->dbeta[zs(t * p_.HV + it.j)] += bb[l];
+              dg[d] += c[2 * K + d];
+            db += c[2 * K + Kg];
           }
         }
         ++published;
