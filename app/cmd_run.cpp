@@ -1,6 +1,7 @@
 // `kcpbench run`: plan, run every form, judge against FP64, report (DESIGN.md 3).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -200,6 +201,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     ctx.row_set = set.name;
     ctx.row_set_file = set.file;
     ctx.row_set_digest = set.digest;
+    for (const auto& sr : rows)
+      if (std::find(ctx.seeds.begin(), ctx.seeds.end(), sr.row->seed) == ctx.seeds.end()) ctx.seeds.push_back(sr.row->seed);
 
     Dumper dumper(o->dump);
     if (dumper.enabled()) opt.dumper = &dumper;

@@ -259,6 +259,11 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
   const DeviceArray d_h0_seq = seq_state(shard.h0, row.initial_state && receives, receives ? rp.pieces.front().seq : 0);
   const DeviceArray d_dht_seq = seq_state(shard.dht, row.dht && sends_fwd, sends_fwd ? rp.pieces.back().seq : 0);
 
+  for (const DeviceArray* a : {&d_q, &d_k, &d_v, &d_g, &d_beta, &d_dO, &d_A_log, &d_dt_bias, &d_h0, &d_dht, &saved_arena,
+                               &ws_arena, &d_o, &d_ht, &d_dq, &d_dk, &d_dv, &d_dg, &d_dbeta, &d_dA_log, &d_ddt_bias,
+                               &d_dh0, &d_send, &d_gathered, &d_incoming, &d_exit, &d_h0_seq, &d_dht_seq})
+    res.device_bytes += a->size() * int64_t(sizeof(float));
+
   auto t_fwd_local = backend.make_timer(), t_fwd_rest = backend.make_timer(), t_bwd_local = backend.make_timer(),
        t_bwd_rest = backend.make_timer();
   const int repeats = std::max(1, opt.warmup + opt.repeats);

@@ -59,6 +59,7 @@ struct RankResult {
   // Per timed repeat: kernel time (backend timers around the phases, exchange excluded) and host
   // wall time (exchange included) of this rank's forward and backward.
   std::vector<double> forward_kernel_ms, backward_kernel_ms, forward_wall_ms, backward_wall_ms;
+  int64_t device_bytes = 0;                     // everything the form allocated in the backend's memory
   int faulted_segment = -1;                     // where an injected fault was applied (-1 none)
   int64_t faulted_token = -1;                   // global token of the fault boundary (-1 none)
 };

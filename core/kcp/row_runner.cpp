@@ -259,6 +259,9 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       }
       // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
       const nlohmann::json timings = timing_stats(res, comm);
+      std::vector<double> mem_all(W);
+      const double mem_mine = double(res.device_bytes);
+      comm.allgather(&mem_mine, mem_all.data(), 1);
       std::string status = !contract_ok ? "contract_broken" : v.pass ? "pass" : "fail";
       if (status == "pass") ++outcome.passed;
       else if (status == "fail") ++outcome.failed;
@@ -275,6 +278,8 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
                           {"rms_ratio_tensor", v.worst_rms ? v.worst_rms->name : ""}};
         entry["determinism"] = det;
         entry["timings_ms"] = timings;
+        entry["memory_bytes_per_rank"] = nlohmann::json::array();
+        for (double b : mem_all) entry["memory_bytes_per_rank"].push_back(int64_t(b));
         entry["reference_seconds_rank0"] = ref_s;
         log::info0("[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}",
                    row_no, row_total, row.name, form.label(), p_text(plan),

@@ -42,6 +42,7 @@ nlohmann::json context_block(const RunContext& ctx) {
   c["backend_device"] = ctx.backend_device;
   c["device_class"] = ctx.device_class;
   c["devices"] = ctx.devices;
+  c["seeds"] = ctx.seeds;
   c["row_set"] = {{"name", ctx.row_set}, {"file", ctx.row_set_file}, {"digest", ctx.row_set_digest}};
   return c;
 }

@@ -4,6 +4,7 @@
 // reader never sees half a report.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@ struct RunContext {
   std::string device_class;        // planning class
   std::vector<std::string> devices;  // one per rank: "cpu" or "NVIDIA H200 (132 SMs)"
   std::string row_set, row_set_file, row_set_digest;
+  std::vector<uint64_t> seeds;     // the seeds of the rows run
 };
 
 // Build facts: version, git sha (+ dirty), build type, compiler, CUDA/NCCL/MPI availability.

@@ -28,7 +28,7 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
   json j = read_json(out);
   const json& c = j["context"];
   for (const char* k : {"schema_version", "build", "date", "command_line", "world_size", "launch_mode", "comm", "backend",
-                        "device_class", "devices", "row_set"})
+                        "device_class", "devices", "row_set", "seeds", "backend_device"})
     EXPECT_TRUE(c.contains(k)) << "context." << k;
   for (const char* k : {"git_sha", "git_dirty", "build_type", "compiler", "cuda", "nccl", "mpi"})
     EXPECT_TRUE(c["build"].contains(k)) << "context.build." << k;
@@ -38,7 +38,7 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
   std::set<std::string> rows;
   for (const auto& e : j["entries"]) {
     rows.insert(e["row"].get<std::string>());
-    for (const char* k : {"id", "row", "row_digest", "seed", "form", "plan", "planned_P", "status"})
+    for (const char* k : {"id", "row", "row_digest", "seed", "form", "plan", "planned_P", "status", "fault"})
       EXPECT_TRUE(e.contains(k)) << e["id"] << " lacks " << k;
     if (e["status"] == "skip") {
       ++skip;
@@ -56,6 +56,8 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
       EXPECT_EQ(m["nonfinite"], 0);
       for (const char* k : {"rank", "token", "head", "segment", "boundary_distance"}) EXPECT_TRUE(m["worst"].contains(k));
     }
+    EXPECT_EQ(e["memory_bytes_per_rank"].size(), e["plan"]["P"].size());
+    EXPECT_GT(e["memory_bytes_per_rank"][0].get<int64_t>(), 0);
     for (const char* k : {"forward", "backward", "total", "wall_total"}) {
       EXPECT_GT(e["timings_ms"][k]["median"].get<double>(), 0.0);
       EXPECT_EQ(e["timings_ms"][k]["count"], 1);
