@@ -45,9 +45,6 @@ void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int thr
 // FLOP count as implemented (see reference.cpp for the per-element breakdown).
 double flops(const Problem& p, bool backward, const Tuning& tuning);
 
-// Columns per block of the state processed by one kernel call (compile-time, SIMD dependent).
-int columns_per_block();
-
 int resolve_threads(int threads);
 
 // Runs f(0..n-1) on up to `threads` threads (the caller's thread included). Items are claimed in

@@ -491,9 +491,9 @@ private:
 
     std::vector<double> Sblk(zs(blk_sz)), G(zs(blk_sz)), states(zs((W + 1) * blk_sz));
     std::vector<double> ewin(zs(W * kCB)), rdOwin(zs(W * kCB)), dvwin(zs(W * kCB));
-    // Window contributions kept per block, so that they can be added in global block order.
     // Each block's contributions to dq, dk, da, dbeta of the window, token-major with the blocks
-    // of a token adjacent ([W][nbl][2 K + Kg + 1]), added to the sums in block order below.
+    // of a token adjacent ([W][nbl][2 K + Kg + 1]); added to the sums in block order below, so
+    // that the order of every sum over blocks is the same for any grouping.
     const int64_t rec = 2 * static_cast<int64_t>(K) + Kg + 1;
     std::vector<double> contrib(zs(W * nbl * rec));
     load_state(it, p_.has_dht ? in_.dht : nullptr, dS.data());
@@ -572,8 +572,6 @@ private:
 };
 
 } // namespace
-
-int columns_per_block() { return kCB; }
 
 void run_recurrence(const Problem& p, const Inputs& in, const Prepared& pr, Outputs& out,
                     Grads* grads, int threads, const Tuning& tuning) {

@@ -96,7 +96,8 @@ void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int thr
   check_inputs(p, in, grads != nullptr);
   if (tuning.window < 1 || tuning.max_checkpoints < 1 || tuning.items_per_thread < 1 ||
       tuning.column_groups < 0)
-    fail("detail::Tuning fields must be >= 1");
+    fail("detail::Tuning: window, max_checkpoints and items_per_thread must be >= 1, "
+         "column_groups >= 0");
   threads = resolve_threads(threads);
 
   const int64_t T = p.tokens();
