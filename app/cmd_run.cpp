@@ -53,7 +53,8 @@ struct RunCli {
 // Shared by run and calibrate: the selected rows with their digests.
 std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std::string>& patterns) {
   std::vector<SelectedRow> out;
-  for (const RowConfig* r : select_rows(set, patterns)) out.push_back({r, set.row_digests[r->index]});
+  for (const RowConfig* r : select_rows(set, patterns))
+    out.push_back({r, set.row_digests[r->index], set.row_json[r->index]});
   return out;
 }
 

@@ -105,6 +105,8 @@ struct RowSet {
   std::vector<RowConfig> rows;
   std::string digest;                   // SHA-256 of the canonical JSON of the whole set
   std::vector<std::string> row_digests; // SHA-256 of the canonical JSON of each row
+  std::vector<std::string> row_json;    // each row as loaded (defaults merged), compact JSON:
+                                        // echoed into results so an entry can be replayed
 };
 
 }  // namespace kcp

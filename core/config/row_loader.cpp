@@ -430,6 +430,7 @@ RowSet load_row_set_text(const std::string& text, const std::string& file) {
       if (!row.name.empty() && !names.insert(row.name).second)
         errors.push_back(fmt::format("{}.name: duplicate row name \"{}\"", path, row.name));
       set.row_digests.push_back(sha256_hex(canonical_problem(merged).dump()));
+      set.row_json.push_back(merged.dump());
       set.rows.push_back(std::move(row));
     }
   }

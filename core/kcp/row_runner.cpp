@@ -192,6 +192,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       entry["id"] = row.name + "/" + form.label();
       entry["row"] = row.name;
       entry["row_digest"] = sel.digest;
+      if (!sel.json.empty()) entry["row_config"] = nlohmann::json::parse(sel.json);
       entry["seed"] = row.seed;
       entry["form"] = {{"package", to_string(form.package)}, {"saved", to_string(form.saved)},
                        {"P", form.forced_P ? nlohmann::json(form.forced_P) : nlohmann::json("planned")}};

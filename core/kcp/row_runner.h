@@ -61,6 +61,7 @@ struct RunOutcome {
 struct SelectedRow {
   const RowConfig* row;
   std::string digest;
+  std::string json;  // the row as loaded, echoed into every entry (replay reads it back)
 };
 
 RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,
