@@ -1,0 +1,461 @@
+// CudaBackend: the kernels/api/backend.h interface on an NVIDIA GPU (GDN; KDA is a later issue).
+// Host code: Args checks (the same messages as the CPU twin), the device copies of the layout
+// tables, dispatch to the launchers of cuda_launch.h, memory helpers and timers.
+//
+// Layout tables arrive in host memory (LayoutView). They are uploaded once per distinct layout
+// into a device buffer owned by the backend (a small cache keyed by the table contents, guarded
+// by a mutex because one backend may serve several rank threads), so a phase call does no
+// transfer and never synchronises.
+// Determinism: every kernel reduces in a fixed order (no atomics), so the det and nondet
+// packages run the same kernels and both are bitwise reproducible; full and light saved sets
+// give the same bits because the light backward recomputes with the same kernels.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_launch.h"
+
+namespace kcp::kernels {
+
+namespace cuda {
+
+void raise_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
+  (void)cudaGetLastError();  // clear the sticky error of a failed runtime call
+  const char* f = std::strstr(file, "kernels/cuda/");
+  throw std::runtime_error(std::string("CUDA ") + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ") at " +
+                           (f ? f : file) + ":" + std::to_string(line) + " in '" + expr + "'");
+}
+
+}  // namespace cuda
+
+namespace {
+
+using cuda::DevLayout;
+
+[[noreturn]] void arg_fail(const char* phase, const std::string& what) {
+  throw std::invalid_argument(std::string("kcp kernels: ") + phase + ": " + what);
+}
+void need(const void* p, const char* phase, const char* field) {
+  if (!p) arg_fail(phase, std::string("args.") + field + " is null");
+}
+void forbid(const void* p, const char* phase, const char* field, const char* why) {
+  if (p) arg_fail(phase, std::string("args.") + field + " must be null (" + why + ")");
+}
+
+Status support(const Problem& p) {
+  try {
+    validate_problem(p);
+  } catch (const std::invalid_argument& e) {
+    return Status::fail(e.what());
+  }
+  if (p.op == Op::Kda) return Status::fail("KDA on CUDA is not implemented yet");
+  if (p.K != p.V || (p.K != 64 && p.K != 128))
+    return Status::fail("unsupported head dims K=" + std::to_string(p.K) + ", V=" + std::to_string(p.V) +
+                        " on CUDA (supported: K = V in {64, 128})");
+  return Status::success();
+}
+
+void check_ctx(const PhaseCtx& c, const char* phase) {
+  try {
+    validate_problem(c.problem);
+    validate_layout(c.layout, c.problem.chunk);
+  } catch (const std::invalid_argument& e) {
+    arg_fail(phase, e.what());
+  }
+  const Status st = support(c.problem);
+  if (!st.ok) arg_fail(phase, st.reason);
+}
+
+bool same(const PieceDesc& a, const PieceDesc& b) {
+  return a.begin == b.begin && a.end == b.end && a.chunk_begin == b.chunk_begin && a.n_chunks == b.n_chunks &&
+         a.seg_begin == b.seg_begin && a.seg_end == b.seg_end && a.starts_sequence == b.starts_sequence &&
+         a.ends_sequence == b.ends_sequence;
+}
+bool same(const SegmentDesc& a, const SegmentDesc& b) {
+  return a.piece == b.piece && a.index_in_piece == b.index_in_piece && a.begin == b.begin && a.end == b.end &&
+         a.chunk_begin == b.chunk_begin && a.chunk_end == b.chunk_end;
+}
+bool same(const ChunkDesc& a, const ChunkDesc& b) {
+  return a.begin == b.begin && a.len == b.len && a.segment == b.segment && a.piece == b.piece &&
+         a.index_in_piece == b.index_in_piece;
+}
+template <class T>
+bool same_table(const std::vector<T>& v, const T* p, int64_t n) {
+  if (int64_t(v.size()) != n) return false;
+  for (int64_t i = 0; i < n; ++i)
+    if (!same(v[size_t(i)], p[i])) return false;
+  return true;
+}
+
+class CudaTimer final : public PhaseTimer {
+ public:
+  explicit CudaTimer(int device) : device_(device) {
+    KCP_CUDA_CHECK(cudaSetDevice(device_));
+    KCP_CUDA_CHECK(cudaEventCreate(&e0_));
+    KCP_CUDA_CHECK(cudaEventCreate(&e1_));
+  }
+  ~CudaTimer() override {
+    cudaEventDestroy(e0_);  // no-throw in destructors (STYLE.md 10)
+    cudaEventDestroy(e1_);
+  }
+  void start(const Exec& ex) override { KCP_CUDA_CHECK(cudaEventRecord(e0_, static_cast<cudaStream_t>(ex.stream))); }
+  void stop(const Exec& ex) override { KCP_CUDA_CHECK(cudaEventRecord(e1_, static_cast<cudaStream_t>(ex.stream))); }
+  double elapsed_ms() override {
+    KCP_CUDA_CHECK(cudaEventSynchronize(e1_));
+    float ms = 0.0f;
+    KCP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
+    return ms;
+  }
+
+ private:
+  int device_;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    KCP_CUDA_CHECK(cudaSetDevice(device_));
+    cudaDeviceProp prop{};
+    KCP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    name_ = std::string(prop.name) + " (" + std::to_string(prop.multiProcessorCount) + " SMs, sm_" +
+            std::to_string(prop.major) + std::to_string(prop.minor) + ")";
+    if (prop.major < 8)
+      throw std::runtime_error("kcp kernels: CUDA device " + std::to_string(device_) + " (" + name_ +
+                               ") is older than sm_80; the kernels need bf16 tensor cores");
+  }
+  ~CudaBackend() override {
+    for (auto& e : cache_) cudaFree(e.dev);
+  }
+
+  const char* name() const override { return "cuda"; }
+  Status can_implement(const Problem& problem) const override { return support(problem); }
+
+  int64_t extra_workspace_floats(const Problem& problem, const LayoutView& layout) const override {
+    return layout.n_chunks * int64_t(problem.HV) * 2;  // finalize: per-chunk gate partials
+  }
+
+  void prep(const PrepArgs& a) const override {
+    const char* ph = "gdn prep";
+    check_ctx(a.ctx, ph);
+    const Problem& p = a.ctx.problem;
+    need(a.q, ph, "q");
+    need(a.k, ph, "k");
+    need(a.g, ph, "g");
+    need(a.beta, ph, "beta");
+    if (p.has_A_log) need(a.A_log, ph, "A_log");
+    if (p.has_dt_bias) need(a.dt_bias, ph, "dt_bias");
+    need(a.q_out, ph, "q_out");
+    need(a.k_out, ph, "k_out");
+    need(a.gcum, ph, "gcum");
+    need(a.Phi, ph, "Phi");
+    if (p.qk_l2norm) {
+      need(a.rstd_q, ph, "rstd_q");
+      need(a.rstd_k, ph, "rstd_k");
+    }
+    forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
+    cuda::launch_prep(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
+  void wy(const WyArgs& a) const override {
+    const char* ph = "gdn wy";
+    check_ctx(a.ctx, ph);
+    need(a.k, ph, "k");
+    need(a.v, ph, "v");
+    need(a.beta, ph, "beta");
+    need(a.gcum, ph, "gcum");
+    need(a.Phi, ph, "Phi");
+    need(a.W, ph, "W");
+    need(a.U, ph, "U");
+    forbid(a.kg, ph, "kg", "GDN gates k inside the state kernels");
+    cuda::launch_wy(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
+  void fwd_summaries(const FwdSummaryArgs& a) const override {
+    const char* ph = "gdn fwd_summaries";
+    check_ctx(a.ctx, ph);
+    need(a.k, ph, "k");
+    need(a.gcum, ph, "gcum");
+    need(a.W, ph, "W");
+    need(a.U, ph, "U");
+    need(a.seg_h_ext, ph, "seg_h_ext");
+    need(a.seg_Mt, ph, "seg_Mt");
+    cuda::launch_fwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
+  void fold(const FoldArgs& a) const override {
+    const char* ph = "fold";
+    if (a.HV < 1 || a.K < 1 || a.V < 1)
+      arg_fail(ph, "args.HV/K/V (" + std::to_string(a.HV) + ", " + std::to_string(a.K) + ", " + std::to_string(a.V) +
+                       ") must be >= 1");
+    if (a.K % 32 != 0 || a.V % 32 != 0 || a.K > 128)
+      arg_fail(ph, "args.K/V (" + std::to_string(a.K) + ", " + std::to_string(a.V) +
+                       ") unsupported on CUDA (multiples of 32, K <= 128)");
+    if (a.n < 0) arg_fail(ph, "args.n (" + std::to_string(a.n) + ") must be >= 0");
+    if (a.n > 0) {
+      need(a.A, ph, "A");
+      need(a.b, ph, "b");
+    }
+    bind();
+    cuda::launch_fold(a, stream(a.exec));
+  }
+
+  void fwd_states(const FwdStateArgs& a) const override {
+    const char* ph = "gdn fwd_states";
+    check_ctx(a.ctx, ph);
+    need(a.k, ph, "k");
+    need(a.gcum, ph, "gcum");
+    need(a.W, ph, "W");
+    need(a.U, ph, "U");
+    need(a.seg_entry, ph, "seg_entry");
+    need(a.h, ph, "h");
+    need(a.v_new, ph, "v_new");
+    cuda::launch_fwd_states(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
+  void fwd_output(const FwdOutputArgs& a) const override {
+    const char* ph = "gdn fwd_output";
+    check_ctx(a.ctx, ph);
+    need(a.q, ph, "q");
+    need(a.k, ph, "k");
+    need(a.gcum, ph, "gcum");
+    need(a.h, ph, "h");
+    need(a.v_new, ph, "v_new");
+    need(a.o, ph, "o");
+    forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
+    cuda::launch_fwd_output(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
+  void bwd_local_dv(const BwdLocalDvArgs& a) const override {
+    const char* ph = "gdn bwd_local_dv";
+    check_ctx(a.ctx, ph);
+    need(a.q, ph, "q");
+    need(a.k, ph, "k");
+    need(a.gcum, ph, "gcum");
+    need(a.dO, ph, "dO");
+    need(a.dv_local, ph, "dv_local");
+    cuda::launch_bwd_local_dv(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
+  void bwd_summaries(const BwdSummaryArgs& a) const override {
+    const char* ph = "gdn bwd_summaries";
+    check_ctx(a.ctx, ph);
+    need(a.q, ph, "q");
+    need(a.k, ph, "k");
+    need(a.gcum, ph, "gcum");
+    need(a.W, ph, "W");
+    need(a.dO, ph, "dO");
+    need(a.dv_local, ph, "dv_local");
+    need(a.seg_dh_ext, ph, "seg_dh_ext");
+    cuda::launch_bwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
+  void bwd_states(const BwdStateArgs& a) const override {
+    const char* ph = "gdn bwd_states";
+    check_ctx(a.ctx, ph);
+    need(a.q, ph, "q");
+    need(a.k, ph, "k");
+    need(a.gcum, ph, "gcum");
+    need(a.W, ph, "W");
+    need(a.dO, ph, "dO");
+    need(a.dv_local, ph, "dv_local");
+    need(a.seg_exit, ph, "seg_exit");
+    need(a.dh, ph, "dh");
+    need(a.dv2, ph, "dv2");
+    cuda::launch_bwd_states(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
+  void bwd_grads(const BwdGradArgs& a) const override {
+    const char* ph = "gdn bwd_grads";
+    check_ctx(a.ctx, ph);
+    need(a.q, ph, "q");
+    need(a.k, ph, "k");
+    need(a.v, ph, "v");
+    need(a.beta, ph, "beta");
+    need(a.gcum, ph, "gcum");
+    need(a.Phi, ph, "Phi");
+    need(a.h, ph, "h");
+    need(a.v_new, ph, "v_new");
+    need(a.dh, ph, "dh");
+    need(a.dv2, ph, "dv2");
+    need(a.dO, ph, "dO");
+    need(a.dq_hv, ph, "dq_hv");
+    need(a.dk_hv, ph, "dk_hv");
+    need(a.dv, ph, "dv");
+    need(a.dbeta, ph, "dbeta");
+    need(a.dlam, ph, "dlam");
+    cuda::launch_bwd_grads(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
+  void bwd_finalize(const BwdFinalizeArgs& a) const override {
+    const char* ph = "gdn bwd_finalize";
+    check_ctx(a.ctx, ph);
+    const Problem& p = a.ctx.problem;
+    need(a.dq_hv, ph, "dq_hv");
+    need(a.dk_hv, ph, "dk_hv");
+    need(a.dlam, ph, "dlam");
+    need(a.dq, ph, "dq");
+    need(a.dk, ph, "dk");
+    need(a.dg, ph, "dg");
+    if (p.qk_l2norm) {
+      need(a.q, ph, "q");
+      need(a.k, ph, "k");
+      need(a.rstd_q, ph, "rstd_q");
+      need(a.rstd_k, ph, "rstd_k");
+    }
+    if (p.gate != GateForm::Direct) need(a.g, ph, "g");
+    if (p.has_A_log) {
+      need(a.A_log, ph, "A_log");
+      need(a.dA_log, ph, "dA_log");
+    } else {
+      forbid(a.dA_log, ph, "dA_log", "problem.has_A_log is false");
+    }
+    if (p.has_dt_bias) {
+      need(a.dt_bias, ph, "dt_bias");
+      need(a.ddt_bias, ph, "ddt_bias");
+    } else {
+      forbid(a.ddt_bias, ph, "ddt_bias", "problem.has_dt_bias is false");
+    }
+    const int64_t want = extra_workspace_floats(p, a.ctx.layout);
+    if (want > 0 && (!a.ctx.scratch || a.ctx.scratch_floats < want))
+      arg_fail(ph, "ctx.scratch holds " + std::to_string(a.ctx.scratch_floats) + " floats, the gate partials need " +
+                       std::to_string(want) + " (bind the workspace with Backend::bind_workspace_for)");
+    cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec));
+  }
+
+  void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const override {
+    if (n < 0) arg_fail("copy_floats", "n (" + std::to_string(n) + ") must be >= 0");
+    if (n == 0) return;
+    need(dst, "copy_floats", "dst");
+    need(src, "copy_floats", "src");
+    bind();
+    KCP_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream(exec)));
+  }
+  void fill_floats(float* dst, float value, int64_t n, const Exec& exec) const override {
+    if (n < 0) arg_fail("fill_floats", "n (" + std::to_string(n) + ") must be >= 0");
+    if (n == 0) return;
+    need(dst, "fill_floats", "dst");
+    bind();
+    cuda::launch_fill(dst, value, n, stream(exec));
+  }
+  void synchronize(const Exec& exec) const override {
+    bind();
+    KCP_CUDA_CHECK(cudaStreamSynchronize(stream(exec)));
+  }
+
+  float* alloc_floats(int64_t n) const override {
+    if (n < 0) arg_fail("alloc_floats", "n (" + std::to_string(n) + ") must be >= 0");
+    bind();
+    void* p = nullptr;
+    KCP_CUDA_CHECK(cudaMalloc(&p, size_t(std::max<int64_t>(n, 1)) * sizeof(float)));
+    return static_cast<float*>(p);
+  }
+  void free_floats(float* p) const override {
+    if (!p) return;
+    bind();
+    KCP_CUDA_CHECK(cudaFree(p));
+  }
+  void upload(float* dst, const float* host_src, int64_t n, const Exec& exec) const override {
+    if (n <= 0) return;
+    bind();
+    KCP_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, stream(exec)));
+    KCP_CUDA_CHECK(cudaStreamSynchronize(stream(exec)));
+  }
+  void download(float* host_dst, const float* src, int64_t n, const Exec& exec) const override {
+    if (n <= 0) return;
+    bind();
+    KCP_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream(exec)));
+    KCP_CUDA_CHECK(cudaStreamSynchronize(stream(exec)));
+  }
+  std::unique_ptr<PhaseTimer> make_timer() const override { return std::make_unique<CudaTimer>(device_); }
+  std::string device_name() const override { return name_; }
+
+ private:
+  struct Entry {
+    int64_t T = 0;
+    std::vector<PieceDesc> pieces;
+    std::vector<SegmentDesc> segments;
+    std::vector<ChunkDesc> chunks;
+    void* dev = nullptr;
+    DevLayout view;
+  };
+  static constexpr size_t kMaxCached = 64;
+
+  void bind() const { KCP_CUDA_CHECK(cudaSetDevice(device_)); }
+  static cudaStream_t stream(const Exec& e) { return static_cast<cudaStream_t>(e.stream); }
+
+  // The device copy of ctx.layout (uploaded on first use, then found by its contents).
+  DevLayout layout(const PhaseCtx& ctx) const {
+    bind();
+    const LayoutView& L = ctx.layout;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const Entry& e : cache_)
+      if (e.T == L.T && same_table(e.pieces, L.pieces, L.n_pieces) && same_table(e.segments, L.segments, L.n_segments) &&
+          same_table(e.chunks, L.chunks, L.n_chunks))
+        return e.view;
+    if (cache_.size() >= kMaxCached) {
+      // cudaFree waits for the device, so no kernel still reads the evicted tables.
+      KCP_CUDA_CHECK(cudaFree(cache_.front().dev));
+      cache_.erase(cache_.begin());
+    }
+    Entry e;
+    e.T = L.T;
+    e.pieces.assign(L.pieces, L.pieces + L.n_pieces);
+    e.segments.assign(L.segments, L.segments + L.n_segments);
+    e.chunks.assign(L.chunks, L.chunks + L.n_chunks);
+    const size_t bp = e.pieces.size() * sizeof(PieceDesc), bs = e.segments.size() * sizeof(SegmentDesc),
+                 bc = e.chunks.size() * sizeof(ChunkDesc);
+    auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+    const size_t total = up(bp) + up(bs) + up(bc) + 256;
+    KCP_CUDA_CHECK(cudaMalloc(&e.dev, total));
+    char* base = static_cast<char*>(e.dev);
+    if (bp) KCP_CUDA_CHECK(cudaMemcpy(base, e.pieces.data(), bp, cudaMemcpyHostToDevice));
+    if (bs) KCP_CUDA_CHECK(cudaMemcpy(base + up(bp), e.segments.data(), bs, cudaMemcpyHostToDevice));
+    if (bc) KCP_CUDA_CHECK(cudaMemcpy(base + up(bp) + up(bs), e.chunks.data(), bc, cudaMemcpyHostToDevice));
+    e.view.pieces = reinterpret_cast<const PieceDesc*>(base);
+    e.view.segments = reinterpret_cast<const SegmentDesc*>(base + up(bp));
+    e.view.chunks = reinterpret_cast<const ChunkDesc*>(base + up(bp) + up(bs));
+    e.view.T = L.T;
+    e.view.n_chunks = L.n_chunks;
+    e.view.n_pieces = L.n_pieces;
+    e.view.n_segments = L.n_segments;
+    cache_.push_back(std::move(e));
+    return cache_.back().view;
+  }
+
+  int device_;
+  std::string name_;
+  mutable std::mutex mu_;
+  mutable std::vector<Entry> cache_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver / no device: "no GPU here", not an error
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  const int n = cuda_device_count();
+  if (device < 0 || device >= n)
+    throw std::runtime_error("kcp kernels: CUDA device " + std::to_string(device) + " requested, " +
+                             std::to_string(n) + " visible");
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace kcp::kernels

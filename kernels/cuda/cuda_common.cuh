@@ -1,0 +1,290 @@
+// Device-side helpers shared by every CUDA kernel of the GDN backend: dtype traits (bf16 / fp16
+// rounding and packing), warp-level tensor-core products (mma.sync m16n8k16, 16-bit operands,
+// fp32 accumulation) over shared-memory tiles, warp tilings of a block, and small reductions.
+// Included only by kernels/cuda/*.cu (through the *_kernel.cuh files).
+//
+// Numerical contract (ALGORITHM.md 2.1; kernels/cpu mirrors it):
+//  * every operand of a tensor-core product holds a value already rounded to the input dtype,
+//    so converting it to the 16-bit mma operand is exact; products accumulate in fp32. The GPU
+//    and the CPU twin then differ only by the order of fp32 accumulation.
+//  * the fp32 M chain (ALGORITHM 7.2) uses split operands x = hi + lo (both dtype values), two
+//    products per fp32 operand, about 16 significant bits instead of 8.
+//
+// Shared-memory tiles are row-major with a leading dimension `ld`. An operand view says which
+// index is contiguous: for A (m x k) KC = true means A[m * ld + k]; for B (k x n) KC = true means
+// B[n * ld + k] (so B = X^T of a row-major X). 16-bit tiles use ld = cols + 8 elements, which
+// makes both access patterns of the fragment loads free of bank conflicts; fp32 tiles use
+// ld = cols + 4 (k-strided) or cols + 8 (k-contiguous).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_launch.h"
+
+namespace kcp::kernels::cuda {
+
+inline constexpr int kC = 64;          // chunk size
+inline constexpr int kThreads = 256;   // threads of every tensor-core kernel (8 warps)
+inline constexpr int kWarps = kThreads / 32;
+
+// ---------------------------------------------------------------------------------------------
+// dtype traits. raw(): the 16-bit pattern of the rounded value; rnd(): round to the dtype.
+struct Bf16 {
+  static __device__ __forceinline__ float rnd(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+  static __device__ __forceinline__ uint16_t raw(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+  static __device__ __forceinline__ float from_raw(uint16_t u) { return __bfloat162float(__ushort_as_bfloat16(u)); }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    return uint32_t(raw(lo)) | (uint32_t(raw(hi)) << 16);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+struct Fp16 {
+  static __device__ __forceinline__ float rnd(float x) { return __half2float(__float2half_rn(x)); }
+  static __device__ __forceinline__ uint16_t raw(float x) { return __half_as_ushort(__float2half_rn(x)); }
+  static __device__ __forceinline__ float from_raw(uint16_t u) { return __half2float(__ushort_as_half(u)); }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    return uint32_t(raw(lo)) | (uint32_t(raw(hi)) << 16);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Operand views over shared memory. T = float (dtype-exact fp32 values, converted on load) or
+// uint16_t (raw dtype bits). pair(): the two 16-bit operands (x, x + 1 along k) packed.
+template <class DT, class T>
+struct Pair;
+template <class DT>
+struct Pair<DT, float> {
+  static __device__ __forceinline__ uint32_t contiguous(const float* p) {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    return DT::pack(v.x, v.y);
+  }
+  static __device__ __forceinline__ uint32_t strided(const float* p, int stride) { return DT::pack(p[0], p[stride]); }
+};
+template <class DT>
+struct Pair<DT, uint16_t> {
+  static __device__ __forceinline__ uint32_t contiguous(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+  static __device__ __forceinline__ uint32_t strided(const uint16_t* p, int stride) {
+    return uint32_t(p[0]) | (uint32_t(p[stride]) << 16);
+  }
+};
+
+// A (m x k): KC ? p[m * ld + k] : p[k * ld + m].
+template <class T, bool KC>
+struct AView {
+  const T* p;
+  int ld;
+  template <class DT>
+  __device__ __forceinline__ uint32_t pair(int m, int k) const {
+    if constexpr (KC) return Pair<DT, T>::contiguous(p + m * ld + k);
+    else return Pair<DT, T>::strided(p + k * ld + m, ld);
+  }
+};
+// B (k x n): KC ? p[n * ld + k] : p[k * ld + n].
+template <class T, bool KC>
+struct BView {
+  const T* p;
+  int ld;
+  template <class DT>
+  __device__ __forceinline__ uint32_t pair(int k, int n) const {
+    if constexpr (KC) return Pair<DT, T>::contiguous(p + n * ld + k);
+    else return Pair<DT, T>::strided(p + k * ld + n, ld);
+  }
+};
+
+__device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
+__device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
+
+// acc[MT][NT] += A[m0 : m0 + 16 MT, kb : ke] * B[kb : ke, n0 : n0 + 8 NT]; (ke - kb) % 16 == 0.
+template <class DT, int MT, int NT, class AV, class BV>
+__device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const AV& A, const BV& B, int m0, int n0, int kb,
+                                         int ke) {
+  const int g = lane_id() >> 2, t = lane_id() & 3;
+#pragma unroll 2
+  for (int k0 = kb; k0 < ke; k0 += 16) {
+    uint32_t a[MT][4], b[NT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m = m0 + mt * 16 + g;
+      a[mt][0] = A.template pair<DT>(m, k0 + 2 * t);
+      a[mt][1] = A.template pair<DT>(m + 8, k0 + 2 * t);
+      a[mt][2] = A.template pair<DT>(m, k0 + 2 * t + 8);
+      a[mt][3] = A.template pair<DT>(m + 8, k0 + 2 * t + 8);
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int n = n0 + nt * 8 + g;
+      b[nt][0] = B.template pair<DT>(k0 + 2 * t, n);
+      b[nt][1] = B.template pair<DT>(k0 + 2 * t + 8, n);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) DT::mma(acc[mt][nt], a[mt], b[nt]);
+  }
+}
+
+// How 8 warps cover an R x N output: WM warps along rows, WN along columns, each warp MT x NT
+// fragments of 16 x 8.
+template <int R, int N>
+struct Tiling {
+  static constexpr int WM = (R / 16) >= kWarps ? kWarps : R / 16;
+  static constexpr int WN = kWarps / WM;
+  static constexpr int MT = R / 16 / WM;
+  static constexpr int NT = N / 8 / WN;
+  static_assert(R % 16 == 0 && N % (8 * WN) == 0 && MT >= 1 && NT >= 1, "bad tiling");
+  using Acc = float[MT][NT][4];
+  static __device__ __forceinline__ int m0() { return (warp_id() % WM) * MT * 16; }
+  static __device__ __forceinline__ int n0() { return (warp_id() / WM) * NT * 8; }
+  static __device__ __forceinline__ void zero(Acc& acc) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.0f;
+  }
+  template <class DT, class AV, class BV>
+  static __device__ __forceinline__ void mma(Acc& acc, const AV& A, const BV& B, int kb, int ke) {
+    warp_mma<DT, MT, NT>(acc, A, B, m0(), n0(), kb, ke);
+  }
+  // f(row, col, value&) for every accumulator element this thread holds.
+  template <class F>
+  static __device__ __forceinline__ void each(Acc& acc, F&& f) {
+    const int g = lane_id() >> 2, t = lane_id() & 3, r0 = m0(), c0 = n0();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(r0 + mt * 16 + g + (e >= 2 ? 8 : 0), c0 + nt * 8 + 2 * t + (e & 1), acc[mt][nt][e]);
+  }
+  // f(row, col, a0&, a1&, b0&, b1&): the same element pairs of two accumulators.
+  template <class F>
+  static __device__ __forceinline__ void zip_pairs(Acc& a, Acc& b, F&& f) {
+    const int g = lane_id() >> 2, t = lane_id() & 3, r0 = m0(), c0 = n0();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          f(r0 + mt * 16 + g + 8 * h, c0 + nt * 8 + 2 * t, a[mt][nt][2 * h], a[mt][nt][2 * h + 1], b[mt][nt][2 * h],
+            b[mt][nt][2 * h + 1]);
+  }
+  // f(row, col, v0&, v1&) for the element pairs (row, col), (row, col + 1), col even.
+  template <class F>
+  static __device__ __forceinline__ void pairs(Acc& acc, F&& f) {
+    const int g = lane_id() >> 2, t = lane_id() & 3, r0 = m0(), c0 = n0();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          f(r0 + mt * 16 + g + 8 * h, c0 + nt * 8 + 2 * t, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Global -> shared staging of row tiles. Copies rows [0, rows_valid) of `cols` floats from
+// src + r * src_stride into dst (row-major, ld), converting to T; rows [rows_valid, rows_total)
+// become zeros (never read: they may be poison or another chunk). cols % 4 == 0, 16-byte aligned.
+template <class DT, class T, int COLS>
+__device__ __forceinline__ void stage_rows(T* dst, int ld, const float* src, int64_t src_stride, int rows_valid,
+                                           int rows_total) {
+  constexpr int V4 = COLS / 4;
+  for (int e = threadIdx.x; e < rows_total * V4; e += blockDim.x) {
+    const int r = e / V4, c = (e % V4) * 4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < rows_valid) v = __ldg(reinterpret_cast<const float4*>(src + r * src_stride + c));
+    T* d = dst + r * ld + c;
+    if constexpr (sizeof(T) == 4) {
+      d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;
+    } else {
+      reinterpret_cast<uint32_t*>(d)[0] = DT::pack(v.x, v.y);
+      reinterpret_cast<uint32_t*>(d)[1] = DT::pack(v.z, v.w);
+    }
+  }
+}
+
+// As stage_rows into a 16-bit tile, with each loaded element x of row r replaced by f(r, x)
+// (which must return a dtype value, e.g. DT::rnd(...)).
+template <class DT, int COLS, class F>
+__device__ __forceinline__ void stage_rows_map(uint16_t* dst, int ld, const float* src, int64_t src_stride,
+                                               int rows_valid, int rows_total, F&& f) {
+  constexpr int V4 = COLS / 4;
+  for (int e = threadIdx.x; e < rows_total * V4; e += blockDim.x) {
+    const int r = e / V4, c = (e % V4) * 4;
+    float x[4] = {0.f, 0.f, 0.f, 0.f};
+    if (r < rows_valid) {
+      const float4 v = __ldg(reinterpret_cast<const float4*>(src + r * src_stride + c));
+      x[0] = f(r, v.x);
+      x[1] = f(r, v.y);
+      x[2] = f(r, v.z);
+      x[3] = f(r, v.w);
+    }
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst + r * ld + c);
+    d[0] = DT::pack(x[0], x[1]);
+    d[1] = DT::pack(x[2], x[3]);
+  }
+}
+
+// Stores value (already a dtype value) into a T tile.
+template <class DT, class T>
+__device__ __forceinline__ void smem_put(T* p, int i, float v) {
+  if constexpr (sizeof(T) == 4) p[i] = v;
+  else p[i] = DT::raw(v);
+}
+template <class DT>
+__device__ __forceinline__ float smem_get16(const uint16_t* p, int i) { return DT::from_raw(p[i]); }
+
+// Sum over the 4 lanes of a quad (the lanes holding one accumulator row).
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+// Sum over the 8 row groups of a warp (lanes with the same lane % 4).
+__device__ __forceinline__ float column_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  v += __shfl_xor_sync(0xffffffffu, v, 8);
+  v += __shfl_xor_sync(0xffffffffu, v, 16);
+  return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o >= 1; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Block-wide sum in a fixed order (warp sums, then warp 0 adds the warp partials in order);
+// every thread gets the result. red: kWarps floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane_id() == 0) red[warp_id()] = v;
+  __syncthreads();
+  float s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) s += red[w];
+  return s;
+}
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,110 @@
+// Internal interface of the CUDA backend: the error path, the device copy of a rank layout, and
+// the launchers of every phase (one .cu file per group, each beside its *_kernel.cuh). Host
+// code; included by kernels/cuda/*.cu only (CUDA types appear here, never in cuda_backend.h).
+//
+// Launchers follow the CUTLASS life cycle (STYLE.md 3): the backend has validated the Args
+// (null pointers, problem, layout) before calling; a launcher computes the grid and shared
+// memory, raises the shared-memory limit when needed, launches on `stream`, and checks
+// cudaGetLastError. They never allocate or synchronise.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/api/chunk_bwd.h"
+#include "kernels/api/chunk_fwd.h"
+#include "kernels/api/fold.h"
+#include "kernels/api/layout.h"
+#include "kernels/api/problem.h"
+
+namespace kcp::kernels::cuda {
+
+// Throws std::runtime_error("CUDA cudaErrorX (description) at file:line in 'expr'") and clears
+// the sticky error of the failed runtime call.
+[[noreturn]] void raise_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
+
+#define KCP_CUDA_CHECK(expr)                                                             \
+  do {                                                                                   \
+    const cudaError_t kcp_cuda_err_ = (expr);                                            \
+    if (kcp_cuda_err_ != cudaSuccess)                                                    \
+      ::kcp::kernels::cuda::raise_cuda_error(kcp_cuda_err_, #expr, __FILE__, __LINE__);  \
+  } while (0)
+
+// After every launch: the launch error, and under KCP_CUDA_SYNC_CHECK (Debug builds) the
+// kernel's own fault, so a fault points at the kernel that caused it (STYLE.md 11).
+#if defined(KCP_CUDA_SYNC_CHECK)
+#define KCP_CUDA_LAUNCH_CHECK(stream)                   \
+  do {                                                  \
+    KCP_CUDA_CHECK(cudaGetLastError());                 \
+    KCP_CUDA_CHECK(cudaStreamSynchronize(stream));      \
+  } while (0)
+#else
+#define KCP_CUDA_LAUNCH_CHECK(stream) KCP_CUDA_CHECK(cudaGetLastError())
+#endif
+
+// Device copies of the layout tables (uploaded once per distinct layout by the backend).
+struct DevLayout {
+  const PieceDesc* pieces = nullptr;    // [n_pieces]
+  const SegmentDesc* segments = nullptr;  // [n_segments]
+  const ChunkDesc* chunks = nullptr;    // [n_chunks]
+  int64_t T = 0, n_chunks = 0;
+  int32_t n_pieces = 0, n_segments = 0;
+};
+
+// Shapes shared by every kernel parameter struct (from Problem + layout).
+struct Shape {
+  int64_t T = 0, NT = 0;
+  int32_t S = 0, N = 0, H = 1, HV = 1, G = 1, K = 64, V = 64;
+  float scale = 1.0f;
+  bool fp16 = false;
+};
+inline Shape shape_of(const Problem& p, const DevLayout& L) {
+  Shape s;
+  s.T = L.T;
+  s.NT = L.n_chunks;
+  s.S = L.n_segments;
+  s.N = L.n_pieces;
+  s.H = p.H;
+  s.HV = p.HV;
+  s.G = p.group();
+  s.K = p.K;
+  s.V = p.V;
+  s.scale = p.resolved_scale();
+  s.fp16 = p.dtype == DType::FP16;
+  return s;
+}
+
+// Raises the dynamic shared-memory limit of `kernel` once per process (cheap afterwards).
+template <class Kernel>
+void allow_smem(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    KCP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+// ---- launchers (GDN) ----
+// prep: q/k L2 norm or copy; gate activation + chunk cumsum + Pi + Phi (gdn_prep.cu).
+void launch_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st);
+// wy: W, U (gdn_wy.cu).
+void launch_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st);
+// Forward state walks (gdn_chunk_state.cu).
+void launch_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
+void launch_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st);
+// Backward state walks (gdn_chunk_state_bwd.cu).
+void launch_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
+void launch_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st);
+// Output and local dv (gdn_chunk_fwd.cu).
+void launch_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st);
+void launch_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st);
+// dq/dk/dv/dbeta/dlam per value head (gdn_chunk_bwd.cu).
+void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, cudaStream_t st);
+// GVA + L2-norm backward, gate backward; partials: scratch [NT, HV, 2] fp32 (gdn_finalize.cu).
+void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st);
+// The fp32 fold chain (fold.cu).
+void launch_fold(const FoldArgs& a, cudaStream_t st);
+// dst[0..n) = value (fold.cu).
+void launch_fill(float* dst, float value, int64_t n, cudaStream_t st);
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,43 @@
+// Launcher of the GDN backward gradients per (chunk, value head) (B4 + B5).
+#include "kernels/cuda/gdn_chunk_bwd_kernel.cuh"
+
+namespace kcp::kernels::cuda {
+
+namespace {
+template <class DT, int K>
+void run_grads(const GradParams& p, cudaStream_t st) {
+  if (p.sh.NT == 0) return;
+  constexpr int V = K;
+  const size_t smem = GradSmem<K, V>::bytes;
+  allow_smem(gdn_bwd_grads_kernel<DT, K, V>, smem);
+  gdn_bwd_grads_kernel<DT, K, V><<<unsigned(p.sh.NT * p.sh.HV), kThreads, smem, st>>>(p);
+  KCP_CUDA_LAUNCH_CHECK(st);
+}
+}  // namespace
+
+void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, cudaStream_t st) {
+  GradParams p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.q = a.q;
+  p.k = a.k;
+  p.v = a.v;
+  p.beta = a.beta;
+  p.gcum = a.gcum;
+  p.Phi = a.Phi;
+  p.h = a.h;
+  p.v_new = a.v_new;
+  p.dh = a.dh;
+  p.dv2 = a.dv2;
+  p.dO = a.dO;
+  p.dq_hv = a.dq_hv;
+  p.dk_hv = a.dk_hv;
+  p.dv = a.dv;
+  p.dbeta = a.dbeta;
+  p.dlam = a.dlam;
+  const bool fp16 = a.ctx.problem.dtype == DType::FP16;
+  if (a.ctx.problem.K == 64) fp16 ? run_grads<Fp16, 64>(p, st) : run_grads<Bf16, 64>(p, st);
+  else fp16 ? run_grads<Fp16, 128>(p, st) : run_grads<Bf16, 128>(p, st);
+}
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,349 @@
+// GDN backward gradients per (chunk, value head): B4 (dq, dk, dw, dgate from h, dh, v_new, dv2)
+// and B5 (WY backward), ALGORITHM 3.1, with the rounding points [D1]-[D7] of the CPU twin
+// (kernels/cpu/gdn_chunk_bwd.cpp). Included only by gdn_chunk_bwd.cu.
+//
+// gdn_bwd_grads_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256
+//   threads, one block per SM (about 170 KB of shared memory at K = V = 128). Every product runs
+//   on tensor cores with dtype operands and fp32 accumulation; dQ and dK stay in the mma
+//   accumulators (64 x K, 8 warps) across the three stages:
+//     stage 1 (h, dh, dO, v_new, dv2, k): dQ = (dO h^T) exp2(g) scale, dK = (v_new dh^T)
+//       exp2(gL - g), dW = dtype(-dv2 h^T), E = dtype(tril(dO v_new^T) exp2(g_r - g_s) scale),
+//       <h, dh> and sum(dK_int o k) for the last row's gate term;
+//     stage 2 (E, k, q): dQ += E k, dK += E^T q, gate rows q.dQ - k.dK; dq_hv stored;
+//     stage 3 (WY): dPhi = dW Xb^T + dv2 Yb^T, dX = Phi^T dW, dY = Phi^T dv2 (dv, dbeta, gate),
+//       dPi = -stril(Phi^T dtype(stril(dtype(dPhi)) Phi^T)) (two products), dPi' = dPi gated,
+//       dK += beta dPi' k + dPi'^T dtype(k beta), and the gate's row minus column sums.
+//   Row sums (gate, dbeta) are reduced in a fixed order: quad shuffles, then per-warp partials
+//   in shared memory added in warp order, so results are bitwise reproducible.
+//   Shared memory (16-bit tiles, ld = cols + 8): persistent k, dv2, E, dW; a region holding
+//   h, dh, dO, v_new in stage 1 and then q, v, Phi, Xb, Yb, dPhi (later Kb, T1, dPi').
+#pragma once
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace kcp::kernels::cuda {
+
+struct GradParams {
+  Shape sh;
+  const ChunkDesc* chunks;
+  const float* q;      // [T, H, K] dtype
+  const float* k;      // [T, H, K] dtype
+  const float* v;      // [T, HV, V] dtype
+  const float* beta;   // [T, HV]
+  const float* gcum;   // [T, HV] fp32 log2
+  const float* Phi;    // [T, HV, 64] dtype
+  const float* h;      // [NT, HV, K, V] dtype
+  const float* v_new;  // [T, HV, V] dtype
+  const float* dh;     // [NT, HV, K, V] dtype
+  const float* dv2;    // [T, HV, V] dtype
+  const float* dO;     // [T, HV, V] dtype
+  float* dq_hv;        // [T, HV, K] fp32
+  float* dk_hv;        // [T, HV, K] fp32
+  float* dv;           // [T, HV, V] dtype
+  float* dbeta;        // [T, HV] fp32
+  float* dlam;         // [T, HV] fp32
+};
+
+// Two per-thread row accumulators (rows r and r + 8 of a fragment), chosen without indexing.
+struct Row2 {
+  float lo = 0.0f, hi = 0.0f;
+  __device__ __forceinline__ void add(int r, float x) {
+    if ((r >> 3) & 1) hi += x;
+    else lo += x;
+  }
+  __device__ __forceinline__ float get(int h) const { return h ? hi : lo; }
+};
+
+template <int K, int V>
+struct GradSmem {
+  static constexpr int kKld = K + 8, kVld = V + 8, kPld = kC + 8;
+  // persistent: k, dv2, E, dW
+  static constexpr int kOffDv2 = kC * kKld;
+  static constexpr int kOffE = kOffDv2 + kC * kVld;
+  static constexpr int kOffDW = kOffE + kC * kPld;
+  static constexpr int kOffRegion = kOffDW + kC * kKld;
+  // stage 1 region: h, dh (K x V), dO, v_new
+  static constexpr int kOffS = kOffRegion;
+  static constexpr int kOffDS = kOffS + K * kVld;
+  static constexpr int kOffDO = kOffDS + K * kVld;
+  static constexpr int kOffVN = kOffDO + kC * kVld;
+  static constexpr int kRegion1 = 2 * K * kVld + 2 * kC * kVld;
+  // stages 2-3 region: q (later Kb), v, Phi, Xb, Yb (later T1, dPi'), dPhi
+  static constexpr int kOffQ = kOffRegion;
+  static constexpr int kOffV = kOffQ + kC * kKld;
+  static constexpr int kOffPhi = kOffV + kC * kVld;
+  static constexpr int kOffXb = kOffPhi + kC * kPld;
+  static constexpr int kOffYb = kOffXb + kC * kKld;
+  static constexpr int kOffDPhi = kOffYb + kC * kVld;
+  static constexpr int kOffT1 = kOffXb;
+  static constexpr int kOffDPi = kOffXb + kC * kPld;
+  static constexpr int kRegion2 = kOffDPhi + kC * kPld - kOffRegion;
+  static_assert(2 * kC * kPld <= kC * kKld + kC * kVld, "T1 and dPi' must fit in the Xb, Yb space");
+  static constexpr int kElems16 = kOffRegion + (kRegion1 > kRegion2 ? kRegion1 : kRegion2);
+  // fp32: g, beta, row partials [64][2][5], column partials [4][64], reduction scratch
+  static constexpr int kFloats = 2 * kC + kC * 2 * 5 + 4 * kC + 2 * kWarps;
+  static constexpr size_t bytes = size_t(kElems16) * 2 + size_t(kFloats) * 4;
+};
+
+template <class DT, int K, int V>
+__global__ void __launch_bounds__(kThreads, 1) gdn_bwd_grads_kernel(GradParams p) {
+  using Sm = GradSmem<K, V>;
+  using TK = Tiling<kC, K>;
+  using TV = Tiling<kC, V>;
+  using T64 = Tiling<kC, kC>;
+  static_assert(TK::WM == 4 && TV::WM == 4 && T64::WM == 4 && TK::MT == 1 && TV::MT == 1 && T64::MT == 1,
+                "the row partials assume every 64-row tiling puts warp w on rows (w % 4) * 16");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* s16 = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sk = s16;
+  uint16_t* sdv2 = s16 + Sm::kOffDv2;
+  uint16_t* sE = s16 + Sm::kOffE;
+  uint16_t* sdW = s16 + Sm::kOffDW;
+  uint16_t* sS = s16 + Sm::kOffS;
+  uint16_t* sdS = s16 + Sm::kOffDS;
+  uint16_t* sdO = s16 + Sm::kOffDO;
+  uint16_t* svn = s16 + Sm::kOffVN;
+  uint16_t* sq = s16 + Sm::kOffQ;
+  uint16_t* sKb = sq;
+  uint16_t* sv = s16 + Sm::kOffV;
+  uint16_t* sPhi = s16 + Sm::kOffPhi;
+  uint16_t* sXb = s16 + Sm::kOffXb;
+  uint16_t* sYb = s16 + Sm::kOffYb;
+  uint16_t* sT1 = s16 + Sm::kOffT1;
+  uint16_t* sdPi = s16 + Sm::kOffDPi;
+  uint16_t* sdPhi = s16 + Sm::kOffDPhi;
+  float* sG = reinterpret_cast<float*>(s16 + Sm::kElems16);
+  float* sBeta = sG + kC;
+  float* sRow = sBeta + kC;        // [64][2 warp columns][5 quantities]
+  float* sCol = sRow + kC * 2 * 5;  // [4 warp rows][64]
+  float* sRed = sCol + 4 * kC;      // [2][kWarps]
+
+  const int HV = p.sh.HV;
+  const int64_t n = blockIdx.x / HV;
+  const int j = blockIdx.x % HV, i = j / p.sh.G;
+  const ChunkDesc ch = p.chunks[n];
+  const int L = ch.len;
+  const int64_t t0 = ch.begin;
+  const int tid = threadIdx.x;
+  const float scale = p.sh.scale;
+  const int kend = (L + 15) & ~15;
+  const int64_t qk0 = (t0 * p.sh.H + i) * K, qks = int64_t(p.sh.H) * K;
+  const int64_t vv0 = (t0 * HV + j) * V, vvs = int64_t(HV) * V;
+  const int64_t kv0 = (n * HV + j) * int64_t(K) * V;
+  auto f16 = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
+
+  if (tid < kC) {
+    sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
+    sBeta[tid] = tid < L ? p.beta[(t0 + tid) * HV + j] : 0.0f;
+  }
+  stage_rows<DT, uint16_t, V>(sS, Sm::kVld, p.h + kv0, V, K, K);
+  stage_rows<DT, uint16_t, V>(sdS, Sm::kVld, p.dh + kv0, V, K, K);
+  stage_rows<DT, uint16_t, V>(sdO, Sm::kVld, p.dO + vv0, vvs, L, kC);
+  stage_rows<DT, uint16_t, V>(svn, Sm::kVld, p.v_new + vv0, vvs, L, kC);
+  stage_rows<DT, uint16_t, V>(sdv2, Sm::kVld, p.dv2 + vv0, vvs, L, kC);
+  stage_rows<DT, uint16_t, K>(sk, Sm::kKld, p.k + qk0, qks, L, kC);
+  __syncthreads();
+  const float gL = sG[L - 1];
+
+  // Per-thread row accumulators; rows r = (warp % 4) * 16 + lane / 4 + 8 h in every tiling.
+  // (Two scalars per quantity, selected by the row half, so nothing is indexed at run time.)
+  Row2 rq, rk, rwy, rgl, rdb;
+  const int g8 = lane_id() >> 2;
+
+  // ---------------- stage 1 ----------------
+  float dQ[1][TK::NT][4], dK[1][TK::NT][4];
+  TK::zero(dQ);
+  TK::zero(dK);
+  TK::template mma<DT>(dQ, AView<uint16_t, true>{sdO, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
+  TK::template mma<DT>(dK, AView<uint16_t, true>{svn, Sm::kVld}, BView<uint16_t, true>{sdS, Sm::kVld}, 0, V);
+  float kint = 0.0f;  // sum over this thread's elements of dK_int o k
+  TK::each(dQ, [&](int r, int, float& v) { v = r < L ? v * exp2f(sG[r]) * scale : 0.0f; });
+  TK::each(dK, [&](int r, int x, float& v) {
+    v = r < L ? v * exp2f(gL - sG[r]) : 0.0f;
+    kint += v * f16(sk, r * Sm::kKld + x);
+  });
+  {
+    float tmp[1][TK::NT][4];
+    TK::zero(tmp);
+    TK::template mma<DT>(tmp, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
+    TK::pairs(tmp, [&](int r, int x, float& v0, float& v1) {
+      const bool in = r < L;
+      *reinterpret_cast<uint32_t*>(sdW + r * Sm::kKld + x) = DT::pack(in ? -v0 : 0.0f, in ? -v1 : 0.0f);
+    });
+  }
+  {
+    float e[1][T64::NT][4];
+    T64::zero(e);
+    T64::template mma<DT>(e, AView<uint16_t, true>{sdO, Sm::kVld}, BView<uint16_t, true>{svn, Sm::kVld}, 0, V);
+    T64::each(e, [&](int r, int s, float& v) {
+      sE[r * Sm::kPld + s] = DT::raw((s <= r && r < L) ? v * exp2f(sG[r] - sG[s]) * scale : 0.0f);
+    });
+  }
+  float hdh = 0.0f;
+  for (int e = tid; e < K * (V / 2); e += kThreads) {
+    const int x = e / (V / 2), c = (e % (V / 2)) * 2;
+    hdh += f16(sS, x * Sm::kVld + c) * f16(sdS, x * Sm::kVld + c) +
+           f16(sS, x * Sm::kVld + c + 1) * f16(sdS, x * Sm::kVld + c + 1);
+  }
+  hdh = block_sum(hdh, sRed);
+  kint = block_sum(kint, sRed + kWarps);
+  const float dg_last = hdh * exp2f(gL) + kint;
+  __syncthreads();  // the stage-1 region is free
+
+  // ---------------- stage 2 ----------------
+  stage_rows<DT, uint16_t, K>(sq, Sm::kKld, p.q + qk0, qks, L, kC);
+  stage_rows<DT, uint16_t, V>(sv, Sm::kVld, p.v + vv0, vvs, L, kC);
+  stage_rows<DT, uint16_t, kC>(sPhi, Sm::kPld, p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L, kC);
+  __syncthreads();
+  TK::template mma<DT>(dQ, AView<uint16_t, true>{sE, Sm::kPld}, BView<uint16_t, false>{sk, Sm::kKld}, 0, kend);
+  TK::template mma<DT>(dK, AView<uint16_t, false>{sE, Sm::kPld}, BView<uint16_t, false>{sq, Sm::kKld}, 0, kend);
+  TK::each(dQ, [&](int r, int x, float& v) { rq.add(r, f16(sq, r * Sm::kKld + x) * v); });
+  TK::each(dK, [&](int r, int x, float& v) { rk.add(r, f16(sk, r * Sm::kKld + x) * v); });
+  TK::pairs(dQ, [&](int r, int x, float& v0, float& v1) {
+    if (r < L) *reinterpret_cast<float2*>(p.dq_hv + ((t0 + r) * HV + j) * K + x) = make_float2(v0, v1);
+  });
+  __syncthreads();  // q is no longer read: its space takes Kb
+
+  // ---------------- stage 3 (WY backward) ----------------
+  for (int e = tid; e < kC * (K / 2); e += kThreads) {
+    const int r = e / (K / 2), x = (e % (K / 2)) * 2;
+    float xb[2] = {0.f, 0.f}, kb[2] = {0.f, 0.f};
+    if (r < L) {
+      const float b = sBeta[r], eg = exp2f(sG[r]);
+      for (int u = 0; u < 2; ++u) {
+        const float kx = f16(sk, r * Sm::kKld + x + u);
+        xb[u] = DT::rnd((kx * b) * eg);
+        kb[u] = DT::rnd(kx * b);
+      }
+    }
+    *reinterpret_cast<uint32_t*>(sXb + r * Sm::kKld + x) = DT::pack(xb[0], xb[1]);
+    *reinterpret_cast<uint32_t*>(sKb + r * Sm::kKld + x) = DT::pack(kb[0], kb[1]);
+  }
+  for (int e = tid; e < kC * (V / 2); e += kThreads) {
+    const int r = e / (V / 2), c = (e % (V / 2)) * 2;
+    const float b = sBeta[r];
+    *reinterpret_cast<uint32_t*>(sYb + r * Sm::kVld + c) =
+        DT::pack(DT::rnd(f16(sv, r * Sm::kVld + c) * b), DT::rnd(f16(sv, r * Sm::kVld + c + 1) * b));
+  }
+  __syncthreads();
+  {  // dPhi = dW Xb^T + dv2 Yb^T (strictly lower part, rounded)
+    float a[1][T64::NT][4];
+    T64::zero(a);
+    T64::template mma<DT>(a, AView<uint16_t, true>{sdW, Sm::kKld}, BView<uint16_t, true>{sXb, Sm::kKld}, 0, K);
+    T64::template mma<DT>(a, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sYb, Sm::kVld}, 0, V);
+    T64::each(a, [&](int r, int s, float& v) { sdPhi[r * Sm::kPld + s] = DT::raw((s < r && r < L) ? v : 0.0f); });
+  }
+  {  // dX = Phi^T dW: dK, dbeta, gate
+    float a[1][TK::NT][4];
+    TK::zero(a);
+    TK::template mma<DT>(a, AView<uint16_t, false>{sPhi, Sm::kPld}, BView<uint16_t, false>{sdW, Sm::kKld}, 0, kend);
+    TK::zip_pairs(a, dK, [&](int r, int x, float& d0, float& d1, float& k0, float& k1) {
+      if (r >= L) return;
+      const float b = sBeta[r], eg = exp2f(sG[r]);
+      const float kx0 = f16(sk, r * Sm::kKld + x), kx1 = f16(sk, r * Sm::kKld + x + 1);
+      k0 += d0 * (b * eg);
+      k1 += d1 * (b * eg);
+      rdb.add(r, d0 * (kx0 * eg) + d1 * (kx1 * eg));
+      rwy.add(r, d0 * ((kx0 * b) * eg) + d1 * ((kx1 * b) * eg));
+    });
+  }
+  {  // dY = Phi^T dv2: dv, dbeta
+    float a[1][TV::NT][4];
+    TV::zero(a);
+    TV::template mma<DT>(a, AView<uint16_t, false>{sPhi, Sm::kPld}, BView<uint16_t, false>{sdv2, Sm::kVld}, 0, kend);
+    TV::pairs(a, [&](int r, int c, float& d0, float& d1) {
+      if (r >= L) return;
+      const float b = sBeta[r];
+      *reinterpret_cast<float2*>(p.dv + ((t0 + r) * HV + j) * V + c) = make_float2(DT::rnd(b * d0), DT::rnd(b * d1));
+      rdb.add(r, d0 * f16(sv, r * Sm::kVld + c) + d1 * f16(sv, r * Sm::kVld + c + 1));
+    });
+  }
+  __syncthreads();  // dPhi visible; Xb, Yb free
+  {  // T1 = dtype(dPhi Phi^T), strictly lower
+    float a[1][T64::NT][4];
+    T64::zero(a);
+    T64::template mma<DT>(a, AView<uint16_t, true>{sdPhi, Sm::kPld}, BView<uint16_t, true>{sPhi, Sm::kPld}, 0, kend);
+    T64::each(a, [&](int m, int s, float& v) { sT1[m * Sm::kPld + s] = DT::raw(s < m ? v : 0.0f); });
+  }
+  __syncthreads();
+  {  // dPi = -Phi^T T1; dPi' = dPi exp2(g_r - g_s); gate term with beta_r (k_r . k_s)
+    float a[1][T64::NT][4], kk[1][T64::NT][4];
+    T64::zero(a);
+    T64::zero(kk);
+    T64::template mma<DT>(a, AView<uint16_t, false>{sPhi, Sm::kPld}, BView<uint16_t, false>{sT1, Sm::kPld}, 0, kend);
+    T64::template mma<DT>(kk, AView<uint16_t, true>{sk, Sm::kKld}, BView<uint16_t, true>{sk, Sm::kKld}, 0, K);
+    // Epilogue by explicit fragment loops (the column partials need the fragment index).
+    const int t4 = lane_id() & 3, rb = T64::m0(), cb = T64::n0();
+#pragma unroll
+    for (int nt = 0; nt < T64::NT; ++nt) {
+      float col0 = 0.0f, col1 = 0.0f;
+#pragma unroll
+      for (int h2 = 0; h2 < 2; ++h2) {
+        const int r = rb + g8 + 8 * h2, s = cb + nt * 8 + 2 * t4;
+        const float br = sBeta[r];
+        float z[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f};
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          if (s + u < r && r < L) {
+            const float dpig = -a[0][nt][2 * h2 + u] * exp2f(sG[r] - sG[s + u]);
+            pb[u] = DT::rnd(dpig);
+            z[u] = dpig * (br * kk[0][nt][2 * h2 + u]);
+          }
+        }
+        *reinterpret_cast<uint32_t*>(sdPi + r * Sm::kPld + s) = DT::pack(pb[0], pb[1]);
+        rgl.add(r, z[0] + z[1]);
+        col0 += z[0];
+        col1 += z[1];
+      }
+      col0 = column_sum(col0);
+      col1 = column_sum(col1);
+      if (g8 == 0) {
+        sCol[(warp_id() % 4) * kC + cb + nt * 8 + 2 * t4] = col0;
+        sCol[(warp_id() % 4) * kC + cb + nt * 8 + 2 * t4 + 1] = col1;
+      }
+    }
+  }
+  __syncthreads();  // dPi' visible
+  {  // dK += beta_r (dPi' k) + dPi'^T Kb; dbeta += (dPi' k) . k_r
+    float a[1][TK::NT][4];
+    TK::zero(a);
+    TK::template mma<DT>(a, AView<uint16_t, true>{sdPi, Sm::kPld}, BView<uint16_t, false>{sk, Sm::kKld}, 0, kend);
+    TK::zip_pairs(a, dK, [&](int r, int x, float& w0, float& w1, float& k0, float& k1) {
+      if (r >= L) return;
+      const float b = sBeta[r];
+      rdb.add(r, w0 * f16(sk, r * Sm::kKld + x) + w1 * f16(sk, r * Sm::kKld + x + 1));
+      k0 += b * w0;
+      k1 += b * w1;
+    });
+    TK::zero(a);
+    TK::template mma<DT>(a, AView<uint16_t, false>{sdPi, Sm::kPld}, BView<uint16_t, false>{sKb, Sm::kKld}, 0, kend);
+    TK::zip_pairs(a, dK, [&](int r, int x, float& c0, float& c1, float& k0, float& k1) {
+      if (r >= L) return;
+      k0 += c0;
+      k1 += c1;
+      *reinterpret_cast<float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x) = make_float2(k0, k1);
+    });
+  }
+  // Row totals in a fixed order: quad sums, then the two warp columns in order.
+  for (int h2 = 0; h2 < 2; ++h2) {
+    const float v[5] = {quad_sum(rq.get(h2)), quad_sum(rk.get(h2)), quad_sum(rwy.get(h2)), quad_sum(rgl.get(h2)),
+                        quad_sum(rdb.get(h2))};
+    if ((lane_id() & 3) == 0) {
+      const int r = (warp_id() % 4) * 16 + g8 + 8 * h2, wn = warp_id() / 4;
+      for (int u = 0; u < 5; ++u) sRow[(r * 2 + wn) * 5 + u] = v[u];
+    }
+  }
+  __syncthreads();
+  if (tid < L) {
+    const int r = tid;
+    auto tot = [&](int u) { return sRow[(r * 2) * 5 + u] + sRow[(r * 2 + 1) * 5 + u]; };
+    float dl = tot(0) - tot(1);
+    if (r == L - 1) dl += dg_last;
+    dl += tot(2);
+    dl += tot(3) - (sCol[r] + sCol[kC + r] + sCol[2 * kC + r] + sCol[3 * kC + r]);
+    p.dlam[(t0 + r) * HV + j] = dl;
+    p.dbeta[(t0 + r) * HV + j] = tot(4);
+  }
+}
+
+}  // namespace kcp::kernels::cuda

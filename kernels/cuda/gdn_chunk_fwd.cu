@@ -1,0 +1,56 @@
+// Launchers of the GDN output (F5) and of the backward's local dv (B2), both chunk-local.
+#include "kernels/cuda/gdn_chunk_fwd_kernel.cuh"
+
+namespace kcp::kernels::cuda {
+
+namespace {
+template <class DT, int K, bool OUTPUT>
+void run_chunk(const ChunkParams& p, cudaStream_t st) {
+  if (p.sh.NT == 0) return;
+  constexpr int V = K;
+  const unsigned grid = unsigned(p.sh.NT * p.sh.HV);
+  if constexpr (OUTPUT) {
+    const size_t smem = OutputSmem<K, V>::bytes;
+    allow_smem(gdn_output_kernel<DT, K, V>, smem);
+    gdn_output_kernel<DT, K, V><<<grid, kThreads, smem, st>>>(p);
+  } else {
+    const size_t smem = LocalDvSmem<K, V>::bytes;
+    allow_smem(gdn_local_dv_kernel<DT, K, V>, smem);
+    gdn_local_dv_kernel<DT, K, V><<<grid, kThreads, smem, st>>>(p);
+  }
+  KCP_CUDA_LAUNCH_CHECK(st);
+}
+template <bool OUTPUT>
+void dispatch(const Problem& pb, const ChunkParams& p, cudaStream_t st) {
+  const bool fp16 = pb.dtype == DType::FP16;
+  if (pb.K == 64) fp16 ? run_chunk<Fp16, 64, OUTPUT>(p, st) : run_chunk<Bf16, 64, OUTPUT>(p, st);
+  else fp16 ? run_chunk<Fp16, 128, OUTPUT>(p, st) : run_chunk<Bf16, 128, OUTPUT>(p, st);
+}
+}  // namespace
+
+void launch_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st) {
+  ChunkParams p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.q = a.q;
+  p.k = a.k;
+  p.gcum = a.gcum;
+  p.h = a.h;
+  p.x = a.v_new;
+  p.out = a.o;
+  dispatch<true>(a.ctx.problem, p, st);
+}
+
+void launch_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st) {
+  ChunkParams p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.q = a.q;
+  p.k = a.k;
+  p.gcum = a.gcum;
+  p.x = a.dO;
+  p.out = a.dv_local;
+  dispatch<false>(a.ctx.problem, p, st);
+}
+
+}  // namespace kcp::kernels::cuda

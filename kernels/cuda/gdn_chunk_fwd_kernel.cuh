@@ -1,0 +1,145 @@
+// GDN chunk-local products with the intra-chunk score matrix: the output (F5) and the local dv of
+// the backward (B2). Included only by gdn_chunk_fwd.cu.
+//
+// gdn_output_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256 threads.
+//   P = dtype(tril_incl(q k^T) o exp2(g_r - g_s)) (masked entries selected as 0), inter = q h[n],
+//   intra = P v_new (tensor cores, fp32 accumulation), o = dtype(inter exp2(g_r) scale +
+//   intra scale) ([G3] of the twin). Shared memory (16-bit): q, k 64 x (K+8); h K x (V+8);
+//   v_new 64 x (V+8); P 64 x 72.
+// gdn_local_dv_kernel: same grid. P' = dtype((q_r . k_s) exp2(g_r - g_s) scale) for s <= r,
+//   dv_local = dtype(P'^T dO) ([B4]). Shared memory: q, k 64 x (K+8); dO 64 x (V+8); P' 64 x 72.
+#pragma once
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace kcp::kernels::cuda {
+
+struct ChunkParams {
+  Shape sh;
+  const ChunkDesc* chunks;
+  const float* q;      // [T, H, K] dtype
+  const float* k;      // [T, H, K] dtype
+  const float* gcum;   // [T, HV] fp32 log2
+  const float* h;      // [NT, HV, K, V] dtype (output)
+  const float* x;      // output: v_new; local dv: dO   [T, HV, V] dtype
+  float* out;          // output: o; local dv: dv_local [T, HV, V] dtype
+};
+
+template <int K, int V>
+struct OutputSmem {
+  static constexpr int kKld = K + 8, kVld = V + 8, kPld = kC + 8;
+  static constexpr size_t bytes =
+      (2 * size_t(kC) * kKld + size_t(K) * kVld + size_t(kC) * kVld + size_t(kC) * kPld) * 2 + kC * 4;
+};
+
+// Stages q, k (rows of the chunk) and the gates; returns after a barrier.
+template <class DT, int K>
+__device__ __forceinline__ void stage_qk_gates(const ChunkParams& p, int64_t t0, int L, int i, int j, uint16_t* sq,
+                                               uint16_t* sk, int ld, float* sG) {
+  stage_rows<DT, uint16_t, K>(sq, ld, p.q + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
+  stage_rows<DT, uint16_t, K>(sk, ld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
+  if (threadIdx.x < kC) sG[threadIdx.x] = threadIdx.x < L ? p.gcum[(t0 + threadIdx.x) * p.sh.HV + j] : 0.0f;
+}
+
+template <class DT, int K, int V>
+__global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
+  using Sm = OutputSmem<K, V>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sq = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sk = sq + kC * Sm::kKld;
+  uint16_t* sh = sk + kC * Sm::kKld;
+  uint16_t* svn = sh + K * Sm::kVld;
+  uint16_t* sP = svn + kC * Sm::kVld;
+  float* sG = reinterpret_cast<float*>(sP + kC * Sm::kPld);
+
+  const int HV = p.sh.HV;
+  const int64_t n = blockIdx.x / HV;
+  const int j = blockIdx.x % HV, i = j / p.sh.G;
+  const ChunkDesc ch = p.chunks[n];
+  const int L = ch.len;
+  const int64_t t0 = ch.begin;
+
+  stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
+  stage_rows<DT, uint16_t, V>(sh, Sm::kVld, p.h + (n * HV + j) * int64_t(K) * V, V, K, K);
+  stage_rows<DT, uint16_t, V>(svn, Sm::kVld, p.x + (t0 * HV + j) * V, int64_t(HV) * V, L, kC);
+  __syncthreads();
+  {
+    using T64 = Tiling<kC, kC>;
+    float acc[T64::MT][T64::NT][4];
+    T64::zero(acc);
+    T64::template mma<DT>(acc, AView<uint16_t, true>{sq, Sm::kKld}, BView<uint16_t, true>{sk, Sm::kKld}, 0, K);
+    T64::pairs(acc, [&](int r, int s, float& v0, float& v1) {
+      const float p0 = (s <= r && r < L) ? DT::rnd(v0 * exp2f(sG[r] - sG[s])) : 0.0f;
+      const float p1 = (s + 1 <= r && r < L) ? DT::rnd(v1 * exp2f(sG[r] - sG[s + 1])) : 0.0f;
+      *reinterpret_cast<uint32_t*>(sP + r * Sm::kPld + s) = DT::pack(p0, p1);
+    });
+  }
+  __syncthreads();
+  using TO = Tiling<kC, V>;
+  float inter[TO::MT][TO::NT][4], intra[TO::MT][TO::NT][4];
+  TO::zero(inter);
+  TO::zero(intra);
+  TO::template mma<DT>(inter, AView<uint16_t, true>{sq, Sm::kKld}, BView<uint16_t, false>{sh, Sm::kVld}, 0, K);
+  TO::template mma<DT>(intra, AView<uint16_t, true>{sP, Sm::kPld}, BView<uint16_t, false>{svn, Sm::kVld}, 0,
+                       (L + 15) & ~15);
+  const float scale = p.sh.scale;
+  TO::zip_pairs(inter, intra, [&](int r, int c, float& a0, float& a1, float& b0, float& b1) {
+    if (r >= L) return;
+    const float eg = exp2f(sG[r]);
+    *reinterpret_cast<float2*>(p.out + ((t0 + r) * HV + j) * V + c) =
+        make_float2(DT::rnd(a0 * eg * scale + b0 * scale), DT::rnd(a1 * eg * scale + b1 * scale));
+  });
+}
+
+template <int K, int V>
+struct LocalDvSmem {
+  static constexpr int kKld = K + 8, kVld = V + 8, kPld = kC + 8;
+  static constexpr size_t bytes = (2 * size_t(kC) * kKld + size_t(kC) * kVld + size_t(kC) * kPld) * 2 + kC * 4;
+};
+
+template <class DT, int K, int V>
+__global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
+  using Sm = LocalDvSmem<K, V>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sq = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sk = sq + kC * Sm::kKld;
+  uint16_t* sdO = sk + kC * Sm::kKld;
+  uint16_t* sP = sdO + kC * Sm::kVld;
+  float* sG = reinterpret_cast<float*>(sP + kC * Sm::kPld);
+
+  const int HV = p.sh.HV;
+  const int64_t n = blockIdx.x / HV;
+  const int j = blockIdx.x % HV, i = j / p.sh.G;
+  const ChunkDesc ch = p.chunks[n];
+  const int L = ch.len;
+  const int64_t t0 = ch.begin;
+  const float scale = p.sh.scale;
+
+  stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
+  stage_rows<DT, uint16_t, V>(sdO, Sm::kVld, p.x + (t0 * HV + j) * V, int64_t(HV) * V, L, kC);
+  __syncthreads();
+  {
+    using T64 = Tiling<kC, kC>;
+    float acc[T64::MT][T64::NT][4];
+    T64::zero(acc);
+    T64::template mma<DT>(acc, AView<uint16_t, true>{sq, Sm::kKld}, BView<uint16_t, true>{sk, Sm::kKld}, 0, K);
+    T64::pairs(acc, [&](int r, int s, float& v0, float& v1) {
+      const float p0 = (s <= r && r < L) ? DT::rnd(v0 * exp2f(sG[r] - sG[s]) * scale) : 0.0f;
+      const float p1 = (s + 1 <= r && r < L) ? DT::rnd(v1 * exp2f(sG[r] - sG[s + 1]) * scale) : 0.0f;
+      *reinterpret_cast<uint32_t*>(sP + r * Sm::kPld + s) = DT::pack(p0, p1);
+    });
+  }
+  __syncthreads();
+  using TO = Tiling<kC, V>;
+  float acc[TO::MT][TO::NT][4];
+  TO::zero(acc);
+  // dv_local[s] = sum_r P'[r][s] dO[r]: A(m = s, k = r) = P'[r][s].
+  TO::template mma<DT>(acc, AView<uint16_t, false>{sP, Sm::kPld}, BView<uint16_t, false>{sdO, Sm::kVld}, 0,
+                       (L + 15) & ~15);
+  TO::pairs(acc, [&](int s, int c, float& v0, float& v1) {
+    if (s < L)
+      *reinterpret_cast<float2*>(p.out + ((t0 + s) * HV + j) * V + c) = make_float2(DT::rnd(v0), DT::rnd(v1));
+  });
+}
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,298 @@
+// GDN state walks over the chunks of a segment (ALGORITHM F4, 4.2, B3, 4.3). Included only by
+// gdn_chunk_state.cu.
+//
+// gdn_fwd_walk_kernel<DT, K, V, STATES>: grid S * HV * tiles, block b -> (segment s, value head j,
+//   tile) = (b / (tiles HV), (b / tiles) % HV, b % tiles), 256 threads. A tile is 64 columns:
+//   tiles [0, V/64) are state tiles S[:, c0 : c0 + 64] (K x 64, fp32 in the mma accumulators);
+//   in summary mode (STATES = false) tiles [V/64, V/64 + K/64) are transfer tiles
+//   M[:, c0 : c0 + 64] (columns of M are independent). Per chunk, first to last:
+//     state tile:  Sb = dtype(S) (-> h[n] in STATES mode); vr = U - W Sb; v_new = dtype(vr);
+//                  S <- Gam S + k^T dtype(vr * exp2(gL - g_r))          ([S1]-[S3] of the twin)
+//     M tile:      M <- Gam M - Kt^T (W M), Kt = dtype(k * exp2(gL - g_r)); W M and Kt^T (W M)
+//                  use split fp32 operands (hi + lo, both dtype), so the chain stays ~fp32 ([S4]).
+//   Summary mode writes seg_h_ext (from S = 0) and seg_Mt = M^T (from M = I); STATES mode starts
+//   from seg_entry and writes h, v_new and ht (the piece's last segment).
+//   Shared memory (16-bit tiles): W, k 64 x (K+8); U 64 x 72; X0, X1 K x 72; Y0, Y1 64 x 72.
+// gdn_bwd_walk_kernel<DT, K, V, STATES>: grid S * HV * V/64, same mapping, chunks last to first:
+//     dSb = dtype(dS) (-> dh[n]); dv2 = dtype((k dSb) * exp2(gL - g_r) + dv_local);
+//     dS <- Gam dS + qs^T dO - W^T dv2, qs = dtype((q scale) exp2(g_r))   ([B1]-[B3])
+//   Summary mode starts from 0 and writes seg_dh_ext; STATES mode starts from seg_exit and writes
+//   dh, dv2 and dh0 (first segment of each piece).
+//   Shared memory (16-bit): k, qs, W 64 x (K+8); dO, dv_local 64 x 72; X0 K x 72; Y0 64 x 72.
+// Rows beyond a partial chunk are zero in every staged tile and masked in every epilogue.
+#pragma once
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace kcp::kernels::cuda {
+
+inline constexpr int kBV = 64;  // tile width of the state walks
+
+struct FwdWalkParams {
+  Shape sh;
+  const ChunkDesc* chunks;
+  const SegmentDesc* segments;
+  const PieceDesc* pieces;
+  const float* k;          // [T, H, K] dtype
+  const float* gcum;       // [T, HV] fp32 log2
+  const float* W;          // [T, HV, K] dtype
+  const float* U;          // [T, HV, V] dtype
+  const float* seg_entry;  // [S, HV, K, V] fp32 (STATES)
+  float* h;                // [NT, HV, K, V] dtype (STATES)
+  float* v_new;            // [T, HV, V] dtype (STATES)
+  float* ht;               // [N, HV, K, V] fp32 or null (STATES)
+  float* seg_h_ext;        // [S, HV, K, V] fp32 (summaries)
+  float* seg_Mt;           // [S, HV, K, K] fp32 (summaries)
+};
+
+template <int K>
+struct WalkSmem {
+  static constexpr int kKld = K + 8, kTld = kBV + 8;
+  static constexpr size_t bytes =
+      (2 * size_t(kC) * kKld + size_t(kC) * kTld + 2 * size_t(K) * kTld + 2 * size_t(kC) * kTld) * 2 + kC * 4;
+};
+
+template <class DT, int K, int V, bool STATES>
+__global__ void __launch_bounds__(kThreads) gdn_fwd_walk_kernel(FwdWalkParams p) {
+  using Sm = WalkSmem<K>;
+  using TS = Tiling<K, kBV>;   // the K x 64 state / transfer tile
+  using TC = Tiling<kC, kBV>;  // 64 x 64 chunk products
+  constexpr int NVT = V / kBV;
+  constexpr int NTILES = STATES ? NVT : NVT + K / kBV;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sW = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sk = sW + kC * Sm::kKld;
+  uint16_t* sU = sk + kC * Sm::kKld;
+  uint16_t* sX0 = sU + kC * Sm::kTld;
+  uint16_t* sX1 = sX0 + K * Sm::kTld;
+  uint16_t* sY0 = sX1 + K * Sm::kTld;
+  uint16_t* sY1 = sY0 + kC * Sm::kTld;
+  float* sG = reinterpret_cast<float*>(sY1 + kC * Sm::kTld);
+
+  const int HV = p.sh.HV;
+  const int tile = blockIdx.x % NTILES;
+  const int j = (blockIdx.x / NTILES) % HV, i = j / p.sh.G;
+  const int s = blockIdx.x / (NTILES * HV);
+  const bool mtile = tile >= NVT;
+  const int c0 = (mtile ? tile - NVT : tile) * kBV;
+  const SegmentDesc seg = p.segments[s];
+  const int64_t KV = int64_t(K) * V;
+
+  float acc[TS::MT][TS::NT][4];
+  if constexpr (STATES) {
+    const float* e = p.seg_entry + (int64_t(s) * HV + j) * KV;
+    TS::each(acc, [&](int a, int c, float& v) { v = e[int64_t(a) * V + c0 + c]; });
+  } else {
+    TS::each(acc, [&](int a, int c, float& v) { v = (mtile && a == c0 + c) ? 1.0f : 0.0f; });
+  }
+
+  for (int64_t n = seg.chunk_begin; n < seg.chunk_end; ++n) {
+    const ChunkDesc ch = p.chunks[n];
+    const int L = ch.len;
+    const int64_t t0 = ch.begin;
+    __syncthreads();  // the previous chunk is done with every tile
+    stage_rows<DT, uint16_t, K>(sW, Sm::kKld, p.W + (t0 * HV + j) * K, int64_t(HV) * K, L, kC);
+    if (!mtile) {
+      stage_rows<DT, uint16_t, K>(sk, Sm::kKld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
+      stage_rows<DT, uint16_t, kBV>(sU, Sm::kTld, p.U + (t0 * HV + j) * V + c0, int64_t(HV) * V, L, kC);
+    }
+    if (threadIdx.x < kC) sG[threadIdx.x] = threadIdx.x < L ? p.gcum[(t0 + threadIdx.x) * HV + j] : 0.0f;
+    __syncthreads();
+    const float gL = sG[L - 1];
+    const float Gam = exp2f(gL);
+    if (mtile) {  // Kt = dtype(k * exp2(gL - g_r)), rows beyond the chunk zero
+      stage_rows_map<DT, K>(sk, Sm::kKld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC,
+                            [&](int r, float x) { return DT::rnd(x * exp2f(gL - sG[r])); });
+    }
+    const int kend = (L + 15) & ~15;
+    if (!mtile) {
+      // (1) Sb = dtype(S): operand of W Sb, and h[n].
+      TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
+        const float b0 = DT::rnd(v0), b1 = DT::rnd(v1);
+        *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = DT::pack(b0, b1);
+        if constexpr (STATES)
+          *reinterpret_cast<float2*>(p.h + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = make_float2(b0, b1);
+      });
+      __syncthreads();
+      // (2) vr = U - W Sb; v_new; the update operand dtype(vr * exp2(gL - g_r)).
+      float acc2[TC::MT][TC::NT][4];
+      TC::zero(acc2);
+      TC::template mma<DT>(acc2, AView<uint16_t, true>{sW, Sm::kKld}, BView<uint16_t, false>{sX0, Sm::kTld}, 0, K);
+      TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
+        float o0 = 0.0f, o1 = 0.0f;
+        if (r < L) {
+          const float x0 = DT::from_raw(sU[r * Sm::kTld + c]) - v0;
+          const float x1 = DT::from_raw(sU[r * Sm::kTld + c + 1]) - v1;
+          if constexpr (STATES)
+            *reinterpret_cast<float2*>(p.v_new + ((t0 + r) * HV + j) * V + c0 + c) = make_float2(DT::rnd(x0), DT::rnd(x1));
+          const float f = exp2f(gL - sG[r]);
+          o0 = DT::rnd(x0 * f);
+          o1 = DT::rnd(x1 * f);
+        }
+        *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(o0, o1);
+      });
+      __syncthreads();
+      // (3) S <- Gam S + k^T op.
+      TS::each(acc, [&](int, int, float& v) { v *= Gam; });
+      TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY0, Sm::kTld}, 0, kend);
+    } else {
+      // (1') M = hi + lo, both dtype.
+      TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
+        const float h0 = DT::rnd(v0), h1 = DT::rnd(v1);
+        *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = DT::pack(h0, h1);
+        *reinterpret_cast<uint32_t*>(sX1 + a * Sm::kTld + c) = DT::pack(v0 - h0, v1 - h1);
+      });
+      __syncthreads();
+      // (2') R = W M (two products); stored negated and split.
+      float acc2[TC::MT][TC::NT][4];
+      TC::zero(acc2);
+      TC::template mma<DT>(acc2, AView<uint16_t, true>{sW, Sm::kKld}, BView<uint16_t, false>{sX0, Sm::kTld}, 0, K);
+      TC::template mma<DT>(acc2, AView<uint16_t, true>{sW, Sm::kKld}, BView<uint16_t, false>{sX1, Sm::kTld}, 0, K);
+      TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
+        const float h0 = DT::rnd(v0), h1 = DT::rnd(v1);
+        *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(-h0, -h1);
+        *reinterpret_cast<uint32_t*>(sY1 + r * Sm::kTld + c) = DT::pack(h0 - v0, h1 - v1);
+      });
+      __syncthreads();
+      // (3') M <- Gam M - Kt^T R.
+      TS::each(acc, [&](int, int, float& v) { v *= Gam; });
+      TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY0, Sm::kTld}, 0, kend);
+      TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY1, Sm::kTld}, 0, kend);
+    }
+  }
+
+  if constexpr (STATES) {
+    const PieceDesc pc = p.pieces[seg.piece];
+    if (p.ht && s + 1 == pc.seg_end) {
+      float* o = p.ht + (int64_t(seg.piece) * HV + j) * KV;
+      TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
+        *reinterpret_cast<float2*>(o + int64_t(a) * V + c0 + c) = make_float2(v0, v1);
+      });
+    }
+  } else if (!mtile) {
+    float* o = p.seg_h_ext + (int64_t(s) * HV + j) * KV;
+    TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
+      *reinterpret_cast<float2*>(o + int64_t(a) * V + c0 + c) = make_float2(v0, v1);
+    });
+  } else {
+    float* o = p.seg_Mt + (int64_t(s) * HV + j) * int64_t(K) * K;  // M^T: o[b * K + a] = M[a][b]
+    TS::each(acc, [&](int a, int c, float& v) { o[int64_t(c0 + c) * K + a] = v; });
+  }
+}
+
+struct BwdWalkParams {
+  Shape sh;
+  const ChunkDesc* chunks;
+  const SegmentDesc* segments;
+  const float* q;         // [T, H, K] dtype
+  const float* k;         // [T, H, K] dtype
+  const float* gcum;      // [T, HV] fp32 log2
+  const float* W;         // [T, HV, K] dtype
+  const float* dO;        // [T, HV, V] dtype
+  const float* dv_local;  // [T, HV, V] dtype
+  const float* seg_exit;  // [S, HV, K, V] fp32 (STATES)
+  float* dh;              // [NT, HV, K, V] dtype (STATES)
+  float* dv2;             // [T, HV, V] dtype (STATES)
+  float* dh0;             // [N, HV, K, V] fp32 or null (STATES)
+  float* seg_dh_ext;      // [S, HV, K, V] fp32 (summaries)
+};
+
+template <int K>
+struct BwdWalkSmem {
+  static constexpr int kKld = K + 8, kTld = kBV + 8;
+  static constexpr size_t bytes =
+      (3 * size_t(kC) * kKld + 2 * size_t(kC) * kTld + size_t(K) * kTld + size_t(kC) * kTld) * 2 + kC * 4;
+};
+
+template <class DT, int K, int V, bool STATES>
+__global__ void __launch_bounds__(kThreads) gdn_bwd_walk_kernel(BwdWalkParams p) {
+  using Sm = BwdWalkSmem<K>;
+  using TS = Tiling<K, kBV>;
+  using TC = Tiling<kC, kBV>;
+  constexpr int NTILES = V / kBV;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sk = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sQs = sk + kC * Sm::kKld;
+  uint16_t* sW = sQs + kC * Sm::kKld;
+  uint16_t* sdO = sW + kC * Sm::kKld;
+  uint16_t* sdl = sdO + kC * Sm::kTld;
+  uint16_t* sX0 = sdl + kC * Sm::kTld;
+  uint16_t* sY0 = sX0 + K * Sm::kTld;
+  float* sG = reinterpret_cast<float*>(sY0 + kC * Sm::kTld);
+
+  const int HV = p.sh.HV;
+  const int tile = blockIdx.x % NTILES;
+  const int j = (blockIdx.x / NTILES) % HV, i = j / p.sh.G;
+  const int s = blockIdx.x / (NTILES * HV);
+  const int c0 = tile * kBV;
+  const SegmentDesc seg = p.segments[s];
+  const int64_t KV = int64_t(K) * V;
+  const float scale = p.sh.scale;
+
+  float acc[TS::MT][TS::NT][4];
+  if constexpr (STATES) {
+    const float* e = p.seg_exit + (int64_t(s) * HV + j) * KV;
+    TS::each(acc, [&](int a, int c, float& v) { v = e[int64_t(a) * V + c0 + c]; });
+  } else {
+    TS::zero(acc);
+  }
+
+  for (int64_t n = seg.chunk_end - 1; n >= seg.chunk_begin; --n) {
+    const ChunkDesc ch = p.chunks[n];
+    const int L = ch.len;
+    const int64_t t0 = ch.begin;
+    __syncthreads();
+    if (threadIdx.x < kC) sG[threadIdx.x] = threadIdx.x < L ? p.gcum[(t0 + threadIdx.x) * HV + j] : 0.0f;
+    stage_rows<DT, uint16_t, K>(sk, Sm::kKld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
+    stage_rows<DT, uint16_t, K>(sW, Sm::kKld, p.W + (t0 * HV + j) * K, int64_t(HV) * K, L, kC);
+    stage_rows<DT, uint16_t, kBV>(sdO, Sm::kTld, p.dO + (t0 * HV + j) * V + c0, int64_t(HV) * V, L, kC);
+    stage_rows<DT, uint16_t, kBV>(sdl, Sm::kTld, p.dv_local + (t0 * HV + j) * V + c0, int64_t(HV) * V, L, kC);
+    __syncthreads();
+    stage_rows_map<DT, K>(sQs, Sm::kKld, p.q + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC,
+                          [&](int r, float x) { return DT::rnd((x * scale) * exp2f(sG[r])); });
+    const float gL = sG[L - 1];
+    const float Gam = exp2f(gL);
+    const int kend = (L + 15) & ~15;
+    // (1) dSb = dtype(dS): operand of k dSb, and dh[n].
+    TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
+      const float b0 = DT::rnd(v0), b1 = DT::rnd(v1);
+      *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = DT::pack(b0, b1);
+      if constexpr (STATES)
+        *reinterpret_cast<float2*>(p.dh + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = make_float2(b0, b1);
+    });
+    __syncthreads();
+    // (2) dv2 = dtype((k dSb) f + dv_local); kept negated for the update.
+    float acc2[TC::MT][TC::NT][4];
+    TC::zero(acc2);
+    TC::template mma<DT>(acc2, AView<uint16_t, true>{sk, Sm::kKld}, BView<uint16_t, false>{sX0, Sm::kTld}, 0, K);
+    TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
+      float o0 = 0.0f, o1 = 0.0f;
+      if (r < L) {
+        const float f = exp2f(gL - sG[r]);
+        o0 = DT::rnd(v0 * f + DT::from_raw(sdl[r * Sm::kTld + c]));
+        o1 = DT::rnd(v1 * f + DT::from_raw(sdl[r * Sm::kTld + c + 1]));
+        if constexpr (STATES)
+          *reinterpret_cast<float2*>(p.dv2 + ((t0 + r) * HV + j) * V + c0 + c) = make_float2(o0, o1);
+      }
+      *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(-o0, -o1);
+    });
+    __syncthreads();
+    // (3) dS <- Gam dS + qs^T dO - W^T dv2.
+    TS::each(acc, [&](int, int, float& v) { v *= Gam; });
+    TS::template mma<DT>(acc, AView<uint16_t, false>{sQs, Sm::kKld}, BView<uint16_t, false>{sdO, Sm::kTld}, 0, kend);
+    TS::template mma<DT>(acc, AView<uint16_t, false>{sW, Sm::kKld}, BView<uint16_t, false>{sY0, Sm::kTld}, 0, kend);
+  }
+
+  float* o = nullptr;
+  if constexpr (STATES) {
+    if (p.dh0 && seg.index_in_piece == 0) o = p.dh0 + (int64_t(seg.piece) * HV + j) * KV;
+  } else {
+    o = p.seg_dh_ext + (int64_t(s) * HV + j) * KV;
+  }
+  if (o)
+    TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
+      *reinterpret_cast<float2*>(o + int64_t(a) * V + c0 + c) = make_float2(v0, v1);
+    });
+}
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,59 @@
+// Launcher of the GDN backward finalize: GVA + L2-norm backward of dq/dk, gate backward.
+#include "kernels/cuda/gdn_finalize_kernel.cuh"
+
+namespace kcp::kernels::cuda {
+
+namespace {
+template <class DT, int K>
+void run_qk(const FinalizeQkParams& p, cudaStream_t st) {
+  const dim3 grid(unsigned((p.rows + 7) / 8), 2);
+  finalize_qk_kernel<DT, K><<<grid, 256, 0, st>>>(p);
+  KCP_CUDA_LAUNCH_CHECK(st);
+}
+}  // namespace
+
+void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st) {
+  const Problem& pb = a.ctx.problem;
+  if (L.T > 0) {
+    FinalizeQkParams q{};
+    q.dhv[0] = a.dq_hv;
+    q.dhv[1] = a.dk_hv;
+    q.y[0] = a.q;
+    q.y[1] = a.k;
+    q.rstd[0] = a.rstd_q;
+    q.rstd[1] = a.rstd_k;
+    q.out[0] = a.dq;
+    q.out[1] = a.dk;
+    q.rows = L.T * pb.H;
+    q.H = pb.H;
+    q.G = pb.group();
+    q.l2norm = pb.qk_l2norm ? 1 : 0;
+    const bool fp16 = pb.dtype == DType::FP16;
+    if (pb.K == 64) fp16 ? run_qk<Fp16, 64>(q, st) : run_qk<Bf16, 64>(q, st);
+    else fp16 ? run_qk<Fp16, 128>(q, st) : run_qk<Bf16, 128>(q, st);
+  }
+  FinalizeGateParams g{};
+  g.chunks = L.chunks;
+  g.NT = L.n_chunks;
+  g.HV = pb.HV;
+  g.gate = int(pb.gate);
+  g.dlam = a.dlam;
+  g.g = a.g;
+  g.A_log = pb.has_A_log ? a.A_log : nullptr;
+  g.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
+  g.dg = a.dg;
+  g.partials = partials;
+  g.dA_log = pb.has_A_log ? a.dA_log : nullptr;
+  g.ddt_bias = pb.has_dt_bias ? a.ddt_bias : nullptr;
+  const unsigned hb = unsigned((pb.HV + 63) / 64);
+  if (L.n_chunks > 0) {
+    finalize_gate_kernel<<<dim3(unsigned(L.n_chunks), hb), 64, 0, st>>>(g);
+    KCP_CUDA_LAUNCH_CHECK(st);
+  }
+  if (g.dA_log || g.ddt_bias) {
+    finalize_params_kernel<<<hb, 64, 0, st>>>(g);
+    KCP_CUDA_LAUNCH_CHECK(st);
+  }
+}
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,121 @@
+// Backward finalize (ALGORITHM B6, B7), GDN, rounding points [F1]-[F3] of the CPU twin
+// (kernels/cpu/finalize.cpp). Included only by gdn_finalize.cu.
+//
+// finalize_qk_kernel: grid (ceil(T*H / 8), 2), one warp per (token, q/k head) row: sum of the
+//   G value heads' dq_hv / dk_hv in fixed order j = i G .. i G + G - 1 (fp32), L2-norm backward
+//   dx = rstd (dy - (dy . y) y) with y the saved normalized q / k, one rounding to dtype.
+// finalize_gate_kernel: grid (NT, ceil(HV / 64)), one thread per (chunk, value head): reverse
+//   chunk-local cumsum of dlam in token order (fp32), raw-gate backward, dg; the chunk's partial
+//   sums of dA_log and ddt_bias (rows in order) go to partials [NT, HV, 2].
+// finalize_params_kernel: one thread per value head adds the chunk partials in chunk order.
+// Every reduction has a fixed order, so det and nondet give the same bits.
+#pragma once
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace kcp::kernels::cuda {
+
+struct FinalizeQkParams {
+  const float* dhv[2];   // dq_hv, dk_hv [T, HV, K] fp32
+  const float* y[2];     // saved q, k [T, H, K] dtype (L2 norm)
+  const float* rstd[2];  // [T, H] fp32 (L2 norm)
+  float* out[2];         // dq, dk [T, H, K] dtype
+  int64_t rows;          // T * H
+  int H, G, l2norm;
+};
+
+template <class DT, int K>
+__global__ void __launch_bounds__(256) finalize_qk_kernel(FinalizeQkParams p) {
+  const int64_t row = int64_t(blockIdx.x) * 8 + warp_id();
+  if (row >= p.rows) return;
+  const int w = blockIdx.y;
+  const int64_t t = row / p.H;
+  const int i = int(row % p.H);
+  constexpr int E = K / 32;
+  float sum[E];
+#pragma unroll
+  for (int e = 0; e < E; ++e) sum[e] = 0.0f;
+  for (int gi = 0; gi < p.G; ++gi) {
+    const float* x = p.dhv[w] + ((t * p.H * p.G) + int64_t(i) * p.G + gi) * K + lane_id() * E;
+#pragma unroll
+    for (int e = 0; e < E; ++e) sum[e] += x[e];
+  }
+  float* o = p.out[w] + row * K + lane_id() * E;
+  if (p.l2norm) {
+    const float* y = p.y[w] + row * K + lane_id() * E;
+    float dot = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) dot += sum[e] * y[e];
+    dot = warp_sum(dot);
+    const float r = p.rstd[w][row];
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] = DT::rnd(r * (sum[e] - dot * y[e]));
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] = DT::rnd(sum[e]);
+  }
+}
+
+struct FinalizeGateParams {
+  const ChunkDesc* chunks;
+  int64_t NT;
+  int HV, gate;
+  const float* dlam;     // [T, HV] fp32
+  const float* g;        // [T, HV] raw gate (softplus)
+  const float* A_log;    // [HV] or null
+  const float* dt_bias;  // [HV] or null
+  float* dg;             // [T, HV] fp32
+  float* partials;       // [NT, HV, 2]: dA_log, ddt_bias partial sums of the chunk
+  float* dA_log;         // [HV] or null
+  float* ddt_bias;       // [HV] or null
+};
+
+__global__ void __launch_bounds__(64) finalize_gate_kernel(FinalizeGateParams p) {
+  __shared__ float sA[kC][64];  // dA per row for this block's 64 heads
+  const int64_t n = blockIdx.x;
+  const int j = blockIdx.y * 64 + threadIdx.x;
+  if (j >= p.HV) return;
+  const ChunkDesc ch = p.chunks[n];
+  const int L = ch.len;
+  const int64_t t0 = ch.begin;
+  const int HV = p.HV;
+  float acc = 0.0f;
+  for (int r = L - 1; r >= 0; --r) {
+    acc += p.dlam[(t0 + r) * HV + j];
+    sA[r][threadIdx.x] = acc;
+  }
+  const bool softplus = p.gate == int(GateForm::Softplus);
+  const float ea = p.A_log ? expf(p.A_log[j]) : 1.0f;
+  const float bias = p.dt_bias ? p.dt_bias[j] : 0.0f;
+  float part_A = 0.0f, part_b = 0.0f;
+  for (int r = 0; r < L; ++r) {
+    const int64_t at = (t0 + r) * HV + j;
+    const float dA = sA[r][threadIdx.x];
+    float dg = dA;
+    if (softplus) {
+      const float x = p.g[at] + bias;
+      const float sg = x > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-x));
+      const float av = -ea * (x > 20.0f ? x : logf(1.0f + expf(x)));
+      dg = dA * (-ea * sg);
+      part_A += dA * av;
+    }
+    p.dg[at] = dg;
+    part_b += dg;
+  }
+  p.partials[(n * HV + j) * 2] = part_A;
+  p.partials[(n * HV + j) * 2 + 1] = part_b;
+}
+
+__global__ void __launch_bounds__(64) finalize_params_kernel(FinalizeGateParams p) {
+  const int j = blockIdx.x * 64 + threadIdx.x;
+  if (j >= p.HV) return;
+  float tot_A = 0.0f, tot_b = 0.0f;
+  for (int64_t n = 0; n < p.NT; ++n) {
+    tot_A += p.partials[(n * p.HV + j) * 2];
+    tot_b += p.partials[(n * p.HV + j) * 2 + 1];
+  }
+  if (p.dA_log) p.dA_log[j] = tot_A;
+  if (p.ddt_bias) p.ddt_bias[j] = tot_b;
+}
+
+}  // namespace kcp::kernels::cuda

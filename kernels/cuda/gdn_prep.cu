@@ -1,0 +1,51 @@
+// Launcher of the GDN prep phase: q/k L2 norm (or copy), then gate cumsum + Pi + Phi.
+#include "kernels/cuda/gdn_prep_kernel.cuh"
+
+namespace kcp::kernels::cuda {
+
+namespace {
+template <class DT, int K>
+void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
+  const Problem& pb = a.ctx.problem;
+  const Shape sh = shape_of(pb, L);
+  if (sh.T > 0) {
+    PrepQkParams q{};
+    q.x[0] = a.q;
+    q.x[1] = a.k;
+    q.y[0] = a.q_out;
+    q.y[1] = a.k_out;
+    q.rstd[0] = a.rstd_q;
+    q.rstd[1] = a.rstd_k;
+    q.rows = sh.T * sh.H;
+    q.l2norm = pb.qk_l2norm ? 1 : 0;
+    const dim3 grid(unsigned((q.rows + 7) / 8), 2);
+    prep_qk_kernel<DT, K><<<grid, 256, 0, st>>>(q);
+    KCP_CUDA_LAUNCH_CHECK(st);
+  }
+  if (sh.NT > 0) {
+    IntraParams p{};
+    p.sh = sh;
+    p.chunks = L.chunks;
+    p.k = a.k_out;
+    p.g = a.g;
+    p.beta = a.beta;
+    p.A_log = pb.has_A_log ? a.A_log : nullptr;
+    p.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
+    p.gate = int(pb.gate);
+    p.gcum = a.gcum;
+    p.Phi = a.Phi;
+    const size_t smem = IntraSmem<K>::bytes;
+    allow_smem(gdn_intra_kernel<DT, K>, smem);
+    gdn_intra_kernel<DT, K><<<unsigned(sh.NT * sh.HV), kThreads, smem, st>>>(p);
+    KCP_CUDA_LAUNCH_CHECK(st);
+  }
+}
+}  // namespace
+
+void launch_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
+  const bool fp16 = a.ctx.problem.dtype == DType::FP16;
+  if (a.ctx.problem.K == 64) fp16 ? run_prep<Fp16, 64>(a, L, st) : run_prep<Bf16, 64>(a, L, st);
+  else fp16 ? run_prep<Fp16, 128>(a, L, st) : run_prep<Bf16, 128>(a, L, st);
+}
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,188 @@
+// GDN prep kernels (ALGORITHM 1.2, 1.3, F0-F2). Included only by gdn_prep.cu.
+//
+// prep_qk_kernel: grid (ceil(T*H / 8), 2): one warp per (token, q/k head) row, blockIdx.y picks
+//   q or k. L2 norm in fp32 (sum of squares by a warp reduction), stored rounded to dtype, rstd
+//   fp32; without L2 norm a plain copy.
+// gdn_intra_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256 threads.
+//   Gate activation in fp32, chunk-local inclusive cumsum by one thread in token order (the
+//   twin's order), times kRcpLn2; K K^T on tensor cores (dtype k, fp32 accumulation); Pi gated
+//   in fp32 with masked entries selected as 0 (ALGORITHM 7.1); Phi = (I + Pi)^-1 by the 16x16
+//   block method of F2 in fp32 (one thread per column of a diagonal block, then the block
+//   merges); Phi stored rounded to dtype with zeros above the diagonal and beyond the chunk.
+//   Shared memory: k 64 x (K+8) 16-bit, Pi and Phi 64 x 65 fp32, merge scratch 3 x 16 x 16.
+#pragma once
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace kcp::kernels::cuda {
+
+struct PrepQkParams {
+  const float* x[2];   // q, k: [T, H, K] dtype
+  float* y[2];         // q_out, k_out: [T, H, K] dtype
+  float* rstd[2];      // [T, H] fp32 (l2norm only)
+  int64_t rows;        // T * H
+  int l2norm;
+};
+
+template <class DT, int K>
+__global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
+  const int64_t row = int64_t(blockIdx.x) * 8 + warp_id();
+  if (row >= p.rows) return;
+  const int w = blockIdx.y;
+  const float* x = p.x[w] + row * K;
+  float* y = p.y[w] + row * K;
+  constexpr int E = K / 32;  // 2 or 4 floats per lane
+  float v[E];
+  if constexpr (E == 4) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(x) + lane_id());
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+  } else {
+    const float2 f = __ldg(reinterpret_cast<const float2*>(x) + lane_id());
+    v[0] = f.x; v[1] = f.y;
+  }
+  if (p.l2norm) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) ss += v[e] * v[e];
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf(ss + kL2NormEps);
+#pragma unroll
+    for (int e = 0; e < E; ++e) v[e] = DT::rnd(v[e] * r);
+    if (lane_id() == 0) p.rstd[w][row] = r;
+  }
+  if constexpr (E == 4) reinterpret_cast<float4*>(y)[lane_id()] = make_float4(v[0], v[1], v[2], v[3]);
+  else reinterpret_cast<float2*>(y)[lane_id()] = make_float2(v[0], v[1]);
+}
+
+struct IntraParams {
+  Shape sh;
+  const ChunkDesc* chunks;
+  const float* k;        // [T, H, K] dtype: k after prep
+  const float* g;        // [T, HV] gate input
+  const float* beta;     // [T, HV]
+  const float* A_log;    // [HV] or null
+  const float* dt_bias;  // [HV] or null
+  int gate;              // GateForm
+  float* gcum;           // [T, HV] fp32, log2 units
+  float* Phi;            // [T, HV, 64] dtype
+};
+
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+
+// Natural-log decay of one gate element (ALGORITHM 1.2), fp32, GDN forms.
+__device__ __forceinline__ float gdn_activate(int gate, float graw, float A_log, float bias) {
+  if (gate == int(GateForm::Softplus)) return -expf(A_log) * softplus_f(graw + bias);
+  return graw;
+}
+
+template <int K>
+struct IntraSmem {
+  static constexpr int kLd = K + 8;      // 16-bit k tile
+  static constexpr int kPld = 65;        // fp32 Pi / Phi
+  static constexpr size_t bytes = size_t(kC) * kLd * 2 + 2 * size_t(kC) * kPld * 4 + 3 * 256 * 4 + 3 * kC * 4;
+};
+
+template <class DT, int K>
+__global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
+  using Sm = IntraSmem<K>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sk = reinterpret_cast<uint16_t*>(smem_raw);
+  float* sPi = reinterpret_cast<float*>(sk + kC * Sm::kLd);
+  float* sPhi = sPi + kC * Sm::kPld;
+  float* sTmp = sPhi + kC * Sm::kPld;  // 3 x 16 x 16
+  float* sA = sTmp + 3 * 256;          // activations
+  float* sG = sA + kC;                 // cumsum, log2 units
+  float* sB = sG + kC;                 // beta
+
+  const int HV = p.sh.HV;
+  const int64_t n = blockIdx.x / HV;
+  const int j = blockIdx.x % HV, i = j / p.sh.G;
+  const ChunkDesc ch = p.chunks[n];
+  const int L = ch.len;
+  const int64_t t0 = ch.begin;
+  const int tid = threadIdx.x;
+
+  // Gate: activation per token, then the sequential cumsum (the twin's order).
+  if (tid < kC) {
+    float a = 0.0f, b = 0.0f;
+    if (tid < L) {
+      const int64_t at = (t0 + tid) * HV + j;
+      const float A_log = p.A_log ? p.A_log[j] : 0.0f;
+      const float bias = p.dt_bias ? p.dt_bias[j] : 0.0f;
+      a = gdn_activate(p.gate, p.g[at], A_log, bias);
+      b = p.beta[at];
+    }
+    sA[tid] = a;
+    sB[tid] = b;
+  }
+  stage_rows<DT, uint16_t, K>(sk, Sm::kLd, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
+  __syncthreads();
+  if (tid == 0) {
+    float acc = 0.0f;
+    for (int r = 0; r < L; ++r) {
+      acc += sA[r];
+      sG[r] = acc * kRcpLn2;
+    }
+    for (int r = L; r < kC; ++r) sG[r] = 0.0f;
+  }
+  __syncthreads();
+  if (tid < L) p.gcum[(t0 + tid) * HV + j] = sG[tid];
+
+  // K K^T (64 x 64, k = K) on tensor cores, then Pi in fp32.
+  using T64 = Tiling<kC, kC>;
+  {
+    float acc[T64::MT][T64::NT][4];
+    T64::zero(acc);
+    T64::template mma<DT>(acc, AView<uint16_t, true>{sk, Sm::kLd}, BView<uint16_t, true>{sk, Sm::kLd}, 0, K);
+    T64::each(acc, [&](int r, int s, float& v) {
+      sPi[r * Sm::kPld + s] = (s < r && r < L) ? (sB[r] * v) * exp2f(sG[r] - sG[s]) : 0.0f;
+    });
+  }
+  for (int e = tid; e < kC * Sm::kPld; e += kThreads) sPhi[e] = 0.0f;
+  __syncthreads();
+
+  // (a) diagonal 16x16 blocks: thread (b, c) owns column c of block b (rows depend only on the
+  //     same column of earlier rows), X[i][c] = -Pi[i][c] + sum_{m=c+1}^{i-1} (-Pi[i][m]) X[m][c].
+  if (tid < kC) {
+    const int b = (tid / 16) * 16, c = tid % 16;
+    sPhi[(b + c) * Sm::kPld + b + c] = 1.0f;
+    for (int r = c + 1; r < 16; ++r) {
+      float acc = 0.0f;
+      for (int m = c + 1; m < r; ++m) acc += -sPi[(b + r) * Sm::kPld + b + m] * sPhi[(b + m) * Sm::kPld + b + c];
+      sPhi[(b + r) * Sm::kPld + b + c] = -sPi[(b + r) * Sm::kPld + b + c] + acc;
+    }
+  }
+  __syncthreads();
+  // (b) off-diagonal blocks X_ij = -X_ii (sum_{m=j}^{i-1} Pi_im X_mj), stage by stage:
+  //     {(1,0), (2,1), (3,2)}, {(2,0), (3,1)}, {(3,0)}.
+  for (int d = 1; d <= 3; ++d) {
+    const int nb = 4 - d;  // blocks in this stage: (d + q, q) for q < nb
+    for (int e = tid; e < nb * 256; e += kThreads) {
+      const int q = e / 256, r = (e % 256) / 16, c = e % 16;
+      const int bi = (d + q) * 16, bj = q * 16;
+      float sum = 0.0f;
+      for (int m = q; m < d + q; ++m) {
+        float acc = 0.0f;
+        for (int x = 0; x < 16; ++x) acc += sPi[(bi + r) * Sm::kPld + m * 16 + x] * sPhi[(m * 16 + x) * Sm::kPld + bj + c];
+        sum += acc;
+      }
+      sTmp[e] = sum;
+    }
+    __syncthreads();
+    for (int e = tid; e < nb * 256; e += kThreads) {
+      const int q = e / 256, r = (e % 256) / 16, c = e % 16;
+      const int bi = (d + q) * 16, bj = q * 16;
+      float acc = 0.0f;
+      for (int x = 0; x < 16; ++x) acc += sPhi[(bi + r) * Sm::kPld + bi + x] * sTmp[q * 256 + x * 16 + c];
+      sPhi[(bi + r) * Sm::kPld + bj + c] = -acc;
+    }
+    __syncthreads();
+  }
+  // Phi rounded to dtype; zero above the diagonal and beyond the chunk.
+  for (int e = tid; e < L * kC; e += kThreads) {
+    const int r = e / kC, s = e % kC;
+    p.Phi[((t0 + r) * HV + j) * kC + s] = (s <= r && s < L) ? DT::rnd(sPhi[r * Sm::kPld + s]) : 0.0f;
+  }
+}
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,34 @@
+// Launcher of the GDN WY phase (W, U per chunk and value head).
+#include "kernels/cuda/gdn_wy_kernel.cuh"
+
+namespace kcp::kernels::cuda {
+
+namespace {
+template <class DT, int K>
+void run_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
+  const Shape sh = shape_of(a.ctx.problem, L);
+  if (sh.NT == 0) return;
+  WyParams p{};
+  p.sh = sh;
+  p.chunks = L.chunks;
+  p.k = a.k;
+  p.v = a.v;
+  p.beta = a.beta;
+  p.gcum = a.gcum;
+  p.Phi = a.Phi;
+  p.W = a.W;
+  p.U = a.U;
+  const size_t smem = WySmem<K, K>::bytes;
+  allow_smem(gdn_wy_kernel<DT, K, K>, smem);
+  gdn_wy_kernel<DT, K, K><<<unsigned(sh.NT * sh.HV), kThreads, smem, st>>>(p);
+  KCP_CUDA_LAUNCH_CHECK(st);
+}
+}  // namespace
+
+void launch_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
+  const bool fp16 = a.ctx.problem.dtype == DType::FP16;
+  if (a.ctx.problem.K == 64) fp16 ? run_wy<Fp16, 64>(a, L, st) : run_wy<Bf16, 64>(a, L, st);
+  else fp16 ? run_wy<Fp16, 128>(a, L, st) : run_wy<Bf16, 128>(a, L, st);
+}
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,110 @@
+// WY factors (ALGORITHM F3), GDN. Included only by gdn_wy.cu.
+//
+// gdn_wy_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256 threads.
+//   Operands rounded as the twin does ([W1]): xb = dtype((k * beta) * exp2(g)), ub =
+//   dtype(v * beta); W = Phi xb, U = Phi ub on tensor cores (dtype Phi, fp32 accumulation),
+//   stored rounded to dtype for the chunk's L rows. Shared memory (16-bit): Phi 64 x 72,
+//   xb 64 x (K+8), ub 64 x (V+8).
+#pragma once
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace kcp::kernels::cuda {
+
+struct WyParams {
+  Shape sh;
+  const ChunkDesc* chunks;
+  const float* k;     // [T, H, K] dtype
+  const float* v;     // [T, HV, V] dtype
+  const float* beta;  // [T, HV]
+  const float* gcum;  // [T, HV] fp32 log2
+  const float* Phi;   // [T, HV, 64] dtype
+  float* W;           // [T, HV, K] dtype
+  float* U;           // [T, HV, V] dtype
+};
+
+template <int K, int V>
+struct WySmem {
+  static constexpr int kPld = kC + 8, kXld = K + 8, kUld = V + 8;
+  static constexpr size_t bytes = (size_t(kC) * kPld + size_t(kC) * kXld + size_t(kC) * kUld) * 2 + 2 * kC * 4;
+};
+
+template <class DT, int K, int V>
+__global__ void __launch_bounds__(kThreads) gdn_wy_kernel(WyParams p) {
+  using Sm = WySmem<K, V>;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sPhi = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sX = sPhi + kC * Sm::kPld;
+  uint16_t* sU = sX + kC * Sm::kXld;
+  float* sB = reinterpret_cast<float*>(sU + kC * Sm::kUld);
+  float* sE = sB + kC;  // exp2(g)
+
+  const int HV = p.sh.HV;
+  const int64_t n = blockIdx.x / HV;
+  const int j = blockIdx.x % HV, i = j / p.sh.G;
+  const ChunkDesc ch = p.chunks[n];
+  const int L = ch.len;
+  const int64_t t0 = ch.begin;
+  const int tid = threadIdx.x;
+
+  if (tid < kC) {
+    const bool in = tid < L;
+    sB[tid] = in ? p.beta[(t0 + tid) * HV + j] : 0.0f;
+    sE[tid] = in ? exp2f(p.gcum[(t0 + tid) * HV + j]) : 0.0f;
+  }
+  stage_rows<DT, uint16_t, kC>(sPhi, Sm::kPld, p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L, kC);
+  __syncthreads();
+  // xb and ub rows (zero beyond the chunk).
+  for (int e = tid; e < kC * (K / 4); e += kThreads) {
+    const int r = e / (K / 4), c = (e % (K / 4)) * 4;
+    float x[4] = {0.f, 0.f, 0.f, 0.f};
+    if (r < L) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(p.k + ((t0 + r) * p.sh.H + i) * K + c));
+      const float b = sB[r], eg = sE[r];
+      x[0] = DT::rnd((f.x * b) * eg);
+      x[1] = DT::rnd((f.y * b) * eg);
+      x[2] = DT::rnd((f.z * b) * eg);
+      x[3] = DT::rnd((f.w * b) * eg);
+    }
+    uint32_t* d = reinterpret_cast<uint32_t*>(sX + r * Sm::kXld + c);
+    d[0] = DT::pack(x[0], x[1]);
+    d[1] = DT::pack(x[2], x[3]);
+  }
+  for (int e = tid; e < kC * (V / 4); e += kThreads) {
+    const int r = e / (V / 4), c = (e % (V / 4)) * 4;
+    float x[4] = {0.f, 0.f, 0.f, 0.f};
+    if (r < L) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(p.v + ((t0 + r) * HV + j) * V + c));
+      const float b = sB[r];
+      x[0] = DT::rnd(f.x * b);
+      x[1] = DT::rnd(f.y * b);
+      x[2] = DT::rnd(f.z * b);
+      x[3] = DT::rnd(f.w * b);
+    }
+    uint32_t* d = reinterpret_cast<uint32_t*>(sU + r * Sm::kUld + c);
+    d[0] = DT::pack(x[0], x[1]);
+    d[1] = DT::pack(x[2], x[3]);
+  }
+  __syncthreads();
+  const int kend = (L + 15) & ~15;  // Phi columns beyond the chunk are zero
+  {
+    using TW = Tiling<kC, K>;
+    float acc[TW::MT][TW::NT][4];
+    TW::zero(acc);
+    TW::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sX, Sm::kXld}, 0, kend);
+    TW::pairs(acc, [&](int r, int c, float& v0, float& v1) {
+      if (r < L) *reinterpret_cast<float2*>(p.W + ((t0 + r) * HV + j) * K + c) = make_float2(DT::rnd(v0), DT::rnd(v1));
+    });
+  }
+  {
+    using TU = Tiling<kC, V>;
+    float acc[TU::MT][TU::NT][4];
+    TU::zero(acc);
+    TU::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sU, Sm::kUld}, 0, kend);
+    TU::pairs(acc, [&](int r, int c, float& v0, float& v1) {
+      if (r < L) *reinterpret_cast<float2*>(p.U + ((t0 + r) * HV + j) * V + c) = make_float2(DT::rnd(v0), DT::rnd(v1));
+    });
+  }
+}
+
+}  // namespace kcp::kernels::cuda

@@ -1,0 +1,237 @@
+// kcp_gpu_bench: times the single-rank driver (forward + backward, full saved set) on the CUDA
+// backend for one shape, with a per-phase breakdown, and prints a short table (docs/perf-notes.md
+// records the numbers). Not a test; the project's timing command is `kcpbench run --bench`.
+//
+//   kcp_gpu_bench [T=8192] [H=16] [HV=32] [K=128] [P=planned] [repeats=10] [fp16=0] [l2norm=1]
+//
+// Inputs: uniform random values (never zeros, METHOD.md), rounded to the dtype; q, k normalized
+// in the kernel when l2norm = 1; direct gates log-sigmoid-like in (-0.7, -0.05); beta in (0, 1).
+// P defaults to the planner's rule for the h200 class: floor(132 / (HV * V / 64)), at most
+// chunks / 16, clamped to [1, 64].
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/api/numeric.h"
+#include "kernels/cpu/rank_driver.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace kk = kcp::kernels;
+
+namespace {
+
+// Forwards every call to `inner`, timing each phase call with the inner backend's timers.
+class TimingBackend final : public kk::Backend {
+ public:
+  explicit TimingBackend(const kk::Backend& inner) : in_(inner) {}
+  const char* name() const override { return in_.name(); }
+  kk::Status can_implement(const kk::Problem& p) const override { return in_.can_implement(p); }
+  int64_t extra_workspace_floats(const kk::Problem& p, const kk::LayoutView& l) const override {
+    return in_.extra_workspace_floats(p, l);
+  }
+  void prep(const kk::PrepArgs& a) const override { timed("prep", a.ctx.exec, [&] { in_.prep(a); }); }
+  void wy(const kk::WyArgs& a) const override { timed("wy", a.ctx.exec, [&] { in_.wy(a); }); }
+  void fwd_summaries(const kk::FwdSummaryArgs& a) const override {
+    timed("fwd_summaries", a.ctx.exec, [&] { in_.fwd_summaries(a); });
+  }
+  void fold(const kk::FoldArgs& a) const override { timed("fold", a.exec, [&] { in_.fold(a); }); }
+  void fwd_states(const kk::FwdStateArgs& a) const override {
+    timed("fwd_states", a.ctx.exec, [&] { in_.fwd_states(a); });
+  }
+  void fwd_output(const kk::FwdOutputArgs& a) const override {
+    timed("fwd_output", a.ctx.exec, [&] { in_.fwd_output(a); });
+  }
+  void bwd_local_dv(const kk::BwdLocalDvArgs& a) const override {
+    timed("bwd_local_dv", a.ctx.exec, [&] { in_.bwd_local_dv(a); });
+  }
+  void bwd_summaries(const kk::BwdSummaryArgs& a) const override {
+    timed("bwd_summaries", a.ctx.exec, [&] { in_.bwd_summaries(a); });
+  }
+  void bwd_states(const kk::BwdStateArgs& a) const override {
+    timed("bwd_states", a.ctx.exec, [&] { in_.bwd_states(a); });
+  }
+  void bwd_grads(const kk::BwdGradArgs& a) const override { timed("bwd_grads", a.ctx.exec, [&] { in_.bwd_grads(a); }); }
+  void bwd_finalize(const kk::BwdFinalizeArgs& a) const override {
+    timed("bwd_finalize", a.ctx.exec, [&] { in_.bwd_finalize(a); });
+  }
+  void copy_floats(float* d, const float* s, int64_t n, const kk::Exec& e) const override {
+    timed("copy/fill", e, [&] { in_.copy_floats(d, s, n, e); });
+  }
+  void fill_floats(float* d, float v, int64_t n, const kk::Exec& e) const override {
+    timed("copy/fill", e, [&] { in_.fill_floats(d, v, n, e); });
+  }
+  void synchronize(const kk::Exec& e) const override { in_.synchronize(e); }
+  float* alloc_floats(int64_t n) const override { return in_.alloc_floats(n); }
+  void free_floats(float* p) const override { in_.free_floats(p); }
+  void upload(float* d, const float* s, int64_t n, const kk::Exec& e) const override { in_.upload(d, s, n, e); }
+  void download(float* d, const float* s, int64_t n, const kk::Exec& e) const override { in_.download(d, s, n, e); }
+  std::unique_ptr<kk::PhaseTimer> make_timer() const override { return in_.make_timer(); }
+  std::string device_name() const override { return in_.device_name(); }
+
+  bool enabled = false;
+  // Adds the pending timings to `acc` (ms per phase) and clears them.
+  void collect(std::map<std::string, double>& acc) const {
+    for (auto& [name, t] : pending_) acc[name] += t->elapsed_ms();
+    pending_.clear();
+  }
+
+ private:
+  template <class F>
+  void timed(const char* name, const kk::Exec& e, F&& f) const {
+    if (!enabled) return f();
+    auto t = in_.make_timer();
+    t->start(e);
+    f();
+    t->stop(e);
+    pending_.push_back({name, std::move(t)});
+  }
+  const kk::Backend& in_;
+  mutable std::vector<std::pair<std::string, std::unique_ptr<kk::PhaseTimer>>> pending_;
+};
+
+struct Rng {
+  uint64_t s;
+  float uniform() {  // (0, 1)
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return (float(s >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto arg = [&](int i, long dflt) { return argc > i ? std::atol(argv[i]) : dflt; };
+  const int64_t T = arg(1, 8192);
+  const int H = int(arg(2, 16)), HV = int(arg(3, 32)), K = int(arg(4, 128));
+  const int repeats = int(arg(6, 10));
+  const bool fp16 = arg(7, 0) != 0, l2norm = arg(8, 1) != 0;
+  const int64_t chunks = (T + 63) / 64;
+  int P = int(arg(5, 0));
+  if (P <= 0) P = int(std::clamp<int64_t>(std::min<int64_t>(132 / (int64_t(HV) * ((K + 63) / 64)), chunks / 16), 1, 64));
+  if (kk::cuda_device_count() == 0) {
+    std::printf("no CUDA device\n");
+    return 0;
+  }
+  auto real = kk::make_cuda_backend(0);
+  TimingBackend be(*real);
+
+  kk::Problem p;
+  p.H = H;
+  p.HV = HV;
+  p.K = p.V = K;
+  p.qk_l2norm = l2norm;
+  p.dtype = fp16 ? kk::DType::FP16 : kk::DType::BF16;
+  const kk::RankLayout layout = kk::RankLayout::even({T}, P);
+  const kk::LayoutView L = layout.view();
+  const auto rt = fp16 ? kcp::RoundTo::FP16 : kcp::RoundTo::BF16;
+
+  Rng rng{0x9E3779B97F4A7C15ull};
+  auto gen = [&](int64_t n, float lo, float hi) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = kcp::round_to(lo + (hi - lo) * rng.uniform(), rt);
+    return v;
+  };
+  const kk::Exec ex{kk::Package::Nondet, 1, nullptr};
+  auto up = [&](const std::vector<float>& h) {
+    float* d = be.alloc_floats(int64_t(h.size()));
+    be.upload(d, h.data(), int64_t(h.size()), ex);
+    return d;
+  };
+  float* q = up(gen(T * H * K, -1.f, 1.f));
+  float* k = up(gen(T * H * K, -1.f, 1.f));
+  float* v = up(gen(T * HV * K, -1.f, 1.f));
+  float* g = up(gen(T * HV, -0.7f, -0.05f));
+  float* beta = up(gen(T * HV, 0.05f, 0.95f));
+  float* dO = up(gen(T * HV * K, -1.f, 1.f));
+  const int64_t saved_n = be.saved_floats(p, L, kk::SavedKind::Full), ws_n = be.workspace_floats(p, L);
+  float* saved = be.alloc_floats(saved_n);
+  float* ws = be.alloc_floats(ws_n);
+  float* o = be.alloc_floats(T * HV * K);
+  float* ht = be.alloc_floats(int64_t(HV) * K * K);
+  float* dq = be.alloc_floats(T * H * K);
+  float* dk = be.alloc_floats(T * H * K);
+  float* dv = be.alloc_floats(T * HV * K);
+  float* dg = be.alloc_floats(T * HV);
+  float* dbeta = be.alloc_floats(T * HV);
+  float* dh0 = be.alloc_floats(int64_t(HV) * K * K);
+
+  kk::RankRun run;
+  run.problem = p;
+  run.layout = L;
+  run.exec = ex;
+  run.kind = kk::SavedKind::Full;
+  run.in.q = q;
+  run.in.k = k;
+  run.in.v = v;
+  run.in.g = g;
+  run.in.beta = beta;
+  run.in.dO = dO;
+  run.saved = kk::bind_saved(saved, saved_n, p, L, kk::SavedKind::Full, ex.package);
+  run.ws = be.bind_workspace_for(ws, ws_n, p, L, ex.package);
+  const kk::OutputTensors out{o, ht};
+  const kk::GradTensors gr{dq, dk, dv, dg, dbeta, nullptr, nullptr, dh0};
+
+  std::vector<double> fwd_ms, bwd_ms;
+  std::map<std::string, double> phase_ms;
+  auto t_fwd = be.make_timer(), t_bwd = be.make_timer();
+  const int warmup = 2;
+  for (int rep = 0; rep < warmup + repeats; ++rep) {
+    be.enabled = rep >= warmup;
+    t_fwd->start(ex);
+    kk::run_rank_forward(be, run, nullptr, out);
+    t_fwd->stop(ex);
+    t_bwd->start(ex);
+    kk::run_rank_backward(be, run, nullptr, gr);
+    t_bwd->stop(ex);
+    be.synchronize(ex);
+    if (rep >= warmup) {
+      fwd_ms.push_back(t_fwd->elapsed_ms());
+      bwd_ms.push_back(t_bwd->elapsed_ms());
+      be.collect(phase_ms);
+    }
+  }
+  // Check the last results are finite (a cheap guard; accuracy is the tests' job).
+  std::vector<float> host(size_t(T * H * K));
+  be.download(host.data(), dq, T * H * K, ex);
+  int64_t bad = 0;
+  for (float x : host) bad += std::isfinite(x) ? 0 : 1;
+
+  std::printf("kcp_gpu_bench %s: T=%lld H=%d HV=%d K=V=%d P=%d %s l2norm=%d, median of %d (per-phase timing on)\n",
+              be.device_name().c_str(), (long long)T, H, HV, K, P, fp16 ? "fp16" : "bf16", int(l2norm), repeats);
+  std::printf("  %-16s %9s\n", "phase", "ms/iter");
+  for (const auto& [name, ms] : phase_ms) std::printf("  %-16s %9.3f\n", name.c_str(), ms / repeats);
+  std::printf("  forward %.3f ms  backward %.3f ms  fwd+bwd %.3f ms  (non-finite dq: %lld)\n", median(fwd_ms),
+              median(bwd_ms), median(fwd_ms) + median(bwd_ms), (long long)bad);
+  // Again without per-phase events (they add gaps between launches).
+  fwd_ms.clear();
+  bwd_ms.clear();
+  be.enabled = false;
+  for (int rep = 0; rep < repeats; ++rep) {
+    t_fwd->start(ex);
+    kk::run_rank_forward(be, run, nullptr, out);
+    t_fwd->stop(ex);
+    t_bwd->start(ex);
+    kk::run_rank_backward(be, run, nullptr, gr);
+    t_bwd->stop(ex);
+    be.synchronize(ex);
+    fwd_ms.push_back(t_fwd->elapsed_ms());
+    bwd_ms.push_back(t_bwd->elapsed_ms());
+  }
+  std::printf("RESULT T=%lld P=%d fwd_ms=%.3f bwd_ms=%.3f total_ms=%.3f\n", (long long)T, P, median(fwd_ms),
+              median(bwd_ms), median(fwd_ms) + median(bwd_ms));
+  for (float* ptr : {q, k, v, g, beta, dO, saved, ws, o, ht, dq, dk, dv, dg, dbeta, dh0}) be.free_floats(ptr);
+  return bad == 0 ? 0 : 1;
+}

@@ -1,0 +1,504 @@
+// Each CUDA phase against the CPU twin on the same inputs (label gpu; skipped without a device).
+//
+// The twin runs one rank forward + backward on the host (full saved set, no re-poisoning), so its
+// saved set and workspace then hold every intermediate tensor. For each phase the GPU gets a
+// fresh copy of those arenas (so its inputs are exactly the twin's), the phase's outputs are
+// poisoned with NaN, the GPU phase runs, and its outputs are compared with the twin's.
+//
+// Tolerance: both sides use the same dtype operands and the same rounding points; they differ
+// only in the order of fp32 accumulation (tensor-core fragments vs sequential loops) and, in the
+// fp32 M chain, by the split-operand products (~2^-16 relative). A rounding to bf16 therefore
+// flips by one ulp only where the fp32 values straddle a rounding boundary, and such flips move
+// later fp32 sums by about one ulp of the flipped term. So the rel-RMS difference must stay below
+// the dtype's unit roundoff u (2^-8 bf16, 2^-11 fp16) and the max difference below 4u of the
+// tensor's largest magnitude (two ulps), NaN-free. Measured margins are printed per tensor.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <limits>
+
+#include "gpu_harness.h"
+#include "kernels/cpu/rank_driver.h"
+#include "kernels/cuda/cuda_backend.h"
+
+namespace kcp::test {
+namespace {
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+Case phase_case(const std::string& name, int K, kk::DType dt, bool raw) {
+  Case c;
+  c.name = name;
+  c.op = kk::Op::Gdn;
+  c.H = 2;
+  c.HV = 4;
+  c.K = c.V = K;
+  c.lens = raw ? std::vector<int64_t>{100, 37, 300} : std::vector<int64_t>{100, 0, 37, 300};
+  c.dtype = dt;
+  c.h0 = c.dht = true;
+  c.gate_div = 8.0;
+  if (raw) {
+    c.l2norm = true;
+    c.gate = kk::GateForm::Softplus;
+    c.A_log = c.dt_bias = true;
+  }
+  c.seed = 101 + K + (dt == kk::DType::FP16 ? 7 : 0) + (raw ? 3 : 0);
+  return c;
+}
+
+struct Param {
+  Case c;
+  int P;
+};
+
+class GpuPhase : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    if (kk::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    gpu_ = kk::make_cuda_backend(0);
+    cpu_ = kk::make_cpu_backend();
+    c_ = GetParam().c;
+    d_ = make_data(c_);
+    p_ = c_.problem();
+    layout_ = kk::RankLayout::even(c_.lens, GetParam().P);
+    L_ = layout_.view();
+    const int64_t T = c_.T(), N = L_.n_pieces, S = int64_t(c_.HV) * c_.K * c_.V;
+    // ---- the twin, host memory ----
+    h_saved_.assign(size_t(cpu_->saved_floats(p_, L_, kk::SavedKind::Full)), kNaN);
+    h_ws_.assign(size_t(gpu_->workspace_floats(p_, L_)), kNaN);  // the GPU's size (with its scratch)
+    hs_ = kk::bind_saved(h_saved_.data(), int64_t(h_saved_.size()), p_, L_, kk::SavedKind::Full, kk::Package::Det);
+    hw_ = gpu_->bind_workspace_for(h_ws_.data(), int64_t(h_ws_.size()), p_, L_, kk::Package::Det);
+    h_o_.assign(size_t(T) * c_.HV * c_.V, kNaN);
+    h_ht_.assign(size_t(N * S), kNaN);
+    h_dq_.assign(size_t(T) * c_.H * c_.K, kNaN);
+    h_dk_ = h_dq_;
+    h_dv_.assign(size_t(T) * c_.HV * c_.V, kNaN);
+    h_dg_.assign(size_t(T) * c_.HV, kNaN);
+    h_dbeta_ = h_dg_;
+    h_dA_.assign(size_t(c_.HV), kNaN);
+    h_ddt_ = h_dA_;
+    h_dh0_.assign(size_t(N * S), kNaN);
+    kk::RankRun run;
+    run.problem = p_;
+    run.layout = L_;
+    run.kind = kk::SavedKind::Full;
+    run.in = inputs(d_.q.data(), d_.k.data(), d_.v.data(), d_.g.data(), d_.beta.data(), d_.A_log.data(),
+                    d_.dt_bias.data(), d_.h0.data(), d_.dO.data(), d_.dht.data());
+    run.saved = hs_;
+    run.ws = hw_;
+    kk::run_rank_forward(*cpu_, run, nullptr, kk::OutputTensors{h_o_.data(), h_ht_.data()});
+    kk::GradTensors g{h_dq_.data(), h_dk_.data(), h_dv_.data(), h_dg_.data(), h_dbeta_.data(),
+                      c_.A_log ? h_dA_.data() : nullptr, c_.dt_bias ? h_ddt_.data() : nullptr, h_dh0_.data()};
+    kk::run_rank_backward(*cpu_, run, nullptr, g);
+    // ---- device copies ----
+    d_saved_ = Buf(*gpu_, int64_t(h_saved_.size()));
+    d_ws_ = Buf(*gpu_, int64_t(h_ws_.size()));
+    ds_ = kk::bind_saved(d_saved_.get(), d_saved_.size(), p_, L_, kk::SavedKind::Full, kk::Package::Det);
+    dw_ = gpu_->bind_workspace_for(d_ws_.get(), d_ws_.size(), p_, L_, kk::Package::Det);
+    for (auto* pr : {&q_, &k_, &v_, &g_, &beta_, &A_log_, &dt_bias_, &h0_, &dO_, &dht_}) *pr = Buf();
+    q_ = Buf(*gpu_, d_.q);
+    k_ = Buf(*gpu_, d_.k);
+    v_ = Buf(*gpu_, d_.v);
+    g_ = Buf(*gpu_, d_.g);
+    beta_ = Buf(*gpu_, d_.beta);
+    A_log_ = Buf(*gpu_, d_.A_log);
+    dt_bias_ = Buf(*gpu_, d_.dt_bias);
+    h0_ = Buf(*gpu_, d_.h0);
+    dO_ = Buf(*gpu_, d_.dO);
+    dht_ = Buf(*gpu_, d_.dht);
+    din_ = inputs(q_.get(), k_.get(), v_.get(), g_.get(), beta_.get(), A_log_.get(), dt_bias_.get(), h0_.get(),
+                  dO_.get(), dht_.get());
+  }
+
+  kk::InputTensors inputs(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                          const float* A_log, const float* dt_bias, const float* h0, const float* dO,
+                          const float* dht) const {
+    kk::InputTensors in;
+    in.q = q;
+    in.k = k;
+    in.v = v;
+    in.g = g;
+    in.beta = beta;
+    in.A_log = c_.A_log ? A_log : nullptr;
+    in.dt_bias = c_.dt_bias ? dt_bias : nullptr;
+    in.h0 = c_.h0 ? h0 : nullptr;
+    in.dO = dO;
+    in.dht = c_.dht ? dht : nullptr;
+    return in;
+  }
+  kk::PhaseCtx ctx() const { return kk::PhaseCtx{p_, L_, kk::Exec{}, dw_.scratch, dw_.scratch_floats}; }
+  // Fresh device arenas holding the twin's values.
+  void refresh() {
+    d_saved_.put(h_saved_);
+    d_ws_.put(h_ws_);
+  }
+  // Poisons n floats at a device pointer.
+  void poison(float* p, int64_t n) const { gpu_->fill_floats(p, kNaN, n, kk::Exec{}); }
+  std::vector<float> down(const float* p, int64_t n) const {
+    std::vector<float> h(static_cast<size_t>(n));
+    gpu_->download(h.data(), p, n, kk::Exec{});
+    return h;
+  }
+  // Compares n floats of the device tensor with the host tensor at the same offset in its arena.
+  void expect_close(const char* phase, const char* name, const float* dev, const float* host, int64_t n) {
+    const std::vector<float> a = down(dev, n), b(host, host + n);
+    const Diff df = diff(a, b);
+    const double u = unit_roundoff(c_);
+    std::printf("[ phase    ] %-22s %-17s %-10s rel_rms %.2e (<= %.1e)  rel_max %.2e (<= %.1e)\n", c_.name.c_str(), phase,
+                name, df.rel_rms, u, df.rel_max, 4 * u);
+    EXPECT_EQ(df.bad, 0) << phase << " " << name << ": non-finite values (unwritten or NaN)";
+    EXPECT_LE(df.rel_rms, u) << phase << " " << name;
+    EXPECT_LE(df.rel_max, 4 * u) << phase << " " << name;
+  }
+  // Device / host pointer of the same arena tensor.
+  const float* host_of(const float* dev_ptr, const Buf& darena, const std::vector<float>& harena) const {
+    return harena.data() + (dev_ptr - darena.get());
+  }
+  void expect_saved(const char* phase, const char* name, float* dev, int64_t n) {
+    expect_close(phase, name, dev, host_of(dev, d_saved_, h_saved_), n);
+  }
+  void expect_ws(const char* phase, const char* name, float* dev, int64_t n) {
+    expect_close(phase, name, dev, host_of(dev, d_ws_, h_ws_), n);
+  }
+
+  std::unique_ptr<kk::Backend> gpu_, cpu_;
+  Case c_;
+  Data d_;
+  kk::Problem p_;
+  kk::RankLayout layout_;
+  kk::LayoutView L_;
+  std::vector<float> h_saved_, h_ws_, h_o_, h_ht_, h_dq_, h_dk_, h_dv_, h_dg_, h_dbeta_, h_dA_, h_ddt_, h_dh0_;
+  kk::SavedTensors hs_, ds_;
+  kk::WorkspaceTensors hw_, dw_;
+  Buf d_saved_, d_ws_, q_, k_, v_, g_, beta_, A_log_, dt_bias_, h0_, dO_, dht_;
+  kk::InputTensors din_;
+};
+
+TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
+  const int64_t T = c_.T(), NT = L_.n_chunks, Sg = L_.n_segments, N = L_.n_pieces;
+  const int64_t HV = c_.HV, K = c_.K, V = c_.V, H = c_.H;
+  const int64_t S = HV * K * V, SK = HV * K * K;
+
+  // prep
+  refresh();
+  for (auto [p, n] : {std::pair{ds_.q, T * H * K}, std::pair{ds_.k, T * H * K}, std::pair{ds_.gcum, T * HV},
+                      std::pair{ds_.Phi, T * HV * 64}})
+    poison(p, n);
+  if (c_.l2norm) {
+    poison(ds_.rstd_q, T * H);
+    poison(ds_.rstd_k, T * H);
+  }
+  {
+    kk::PrepArgs a;
+    a.ctx = ctx();
+    a.q = din_.q;
+    a.k = din_.k;
+    a.g = din_.g;
+    a.beta = din_.beta;
+    a.A_log = din_.A_log;
+    a.dt_bias = din_.dt_bias;
+    a.q_out = ds_.q;
+    a.k_out = ds_.k;
+    a.rstd_q = ds_.rstd_q;
+    a.rstd_k = ds_.rstd_k;
+    a.gcum = ds_.gcum;
+    a.Phi = ds_.Phi;
+    gpu_->prep(a);
+  }
+  expect_saved("prep", "q", ds_.q, T * H * K);
+  expect_saved("prep", "k", ds_.k, T * H * K);
+  if (c_.l2norm) {
+    expect_saved("prep", "rstd_q", ds_.rstd_q, T * H);
+    expect_saved("prep", "rstd_k", ds_.rstd_k, T * H);
+  }
+  expect_saved("prep", "gcum", ds_.gcum, T * HV);
+  expect_saved("prep", "Phi", ds_.Phi, T * HV * 64);
+
+  // wy
+  refresh();
+  poison(dw_.W, T * HV * K);
+  poison(dw_.U, T * HV * V);
+  {
+    kk::WyArgs a;
+    a.ctx = ctx();
+    a.k = ds_.k;
+    a.v = din_.v;
+    a.beta = din_.beta;
+    a.gcum = ds_.gcum;
+    a.Phi = ds_.Phi;
+    a.W = dw_.W;
+    a.U = dw_.U;
+    gpu_->wy(a);
+  }
+  expect_ws("wy", "W", dw_.W, T * HV * K);
+  expect_ws("wy", "U", dw_.U, T * HV * V);
+
+  // fwd_summaries
+  refresh();
+  poison(dw_.seg_h_ext, Sg * S);
+  poison(ds_.seg_Mt, Sg * SK);
+  {
+    kk::FwdSummaryArgs a;
+    a.ctx = ctx();
+    a.k = ds_.k;
+    a.gcum = ds_.gcum;
+    a.W = dw_.W;
+    a.U = dw_.U;
+    a.seg_h_ext = dw_.seg_h_ext;
+    a.seg_Mt = ds_.seg_Mt;
+    gpu_->fwd_summaries(a);
+  }
+  expect_ws("fwd_summaries", "seg_h_ext", dw_.seg_h_ext, Sg * S);
+  expect_saved("fwd_summaries", "seg_Mt", ds_.seg_Mt, Sg * SK);
+
+  // fold: forward entry states of the longest piece (transposed items, x0 = h0, composed) and
+  // the backward fold of the same piece (negative strides); both against the twin's fold.
+  {
+    int32_t pl = 0;
+    for (int32_t q = 0; q < N; ++q)
+      if (L_.pieces[q].seg_end - L_.pieces[q].seg_begin > L_.pieces[pl].seg_end - L_.pieces[pl].seg_begin) pl = q;
+    const kk::PieceDesc& pc = L_.pieces[pl];
+    for (int dir = 0; dir < 2; ++dir) {
+      refresh();
+      const int n = pc.seg_end - pc.seg_begin;
+      std::vector<float> h_states(size_t(n) * S, kNaN), h_final(size_t(S), kNaN), h_comp(size_t(SK), kNaN);
+      const Buf d_states(*gpu_, std::max<int64_t>(1, n * S)), d_final(*gpu_, S), d_comp(*gpu_, SK);
+      d_states.fill(kNaN);
+      d_final.fill(kNaN);
+      d_comp.fill(kNaN);
+      auto args = [&](bool dev) {
+        kk::FoldArgs f;
+        f.HV = c_.HV;
+        f.K = c_.K;
+        f.V = c_.V;
+        f.n = n;
+        const float* Mt = dev ? ds_.seg_Mt : hs_.seg_Mt;
+        const float* b = dev ? (dir == 0 ? dw_.seg_h_ext : dw_.seg_dh_ext) : (dir == 0 ? hw_.seg_h_ext : hw_.seg_dh_ext);
+        const int64_t first = dir == 0 ? pc.seg_begin : pc.seg_end - 1, sgn = dir == 0 ? 1 : -1;
+        f.A = Mt + first * SK;
+        f.A_stride = sgn * SK;
+        f.transpose_A = dir == 0;
+        f.b = b + first * S;
+        f.b_stride = sgn * S;
+        f.x0 = dir == 0 ? (dev ? h0_.get() : d_.h0.data()) + pl * S : (dev ? dht_.get() : d_.dht.data()) + pl * S;
+        f.states_before = dev ? d_states.get() : h_states.data();
+        f.states_stride = S;
+        f.x_final = dev ? d_final.get() : h_final.data();
+        f.composed = dev ? d_comp.get() : h_comp.data();
+        return f;
+      };
+      cpu_->fold(args(false));
+      gpu_->fold(args(true));
+      const char* ph = dir == 0 ? "fold fwd" : "fold bwd";
+      expect_close(ph, "states", d_states.get(), h_states.data(), n * S);
+      expect_close(ph, "x_final", d_final.get(), h_final.data(), S);
+      expect_close(ph, "composed", d_comp.get(), h_comp.data(), SK);
+    }
+  }
+
+  // fwd_states
+  refresh();
+  poison(dw_.h, NT * S);
+  poison(dw_.v_new, T * HV * V);
+  {
+    const Buf ht(*gpu_, N * S);
+    ht.fill(kNaN);
+    kk::FwdStateArgs a;
+    a.ctx = ctx();
+    a.k = ds_.k;
+    a.gcum = ds_.gcum;
+    a.W = dw_.W;
+    a.U = dw_.U;
+    a.seg_entry = ds_.seg_entry;
+    a.h = dw_.h;
+    a.v_new = dw_.v_new;
+    a.ht = ht.get();
+    gpu_->fwd_states(a);
+    expect_ws("fwd_states", "h", dw_.h, NT * S);
+    expect_ws("fwd_states", "v_new", dw_.v_new, T * HV * V);
+    for (int32_t q = 0; q < N; ++q)
+      if (L_.pieces[q].end > L_.pieces[q].begin) expect_close("fwd_states", "ht", ht.get() + q * S, h_ht_.data() + q * S, S);
+  }
+
+  // fwd_output
+  refresh();
+  {
+    const Buf o(*gpu_, T * HV * V);
+    o.fill(kNaN);
+    kk::FwdOutputArgs a;
+    a.ctx = ctx();
+    a.q = ds_.q;
+    a.k = ds_.k;
+    a.gcum = ds_.gcum;
+    a.h = dw_.h;
+    a.v_new = dw_.v_new;
+    a.o = o.get();
+    gpu_->fwd_output(a);
+    expect_close("fwd_output", "o", o.get(), h_o_.data(), T * HV * V);
+  }
+
+  // bwd_local_dv
+  refresh();
+  poison(dw_.dv_local, T * HV * V);
+  {
+    kk::BwdLocalDvArgs a;
+    a.ctx = ctx();
+    a.q = ds_.q;
+    a.k = ds_.k;
+    a.gcum = ds_.gcum;
+    a.dO = din_.dO;
+    a.dv_local = dw_.dv_local;
+    gpu_->bwd_local_dv(a);
+  }
+  expect_ws("bwd_local_dv", "dv_local", dw_.dv_local, T * HV * V);
+
+  // bwd_summaries
+  refresh();
+  poison(dw_.seg_dh_ext, Sg * S);
+  {
+    kk::BwdSummaryArgs a;
+    a.ctx = ctx();
+    a.q = ds_.q;
+    a.k = ds_.k;
+    a.gcum = ds_.gcum;
+    a.W = dw_.W;
+    a.dO = din_.dO;
+    a.dv_local = dw_.dv_local;
+    a.seg_dh_ext = dw_.seg_dh_ext;
+    gpu_->bwd_summaries(a);
+  }
+  expect_ws("bwd_summaries", "seg_dh_ext", dw_.seg_dh_ext, Sg * S);
+
+  // bwd_states
+  refresh();
+  poison(dw_.dh, NT * S);
+  poison(dw_.dv2, T * HV * V);
+  {
+    const Buf dh0(*gpu_, N * S);
+    dh0.fill(kNaN);
+    kk::BwdStateArgs a;
+    a.ctx = ctx();
+    a.q = ds_.q;
+    a.k = ds_.k;
+    a.gcum = ds_.gcum;
+    a.W = dw_.W;
+    a.dO = din_.dO;
+    a.dv_local = dw_.dv_local;
+    a.seg_exit = dw_.seg_exit;
+    a.dh = dw_.dh;
+    a.dv2 = dw_.dv2;
+    a.dh0 = dh0.get();
+    gpu_->bwd_states(a);
+    expect_ws("bwd_states", "dh", dw_.dh, NT * S);
+    expect_ws("bwd_states", "dv2", dw_.dv2, T * HV * V);
+    for (int32_t q = 0; q < N; ++q)
+      if (L_.pieces[q].end > L_.pieces[q].begin)
+        expect_close("bwd_states", "dh0", dh0.get() + q * S, h_dh0_.data() + q * S, S);
+  }
+
+  // bwd_grads
+  refresh();
+  poison(dw_.dq_hv, T * HV * K);
+  poison(dw_.dk_hv, T * HV * K);
+  poison(dw_.dlam, T * HV);
+  {
+    const Buf dv(*gpu_, T * HV * V), dbeta(*gpu_, T * HV);
+    dv.fill(kNaN);
+    dbeta.fill(kNaN);
+    kk::BwdGradArgs a;
+    a.ctx = ctx();
+    a.q = ds_.q;
+    a.k = ds_.k;
+    a.v = din_.v;
+    a.beta = din_.beta;
+    a.gcum = ds_.gcum;
+    a.Phi = ds_.Phi;
+    a.h = dw_.h;
+    a.v_new = dw_.v_new;
+    a.dh = dw_.dh;
+    a.dv2 = dw_.dv2;
+    a.dO = din_.dO;
+    a.dq_hv = dw_.dq_hv;
+    a.dk_hv = dw_.dk_hv;
+    a.dv = dv.get();
+    a.dbeta = dbeta.get();
+    a.dlam = dw_.dlam;
+    gpu_->bwd_grads(a);
+    expect_ws("bwd_grads", "dq_hv", dw_.dq_hv, T * HV * K);
+    expect_ws("bwd_grads", "dk_hv", dw_.dk_hv, T * HV * K);
+    expect_ws("bwd_grads", "dlam", dw_.dlam, T * HV);
+    expect_close("bwd_grads", "dv", dv.get(), h_dv_.data(), T * HV * V);
+    expect_close("bwd_grads", "dbeta", dbeta.get(), h_dbeta_.data(), T * HV);
+  }
+
+  // bwd_finalize
+  refresh();
+  {
+    const Buf dq(*gpu_, T * H * K), dk(*gpu_, T * H * K), dg(*gpu_, T * HV), dA(*gpu_, HV), ddt(*gpu_, HV);
+    for (const Buf* b : {&dq, &dk, &dg, &dA, &ddt}) b->fill(kNaN);
+    kk::BwdFinalizeArgs a;
+    a.ctx = ctx();
+    a.dq_hv = dw_.dq_hv;
+    a.dk_hv = dw_.dk_hv;
+    a.dlam = dw_.dlam;
+    a.q = ds_.q;
+    a.k = ds_.k;
+    a.rstd_q = ds_.rstd_q;
+    a.rstd_k = ds_.rstd_k;
+    a.g = din_.g;
+    a.A_log = din_.A_log;
+    a.dt_bias = din_.dt_bias;
+    a.dq = dq.get();
+    a.dk = dk.get();
+    a.dg = dg.get();
+    a.dA_log = c_.A_log ? dA.get() : nullptr;
+    a.ddt_bias = c_.dt_bias ? ddt.get() : nullptr;
+    gpu_->bwd_finalize(a);
+    expect_close("bwd_finalize", "dq", dq.get(), h_dq_.data(), T * H * K);
+    expect_close("bwd_finalize", "dk", dk.get(), h_dk_.data(), T * H * K);
+    expect_close("bwd_finalize", "dg", dg.get(), h_dg_.data(), T * HV);
+    if (c_.A_log) expect_close("bwd_finalize", "dA_log", dA.get(), h_dA_.data(), HV);
+    if (c_.dt_bias) expect_close("bwd_finalize", "ddt_bias", ddt.get(), h_ddt_.data(), HV);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuPhase,
+                         ::testing::Values(Param{phase_case("raw_K64_bf16", 64, kk::DType::BF16, true), 3},
+                                           Param{phase_case("raw_K128_bf16", 128, kk::DType::BF16, true), 3},
+                                           Param{phase_case("raw_K64_fp16", 64, kk::DType::FP16, true), 2},
+                                           Param{phase_case("gva_direct_K128", 128, kk::DType::BF16, false), 2}),
+                         [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
+
+TEST(GpuBackend, CanImplementAndArgChecks) {
+  if (kk::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto be = kk::make_cuda_backend(0);
+  EXPECT_STREQ(be->name(), "cuda");
+  kk::Problem p;
+  p.op = kk::Op::Kda;
+  EXPECT_FALSE(be->can_implement(p).ok);
+  EXPECT_NE(be->can_implement(p).reason.find("KDA on CUDA is not implemented yet"), std::string::npos);
+  p.op = kk::Op::Gdn;
+  p.K = p.V = 96;
+  EXPECT_FALSE(be->can_implement(p).ok);
+  p.K = p.V = 128;
+  EXPECT_TRUE(be->can_implement(p).ok);
+  p.H = 3;
+  p.HV = 4;
+  EXPECT_FALSE(be->can_implement(p).ok);  // malformed: HV % H
+  // A null pointer is refused before anything runs, naming the phase and the field.
+  const kk::RankLayout lay = kk::RankLayout::even({100}, 1);
+  kk::Problem ok;
+  kk::WyArgs a;
+  a.ctx.problem = ok;
+  a.ctx.layout = lay.view();
+  try {
+    be->wy(a);
+    FAIL() << "wy with null pointers did not throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("gdn wy: args.k is null"), std::string::npos) << e.what();
+  }
+  std::printf("[ device   ] %s\n", be->device_name().c_str());
+}
+
+}  // namespace
+}  // namespace kcp::test
