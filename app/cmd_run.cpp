@@ -11,6 +11,7 @@
 #include "app/commands.h"
 #include "core/comm/local_communicator.h"
 #include "core/comm/mpi_communicator.h"
+#include "core/comm/nccl_communicator.h"
 #include "core/config/row_loader.h"
 #include "core/kcp/row_runner.h"
 #include "core/report/npy_dump.h"
@@ -33,6 +34,50 @@ std::vector<std::string> split_commas(const std::vector<std::string>& items) {
   return out;
 }
 
+// --sweep-P: "auto", or comma items each a segment count or a range A:B (every P), A:B:S (step S)
+// or A:B:pow2 (the powers of two in [A, B]); all in [1, 64]. Ascending, without duplicates.
+std::vector<int> parse_sweep_P(const std::vector<std::string>& items, bool& is_auto) {
+  is_auto = false;
+  std::vector<int> out;
+  auto count = [](const std::string& t, const std::string& item) {
+    char* end = nullptr;
+    const long v = std::strtol(t.c_str(), &end, 10);
+    KCP_REQUIRE(!t.empty() && end && *end == 0 && v >= 1 && v <= 64,
+                "--sweep-P: expected a segment count in [1, 64] in \"{}\", got \"{}\" (forms: 1,2,4 or 1:64:pow2 or auto)",
+                item, t);
+    return static_cast<int>(v);
+  };
+  for (const auto& item : split_commas(items)) {
+    if (item == "auto") {
+      is_auto = true;
+      continue;
+    }
+    if (item == "planned") continue;  // the planned schedule always runs in a sweep
+    std::vector<std::string> f;
+    std::stringstream ss(item);
+    for (std::string t; std::getline(ss, t, ':');) f.push_back(t);
+    if (f.size() == 1) {
+      out.push_back(count(f[0], item));
+      continue;
+    }
+    KCP_REQUIRE(f.size() == 2 || f.size() == 3, "--sweep-P: expected a range A:B, A:B:STEP or A:B:pow2, got \"{}\"", item);
+    const int a = count(f[0], item), b = count(f[1], item);
+    KCP_REQUIRE(a <= b, "--sweep-P: range \"{}\" is empty (start > end)", item);
+    if (f.size() == 3 && f[2] == "pow2") {
+      for (int P = 1; P <= b; P *= 2)
+        if (P >= a) out.push_back(P);
+      continue;
+    }
+    const int step = f.size() == 3 ? count(f[2], item) : 1;
+    for (int P = a; P <= b; P += step) out.push_back(P);
+  }
+  KCP_REQUIRE(!(is_auto && !out.empty()), "--sweep-P: 'auto' stands alone, got it with explicit counts");
+  KCP_REQUIRE(is_auto || !out.empty(), "--sweep-P: no segment count given");
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 }  // namespace
 
 std::string default_cache_dir() {
@@ -43,7 +88,7 @@ std::string default_cache_dir() {
 
 struct RunCli {
   std::string rows = "int1";
-  std::vector<std::string> row, package, saved, P;
+  std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   bool bench = false;
@@ -60,8 +105,9 @@ std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std:
 
 // Runs the rows in the launch mode at hand: under mpirun every process is one rank (rows of
 // another world size are recorded as skipped); otherwise each row gets its W ranks as threads.
-RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, bool use_mpi, int threads_flag,
-                        const kernels::Backend& backend, RunContext& ctx) {
+RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, const std::string& comm_kind,
+                        int threads_flag, const kernels::Backend& backend, RunContext& ctx) {
+  const bool use_mpi = mpi_available() && mpi_launched() && comm_kind != "local";
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   RunOutcome total;
   auto merge = [&](RunOutcome&& part) {
@@ -71,8 +117,19 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, bo
     total.skipped += part.skipped;
     total.contract_broken += part.contract_broken;
   };
+  // Records a row this launch cannot run as skipped (never dropped).
+  auto skip_row = [&](const SelectedRow& sr, int rank, const std::string& why) {
+    ++total.skipped;
+    if (rank != 0) return;
+    total.entries.push_back({{"id", sr.row->name}, {"row", sr.row->name}, {"row_digest", sr.digest}, {"status", "skip"},
+                             {"reason", why}});
+    log::info0("{}: skipped: {}", sr.row->name, why);
+  };
   if (use_mpi) {
-    auto comm = make_mpi_communicator();
+    auto host = make_mpi_communicator();
+    std::unique_ptr<Communicator> nccl;
+    if (comm_kind == "nccl") nccl = make_nccl_communicator(*host, local_rank() % std::max(1, gpu_count()));
+    Communicator* comm = nccl ? nccl.get() : host.get();
     const int W = comm->size();
     ctx.world = W;
     opt.threads = threads_flag > 0 ? threads_flag : 1;
@@ -83,12 +140,7 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, bo
         runnable.push_back(sr);
         continue;
       }
-      ++total.skipped;  // recorded, never dropped
-      if (comm->rank() == 0) {
-        total.entries.push_back({{"id", sr.row->name}, {"row", sr.row->name}, {"row_digest", sr.digest}, {"status", "skip"},
-                                 {"reason", fmt::format("row needs W = {} ranks; this mpirun has {}", sr.row->world, W)}});
-        log::info0("{}: skipped: needs W = {} ranks, this mpirun has {}", sr.row->name, sr.row->world, W);
-      }
+      skip_row(sr, comm->rank(), fmt::format("row needs W = {} ranks; this mpirun has {}", sr.row->world, W));
     }
     merge(run_rows(runnable, opt, *comm, backend, refs));
     ctx.devices.assign(W, backend.name());
@@ -97,10 +149,17 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, bo
     opt.progress_total = static_cast<int>(rows.size());
     for (const auto& sr : rows) {
       const int W = sr.row->world;
+      if (comm_kind == "nccl" && W != 1) {
+        skip_row(sr, 0, fmt::format("--comm nccl without mpirun runs one rank; row needs W = {} (use mpirun -np {})", W, W));
+        continue;
+      }
       opt.progress_offset = static_cast<int>(&sr - rows.data());
       opt.threads = threads_flag > 0 ? threads_flag : std::max(1, hw / W);
       RunOutcome part;
-      run_local_world(W, [&](Communicator& comm) {
+      run_local_world(W, [&](Communicator& local) {
+        std::unique_ptr<Communicator> nccl;
+        if (comm_kind == "nccl") nccl = make_nccl_communicator(local, 0);
+        Communicator& comm = nccl ? *nccl : local;
         RunOutcome mine = run_rows({sr}, opt, comm, backend, refs);
         if (comm.rank() == 0) part = std::move(mine);
       });
@@ -123,9 +182,15 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   sub->add_option("--saved", o->saved, "Saved sets to run: full, light (comma list; default: the row's)");
   sub->add_option("--P", o->P, "Schedules: 'planned' and/or forced segment counts, e.g. --P planned,2,4 "
                                "(default: planned plus the row's forms.forced_P)");
+  sub->add_option("--sweep-P", o->sweep_P, "Sweep the segment count: run every row at each P forced on all its ranks "
+                                           "(the row's forced_rule does not apply) plus the planned P, one entry "
+                                           "each; a P a rank cannot take is a skip entry. LIST: 1,2,4,8 or "
+                                           "1:64:pow2 (also A:B, A:B:STEP) or auto (powers of two up to the "
+                                           "largest P a rank can take, plus the planned P)");
   sub->add_option("--backend", o->backend, "cpu (the fp32 CPU twin), cuda, or auto (cuda when a GPU is present)")
       ->capture_default_str();
-  sub->add_option("--comm", o->comm, "local (ranks as threads), mpi, or auto (mpi under mpirun, else local)")
+  sub->add_option("--comm", o->comm, "local (ranks as threads), mpi, nccl (device buffers, one GPU per rank; "
+                                     "needs --backend cuda), or auto (mpi under mpirun, else local)")
       ->capture_default_str();
   sub->add_option("--device", o->device, "Device class for planning rows without plan_device: h100, h200, b200, "
                                          "gb300, cpu")->capture_default_str();
@@ -160,6 +225,12 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
       opt.saved.push_back(s == "full" ? SavedKind::Full : SavedKind::Light);
     }
     const auto ps = split_commas(o->P);
+    KCP_REQUIRE(ps.empty() || o->sweep_P.empty(), "--P and --sweep-P exclude each other (a sweep always runs the planned P)");
+    if (!o->sweep_P.empty()) {
+      opt.sweep = true;
+      opt.use_row_forced = false;
+      opt.forced_P = parse_sweep_P(o->sweep_P, opt.sweep_auto);
+    }
     if (!ps.empty()) {
       opt.run_planned = false;
       opt.use_row_forced = false;
@@ -185,17 +256,21 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.warmup = o->bench && sub->count("--warmup") == 0 ? 3 : o->warmup;
     opt.repeats = o->bench && sub->count("--repeats") == 0 ? 20 : o->repeats;
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
-    KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi", "--comm: expected local, mpi or auto, got \"{}\"",
-                o->comm);
-    const bool use_mpi = o->comm == "mpi" || (o->comm == "auto" && mpi_available() && mpi_launched());
-    KCP_REQUIRE(!use_mpi || (mpi_available() && mpi_launched()),
+    KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi" || o->comm == "nccl",
+                "--comm: expected local, mpi, nccl or auto, got \"{}\"", o->comm);
+    const bool launched = mpi_available() && mpi_launched();
+    KCP_REQUIRE(o->comm != "mpi" || launched,
                 "--comm mpi: this process was not started by mpirun (or kcpbench was built without MPI)");
+    const bool use_mpi = launched && o->comm != "local";
     auto backend = select_backend(o->backend);
+    KCP_REQUIRE(o->comm != "nccl" || std::string(backend->name()) == "cuda",
+                "--comm nccl exchanges device buffers: it needs --backend cuda (this run uses {})", backend->name());
+    const std::string comm_kind = o->comm == "auto" ? (launched ? "mpi" : "local") : o->comm;
 
     RunContext ctx;
     ctx.argv = g.argv;
     ctx.launch_mode = use_mpi ? "mpirun" : "threads";
-    ctx.comm = use_mpi ? "mpi" : "local";
+    ctx.comm = comm_kind;
     ctx.backend = backend->name();
     ctx.backend_device = backend->device_name();
     ctx.device_class = o->device;
@@ -207,7 +282,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
 
     Dumper dumper(o->dump);
     if (dumper.enabled()) opt.dumper = &dumper;
-    RunOutcome total = run_in_world(rows, opt, use_mpi, o->threads, *backend, ctx);
+    RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx);
     dumper.write_manifest(context_block(ctx));
     const bool rank0 = !use_mpi || mpi_world_rank() == 0;
     if (rank0) {

@@ -40,6 +40,19 @@ std::vector<Form> expand_forms(const RowConfig& row, const RunOptions& opt) {
   return forms;
 }
 
+std::vector<int> auto_sweep_P(const SegmentPlan& planned) {
+  int64_t most = 1;
+  for (const auto& rp : planned.ranks)
+    for (const auto& pc : rp.pieces) most = std::max(most, (pc.length() + planned.chunk - 1) / planned.chunk);
+  most = std::min<int64_t>(most, 64);
+  std::vector<int> ps;
+  for (int64_t P = 1; P <= most; P *= 2) ps.push_back(static_cast<int>(P));
+  for (const auto& rp : planned.ranks) ps.push_back(rp.P);
+  std::sort(ps.begin(), ps.end());
+  ps.erase(std::unique(ps.begin(), ps.end()), ps.end());
+  return ps;
+}
+
 namespace {
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -184,7 +197,9 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
 
     // A row the backend cannot run is recorded as skipped in every form, with its reason.
     const kernels::Status backend_status = backend.can_implement(kernel_problem(row));
-    const std::vector<Form> forms = expand_forms(row, opt);
+    RunOptions row_opt = opt;
+    if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(planned);
+    const std::vector<Form> forms = expand_forms(row, row_opt);
     std::map<int, RankResult> det_full;  // per schedule: the det/full result, for the bitwise checks
     for (size_t fi = 0; fi < forms.size(); ++fi) {
       const Form& form = forms[fi];
@@ -197,13 +212,14 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       entry["form"] = {{"package", to_string(form.package)}, {"saved", to_string(form.saved)},
                        {"P", form.forced_P ? nlohmann::json(form.forced_P) : nlohmann::json("planned")}};
       entry["fault"] = opt.fault.name();
+      if (opt.sweep) entry["sweep"] = true;
       entry["planned_P"] = nlohmann::json::array();
       for (const auto& rp : planned.ranks) entry["planned_P"].push_back(rp.P);
-      // Forced schedules: eligibility by the row's rule, then a plan of their own.
+      // Forced schedules: eligibility by the row's rule (not in a sweep), then a plan of their own.
       SegmentPlan plan = planned;
       std::string skip;
       if (form.forced_P > 0) {
-        skip = forced_p_skip_reason(row, planned, form.forced_P);
+        if (!opt.sweep) skip = forced_p_skip_reason(row, planned, form.forced_P);
         if (skip.empty()) {
           PlanRequest fr = req;
           fr.forced_P = form.forced_P;

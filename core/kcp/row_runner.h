@@ -26,6 +26,9 @@ struct RunOptions {
   bool run_planned = true;
   std::vector<int> forced_P;         // empty and !use_row_forced = none
   bool use_row_forced = true;        // also run the row's forms.forced_P
+  bool sweep = false;                // --sweep-P: forced P values are an explicit request, so the row's
+                                     // forms.forced_rule does not apply; a P a rank cannot take is a skip
+  bool sweep_auto = false;           // --sweep-P auto: forced_P per row = auto_sweep_P(its planned plan)
   std::string device_class = "h200"; // planning class when a row names none
   int sm_count = 0;                  // > 0 overrides the class's SM count
   int threads = 1;                   // CPU twin threads per rank
@@ -70,5 +73,9 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
 // The forms of a row under the options, in run order: for each schedule (planned, then each
 // forced P), det before nondet, full before light.
 std::vector<Form> expand_forms(const RowConfig& row, const RunOptions& opt);
+
+// --sweep-P auto: the powers of two from 1 up to the largest P any rank of the plan can take (the
+// chunks of its longest piece, at most 64), plus every rank's planned P; ascending, no duplicates.
+std::vector<int> auto_sweep_P(const SegmentPlan& planned);
 
 }  // namespace kcp
