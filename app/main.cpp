@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
     actions.push_back(app::add_plan_command(cli, g));
     actions.push_back(app::add_run_command(cli, g));
     actions.push_back(app::add_calibrate_command(cli, g));
+    actions.push_back(app::add_compare_command(cli, g));
+    actions.push_back(app::add_replay_command(cli, g));
     try {
       cli.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
