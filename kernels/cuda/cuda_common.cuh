@@ -203,46 +203,57 @@ struct Tiling {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Global -> shared staging of row tiles. Copies rows [0, rows_valid) of `cols` floats from
-// src + r * src_stride into dst (row-major, ld), converting to T; rows [rows_valid, rows_total)
-// become zeros (never read: they may be poison or another chunk). cols % 4 == 0, 16-byte aligned.
-template <class DT, class T, int COLS>
-__device__ __forceinline__ void stage_rows(T* dst, int ld, const float* src, int64_t src_stride, int rows_valid,
-                                           int rows_total) {
-  constexpr int V4 = COLS / 4;
-  for (int e = threadIdx.x; e < rows_total * V4; e += blockDim.x) {
-    const int r = e / V4, c = (e % V4) * 4;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < rows_valid) v = __ldg(reinterpret_cast<const float4*>(src + r * src_stride + c));
-    T* d = dst + r * ld + c;
-    if constexpr (sizeof(T) == 4) {
-      d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;
-    } else {
-      reinterpret_cast<uint32_t*>(d)[0] = DT::pack(v.x, v.y);
-      reinterpret_cast<uint32_t*>(d)[1] = DT::pack(v.z, v.w);
+// Global -> shared staging of a ROWS x COLS row tile through registers. load() issues every
+// 16-byte load of the tile at once (ITERS per thread, so a tile costs one memory round trip, not
+// ITERS of them) and can run one chunk ahead of the compute; store() converts to 16-bit dtype
+// values in shared memory (row-major, ld). Rows [rows_valid, ROWS) become zeros and are never
+// read from memory (they may be poison or another chunk). COLS % 4 == 0, rows 16-byte aligned.
+template <int ROWS, int COLS>
+struct Tile {
+  static constexpr int V4 = COLS / 4, TOTAL = ROWS * V4, ITERS = (TOTAL + kThreads - 1) / kThreads;
+  float4 v[ITERS];
+  __device__ __forceinline__ void load(const float* src, int64_t src_stride, int rows_valid) {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int e = threadIdx.x + i * kThreads, r = e / V4, c = (e % V4) * 4;
+      v[i] = (e < TOTAL && r < rows_valid) ? __ldg(reinterpret_cast<const float4*>(src + r * src_stride + c))
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
+  // f(r, x) -> the dtype value stored for element x of row r (zero rows stay zero).
+  template <class DT, class F>
+  __device__ __forceinline__ void store(uint16_t* dst, int ld, F&& f) const {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int e = threadIdx.x + i * kThreads, r = e / V4, c = (e % V4) * 4;
+      if (e >= TOTAL) continue;
+      uint32_t* d = reinterpret_cast<uint32_t*>(dst + r * ld + c);
+      d[0] = DT::pack(f(r, v[i].x), f(r, v[i].y));
+      d[1] = DT::pack(f(r, v[i].z), f(r, v[i].w));
+    }
+  }
+  template <class DT>
+  __device__ __forceinline__ void store(uint16_t* dst, int ld) const {
+    store<DT>(dst, ld, [](int, float x) { return x; });
+  }
+};
+
+// One-shot staging (load, then store) of a tile into 16-bit shared memory.
+template <class DT, int ROWS, int COLS>
+__device__ __forceinline__ void stage_rows(uint16_t* dst, int ld, const float* src, int64_t src_stride, int rows_valid) {
+  Tile<ROWS, COLS> t;
+  t.load(src, src_stride, rows_valid);
+  t.template store<DT>(dst, ld);
 }
 
-// As stage_rows into a 16-bit tile, with each loaded element x of row r replaced by f(r, x)
-// (which must return a dtype value, e.g. DT::rnd(...)).
+// In-place map of the first `rows` rows (COLS wide) of a 16-bit tile: x -> f(r, x) (a dtype value).
 template <class DT, int COLS, class F>
-__device__ __forceinline__ void stage_rows_map(uint16_t* dst, int ld, const float* src, int64_t src_stride,
-                                               int rows_valid, int rows_total, F&& f) {
-  constexpr int V4 = COLS / 4;
-  for (int e = threadIdx.x; e < rows_total * V4; e += blockDim.x) {
-    const int r = e / V4, c = (e % V4) * 4;
-    float x[4] = {0.f, 0.f, 0.f, 0.f};
-    if (r < rows_valid) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(src + r * src_stride + c));
-      x[0] = f(r, v.x);
-      x[1] = f(r, v.y);
-      x[2] = f(r, v.z);
-      x[3] = f(r, v.w);
-    }
-    uint32_t* d = reinterpret_cast<uint32_t*>(dst + r * ld + c);
-    d[0] = DT::pack(x[0], x[1]);
-    d[1] = DT::pack(x[2], x[3]);
+__device__ __forceinline__ void map_rows(uint16_t* t, int ld, int rows, F&& f) {
+  for (int e = threadIdx.x; e < rows * (COLS / 2); e += blockDim.x) {
+    const int r = e / (COLS / 2), c = (e % (COLS / 2)) * 2;
+    uint32_t* d = reinterpret_cast<uint32_t*>(t + r * ld + c);
+    const uint32_t u = *d;
+    *d = DT::pack(f(r, DT::from_raw(uint16_t(u & 0xffffu))), f(r, DT::from_raw(uint16_t(u >> 16))));
   }
 }
 

@@ -55,9 +55,10 @@ __global__ void __launch_bounds__(256) fold_kernel(FoldParams p) {
       for (int r = rg; r < K; r += 8)
         p.states_before[it * p.states_stride + j * KV + int64_t(r) * V + c0 + c] = sX[r * 33 + c];
     const float* A = p.A + it * p.A_stride + j * KK;
+#pragma unroll 8
     for (int e = threadIdx.x; e < K * K; e += blockDim.x) {
       const int ga = e / K, gb = e % K;
-      const float v = A[e];
+      const float v = __ldg(A + e);
       if (p.transpose_A) sA[gb * Ald + ga] = v;
       else sA[ga * Ald + gb] = v;
     }

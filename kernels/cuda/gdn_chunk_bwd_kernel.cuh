@@ -136,12 +136,25 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_grads_kernel(GradParams p
     sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
     sBeta[tid] = tid < L ? p.beta[(t0 + tid) * HV + j] : 0.0f;
   }
-  stage_rows<DT, uint16_t, V>(sS, Sm::kVld, p.h + kv0, V, K, K);
-  stage_rows<DT, uint16_t, V>(sdS, Sm::kVld, p.dh + kv0, V, K, K);
-  stage_rows<DT, uint16_t, V>(sdO, Sm::kVld, p.dO + vv0, vvs, L, kC);
-  stage_rows<DT, uint16_t, V>(svn, Sm::kVld, p.v_new + vv0, vvs, L, kC);
-  stage_rows<DT, uint16_t, V>(sdv2, Sm::kVld, p.dv2 + vv0, vvs, L, kC);
-  stage_rows<DT, uint16_t, K>(sk, Sm::kKld, p.k + qk0, qks, L, kC);
+  {  // two memory round trips for the six stage-1 tiles
+    Tile<K, V> tS, tdS;
+    tS.load(p.h + kv0, V, K);
+    tdS.load(p.dh + kv0, V, K);
+    tS.template store<DT>(sS, Sm::kVld);
+    tdS.template store<DT>(sdS, Sm::kVld);
+  }
+  {
+    Tile<kC, V> tO, tN, tD;
+    Tile<kC, K> tk;
+    tO.load(p.dO + vv0, vvs, L);
+    tN.load(p.v_new + vv0, vvs, L);
+    tD.load(p.dv2 + vv0, vvs, L);
+    tk.load(p.k + qk0, qks, L);
+    tO.template store<DT>(sdO, Sm::kVld);
+    tN.template store<DT>(svn, Sm::kVld);
+    tD.template store<DT>(sdv2, Sm::kVld);
+    tk.template store<DT>(sk, Sm::kKld);
+  }
   __syncthreads();
   const float gL = sG[L - 1];
 
@@ -191,9 +204,17 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_grads_kernel(GradParams p
   __syncthreads();  // the stage-1 region is free
 
   // ---------------- stage 2 ----------------
-  stage_rows<DT, uint16_t, K>(sq, Sm::kKld, p.q + qk0, qks, L, kC);
-  stage_rows<DT, uint16_t, V>(sv, Sm::kVld, p.v + vv0, vvs, L, kC);
-  stage_rows<DT, uint16_t, kC>(sPhi, Sm::kPld, p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L, kC);
+  {
+    Tile<kC, K> tq;
+    Tile<kC, V> tv;
+    Tile<kC, kC> tP;
+    tq.load(p.q + qk0, qks, L);
+    tv.load(p.v + vv0, vvs, L);
+    tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
+    tq.template store<DT>(sq, Sm::kKld);
+    tv.template store<DT>(sv, Sm::kVld);
+    tP.template store<DT>(sPhi, Sm::kPld);
+  }
   __syncthreads();
   TK::template mma<DT>(dQ, AView<uint16_t, true>{sE, Sm::kPld}, BView<uint16_t, false>{sk, Sm::kKld}, 0, kend);
   TK::template mma<DT>(dK, AView<uint16_t, false>{sE, Sm::kPld}, BView<uint16_t, false>{sq, Sm::kKld}, 0, kend);

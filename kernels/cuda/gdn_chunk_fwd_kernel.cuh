@@ -36,8 +36,11 @@ struct OutputSmem {
 template <class DT, int K>
 __device__ __forceinline__ void stage_qk_gates(const ChunkParams& p, int64_t t0, int L, int i, int j, uint16_t* sq,
                                                uint16_t* sk, int ld, float* sG) {
-  stage_rows<DT, uint16_t, K>(sq, ld, p.q + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
-  stage_rows<DT, uint16_t, K>(sk, ld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
+  Tile<kC, K> tq, tk;
+  tq.load(p.q + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  tk.load(p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  tq.template store<DT>(sq, ld);
+  tk.template store<DT>(sk, ld);
   if (threadIdx.x < kC) sG[threadIdx.x] = threadIdx.x < L ? p.gcum[(t0 + threadIdx.x) * p.sh.HV + j] : 0.0f;
 }
 
@@ -60,8 +63,8 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
   const int64_t t0 = ch.begin;
 
   stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
-  stage_rows<DT, uint16_t, V>(sh, Sm::kVld, p.h + (n * HV + j) * int64_t(K) * V, V, K, K);
-  stage_rows<DT, uint16_t, V>(svn, Sm::kVld, p.x + (t0 * HV + j) * V, int64_t(HV) * V, L, kC);
+  stage_rows<DT, K, V>(sh, Sm::kVld, p.h + (n * HV + j) * int64_t(K) * V, V, K);
+  stage_rows<DT, kC, V>(svn, Sm::kVld, p.x + (t0 * HV + j) * V, int64_t(HV) * V, L);
   __syncthreads();
   {
     using T64 = Tiling<kC, kC>;
@@ -116,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
   const float scale = p.sh.scale;
 
   stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
-  stage_rows<DT, uint16_t, V>(sdO, Sm::kVld, p.x + (t0 * HV + j) * V, int64_t(HV) * V, L, kC);
+  stage_rows<DT, kC, V>(sdO, Sm::kVld, p.x + (t0 * HV + j) * V, int64_t(HV) * V, L);
   __syncthreads();
   {
     using T64 = Tiling<kC, kC>;

@@ -53,7 +53,7 @@ struct WalkSmem {
 };
 
 template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads) gdn_fwd_walk_kernel(FwdWalkParams p) {
+__global__ void __launch_bounds__(kThreads, 1) gdn_fwd_walk_kernel(FwdWalkParams p) {
   using Sm = WalkSmem<K>;
   using TS = Tiling<K, kBV>;   // the K x 64 state / transfer tile
   using TC = Tiling<kC, kBV>;  // 64 x 64 chunk products
@@ -86,24 +86,33 @@ __global__ void __launch_bounds__(kThreads) gdn_fwd_walk_kernel(FwdWalkParams p)
     TS::each(acc, [&](int a, int c, float& v) { v = (mtile && a == c0 + c) ? 1.0f : 0.0f; });
   }
 
+  // Register prefetch: the next chunk's tiles are loaded while this chunk computes.
+  Tile<kC, K> tW, tK;
+  Tile<kC, kBV> tU;
+  float gpre = 0.0f;
+  auto issue = [&](int64_t n) {
+    const ChunkDesc c = p.chunks[n];
+    tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    if (!mtile) tU.load(p.U + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
+    gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
+  };
+  if (seg.chunk_end > seg.chunk_begin) issue(seg.chunk_begin);
   for (int64_t n = seg.chunk_begin; n < seg.chunk_end; ++n) {
     const ChunkDesc ch = p.chunks[n];
     const int L = ch.len;
     const int64_t t0 = ch.begin;
     __syncthreads();  // the previous chunk is done with every tile
-    stage_rows<DT, uint16_t, K>(sW, Sm::kKld, p.W + (t0 * HV + j) * K, int64_t(HV) * K, L, kC);
-    if (!mtile) {
-      stage_rows<DT, uint16_t, K>(sk, Sm::kKld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
-      stage_rows<DT, uint16_t, kBV>(sU, Sm::kTld, p.U + (t0 * HV + j) * V + c0, int64_t(HV) * V, L, kC);
-    }
-    if (threadIdx.x < kC) sG[threadIdx.x] = threadIdx.x < L ? p.gcum[(t0 + threadIdx.x) * HV + j] : 0.0f;
+    tW.template store<DT>(sW, Sm::kKld);
+    tK.template store<DT>(sk, Sm::kKld);
+    if (!mtile) tU.template store<DT>(sU, Sm::kTld);
+    if (threadIdx.x < kC) sG[threadIdx.x] = gpre;
     __syncthreads();
+    if (n + 1 < seg.chunk_end) issue(n + 1);
     const float gL = sG[L - 1];
     const float Gam = exp2f(gL);
-    if (mtile) {  // Kt = dtype(k * exp2(gL - g_r)), rows beyond the chunk zero
-      stage_rows_map<DT, K>(sk, Sm::kKld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC,
-                            [&](int r, float x) { return DT::rnd(x * exp2f(gL - sG[r])); });
-    }
+    if (mtile)  // Kt = dtype(k * exp2(gL - g_r)) in place (read before the next barrier's users)
+      map_rows<DT, K>(sk, Sm::kKld, L, [&](int r, float x) { return DT::rnd(x * exp2f(gL - sG[r])); });
     const int kend = (L + 15) & ~15;
     if (!mtile) {
       // (1) Sb = dtype(S): operand of W Sb, and h[n].
@@ -205,7 +214,7 @@ struct BwdWalkSmem {
 };
 
 template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads) gdn_bwd_walk_kernel(BwdWalkParams p) {
+__global__ void __launch_bounds__(kThreads, 1) gdn_bwd_walk_kernel(BwdWalkParams p) {
   using Sm = BwdWalkSmem<K>;
   using TS = Tiling<K, kBV>;
   using TC = Tiling<kC, kBV>;
@@ -237,19 +246,35 @@ __global__ void __launch_bounds__(kThreads) gdn_bwd_walk_kernel(BwdWalkParams p)
     TS::zero(acc);
   }
 
+  // Register prefetch: the previous chunk's tiles are loaded while this chunk computes.
+  Tile<kC, K> tK, tW, tQ;
+  Tile<kC, kBV> tO, tD;
+  float gpre = 0.0f;
+  auto issue = [&](int64_t n) {
+    const ChunkDesc c = p.chunks[n];
+    tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    tQ.load(p.q + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    tO.load(p.dO + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
+    tD.load(p.dv_local + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
+    gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
+  };
+  if (seg.chunk_end > seg.chunk_begin) issue(seg.chunk_end - 1);
   for (int64_t n = seg.chunk_end - 1; n >= seg.chunk_begin; --n) {
     const ChunkDesc ch = p.chunks[n];
     const int L = ch.len;
     const int64_t t0 = ch.begin;
     __syncthreads();
-    if (threadIdx.x < kC) sG[threadIdx.x] = threadIdx.x < L ? p.gcum[(t0 + threadIdx.x) * HV + j] : 0.0f;
-    stage_rows<DT, uint16_t, K>(sk, Sm::kKld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
-    stage_rows<DT, uint16_t, K>(sW, Sm::kKld, p.W + (t0 * HV + j) * K, int64_t(HV) * K, L, kC);
-    stage_rows<DT, uint16_t, kBV>(sdO, Sm::kTld, p.dO + (t0 * HV + j) * V + c0, int64_t(HV) * V, L, kC);
-    stage_rows<DT, uint16_t, kBV>(sdl, Sm::kTld, p.dv_local + (t0 * HV + j) * V + c0, int64_t(HV) * V, L, kC);
+    tK.template store<DT>(sk, Sm::kKld);
+    tW.template store<DT>(sW, Sm::kKld);
+    tQ.template store<DT>(sQs, Sm::kKld);
+    tO.template store<DT>(sdO, Sm::kTld);
+    tD.template store<DT>(sdl, Sm::kTld);
+    if (threadIdx.x < kC) sG[threadIdx.x] = gpre;
     __syncthreads();
-    stage_rows_map<DT, K>(sQs, Sm::kKld, p.q + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC,
-                          [&](int r, float x) { return DT::rnd((x * scale) * exp2f(sG[r])); });
+    if (n > seg.chunk_begin) issue(n - 1);
+    // qs = dtype((q scale) exp2(g_r)) in place (used after the next two barriers)
+    map_rows<DT, K>(sQs, Sm::kKld, L, [&](int r, float x) { return DT::rnd((x * scale) * exp2f(sG[r])); });
     const float gL = sG[L - 1];
     const float Gam = exp2f(gL);
     const int kend = (L + 15) & ~15;

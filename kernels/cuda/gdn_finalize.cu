@@ -47,7 +47,7 @@ void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* pa
   g.ddt_bias = pb.has_dt_bias ? a.ddt_bias : nullptr;
   const unsigned hb = unsigned((pb.HV + 63) / 64);
   if (L.n_chunks > 0) {
-    finalize_gate_kernel<<<dim3(unsigned(L.n_chunks), hb), 64, 0, st>>>(g);
+    finalize_gate_kernel<<<dim3(unsigned(L.n_chunks), hb), 256, 0, st>>>(g);
     KCP_CUDA_LAUNCH_CHECK(st);
   }
   if (g.dA_log || g.ddt_bias) {

@@ -4,7 +4,8 @@
 // finalize_qk_kernel: grid (ceil(T*H / 8), 2), one warp per (token, q/k head) row: sum of the
 //   G value heads' dq_hv / dk_hv in fixed order j = i G .. i G + G - 1 (fp32), L2-norm backward
 //   dx = rstd (dy - (dy . y) y) with y the saved normalized q / k, one rounding to dtype.
-// finalize_gate_kernel: grid (NT, ceil(HV / 64)), one thread per (chunk, value head): reverse
+// finalize_gate_kernel: grid (NT, ceil(HV / 64)), 256 threads stage the chunk's dlam (and raw
+//   gates) for 64 heads in shared memory, then one thread per (chunk, value head): reverse
 //   chunk-local cumsum of dlam in token order (fp32), raw-gate backward, dg; the chunk's partial
 //   sums of dA_log and ddt_bias (rows in order) go to partials [NT, HV, 2].
 // finalize_params_kernel: one thread per value head adds the chunk partials in chunk order.
@@ -28,7 +29,7 @@ template <class DT, int K>
 __global__ void __launch_bounds__(256) finalize_qk_kernel(FinalizeQkParams p) {
   const int64_t row = int64_t(blockIdx.x) * 8 + warp_id();
   if (row >= p.rows) return;
-  const int w = blockIdx.y;
+  const bool kside = blockIdx.y != 0;  // (selects, not indexes, the parameter arrays)
   const int64_t t = row / p.H;
   const int i = int(row % p.H);
   constexpr int E = K / 32;
@@ -36,18 +37,18 @@ __global__ void __launch_bounds__(256) finalize_qk_kernel(FinalizeQkParams p) {
 #pragma unroll
   for (int e = 0; e < E; ++e) sum[e] = 0.0f;
   for (int gi = 0; gi < p.G; ++gi) {
-    const float* x = p.dhv[w] + ((t * p.H * p.G) + int64_t(i) * p.G + gi) * K + lane_id() * E;
+    const float* x = (kside ? p.dhv[1] : p.dhv[0]) + ((t * p.H * p.G) + int64_t(i) * p.G + gi) * K + lane_id() * E;
 #pragma unroll
     for (int e = 0; e < E; ++e) sum[e] += x[e];
   }
-  float* o = p.out[w] + row * K + lane_id() * E;
+  float* o = (kside ? p.out[1] : p.out[0]) + row * K + lane_id() * E;
   if (p.l2norm) {
-    const float* y = p.y[w] + row * K + lane_id() * E;
+    const float* y = (kside ? p.y[1] : p.y[0]) + row * K + lane_id() * E;
     float dot = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; ++e) dot += sum[e] * y[e];
     dot = warp_sum(dot);
-    const float r = p.rstd[w][row];
+    const float r = (kside ? p.rstd[1] : p.rstd[0])[row];
 #pragma unroll
     for (int e = 0; e < E; ++e) o[e] = DT::rnd(r * (sum[e] - dot * y[e]));
   } else {
@@ -70,36 +71,45 @@ struct FinalizeGateParams {
   float* ddt_bias;       // [HV] or null
 };
 
-__global__ void __launch_bounds__(64) finalize_gate_kernel(FinalizeGateParams p) {
-  __shared__ float sA[kC][64];  // dA per row for this block's 64 heads
+__global__ void __launch_bounds__(256) finalize_gate_kernel(FinalizeGateParams p) {
+  __shared__ float sL[kC][65], sR[kC][65];  // dlam and raw gate per (row, head of this block)
   const int64_t n = blockIdx.x;
-  const int j = blockIdx.y * 64 + threadIdx.x;
-  if (j >= p.HV) return;
+  const int jb = blockIdx.y * 64, nh = min(64, p.HV - jb);
   const ChunkDesc ch = p.chunks[n];
   const int L = ch.len;
   const int64_t t0 = ch.begin;
   const int HV = p.HV;
-  float acc = 0.0f;
-  for (int r = L - 1; r >= 0; --r) {
-    acc += p.dlam[(t0 + r) * HV + j];
-    sA[r][threadIdx.x] = acc;
-  }
   const bool softplus = p.gate == int(GateForm::Softplus);
+  // Cooperative, coalesced staging (consecutive threads read consecutive heads of a row).
+  for (int e = threadIdx.x; e < L * 64; e += blockDim.x) {
+    const int r = e / 64, jj = e % 64;
+    if (jj >= nh) continue;
+    const int64_t at = (t0 + r) * HV + jb + jj;
+    sL[r][jj] = p.dlam[at];
+    if (softplus) sR[r][jj] = p.g[at];
+  }
+  __syncthreads();
+  const int jj = threadIdx.x, j = jb + jj;
+  if (jj >= nh) return;
+  float acc = 0.0f;
+  for (int r = L - 1; r >= 0; --r) {  // chunk-local reverse cumsum, token order of the twin
+    acc += sL[r][jj];
+    sL[r][jj] = acc;
+  }
   const float ea = p.A_log ? expf(p.A_log[j]) : 1.0f;
   const float bias = p.dt_bias ? p.dt_bias[j] : 0.0f;
   float part_A = 0.0f, part_b = 0.0f;
   for (int r = 0; r < L; ++r) {
-    const int64_t at = (t0 + r) * HV + j;
-    const float dA = sA[r][threadIdx.x];
+    const float dA = sL[r][jj];
     float dg = dA;
     if (softplus) {
-      const float x = p.g[at] + bias;
+      const float x = sR[r][jj] + bias;
       const float sg = x > 20.0f ? 1.0f : 1.0f / (1.0f + expf(-x));
       const float av = -ea * (x > 20.0f ? x : logf(1.0f + expf(x)));
       dg = dA * (-ea * sg);
       part_A += dA * av;
     }
-    p.dg[at] = dg;
+    p.dg[(t0 + r) * HV + j] = dg;
     part_b += dg;
   }
   p.partials[(n * HV + j) * 2] = part_A;

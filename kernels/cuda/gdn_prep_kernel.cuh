@@ -28,9 +28,9 @@ template <class DT, int K>
 __global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
   const int64_t row = int64_t(blockIdx.x) * 8 + warp_id();
   if (row >= p.rows) return;
-  const int w = blockIdx.y;
-  const float* x = p.x[w] + row * K;
-  float* y = p.y[w] + row * K;
+  const bool kside = blockIdx.y != 0;  // (selects, not indexes, the parameter arrays)
+  const float* x = (kside ? p.x[1] : p.x[0]) + row * K;
+  float* y = (kside ? p.y[1] : p.y[0]) + row * K;
   constexpr int E = K / 32;  // 2 or 4 floats per lane
   float v[E];
   if constexpr (E == 4) {
@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
     const float r = 1.0f / sqrtf(ss + kL2NormEps);
 #pragma unroll
     for (int e = 0; e < E; ++e) v[e] = DT::rnd(v[e] * r);
-    if (lane_id() == 0) p.rstd[w][row] = r;
+    if (lane_id() == 0) (kside ? p.rstd[1] : p.rstd[0])[row] = r;
   }
   if constexpr (E == 4) reinterpret_cast<float4*>(y)[lane_id()] = make_float4(v[0], v[1], v[2], v[3]);
   else reinterpret_cast<float2*>(y)[lane_id()] = make_float2(v[0], v[1]);
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
     sA[tid] = a;
     sB[tid] = b;
   }
-  stage_rows<DT, uint16_t, K>(sk, Sm::kLd, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L, kC);
+  stage_rows<DT, kC, K>(sk, Sm::kLd, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
   __syncthreads();
   if (tid == 0) {
     float acc = 0.0f;

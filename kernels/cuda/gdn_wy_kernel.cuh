@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kThreads) gdn_wy_kernel(WyParams p) {
     sB[tid] = in ? p.beta[(t0 + tid) * HV + j] : 0.0f;
     sE[tid] = in ? exp2f(p.gcum[(t0 + tid) * HV + j]) : 0.0f;
   }
-  stage_rows<DT, uint16_t, kC>(sPhi, Sm::kPld, p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L, kC);
+  stage_rows<DT, kC, kC>(sPhi, Sm::kPld, p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
   __syncthreads();
   // xb and ub rows (zero beyond the chunk).
   for (int e = tid; e < kC * (K / 4); e += kThreads) {
