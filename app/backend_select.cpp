@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "app/commands.h"
+#include "core/comm/mpi_communicator.h"
 #include "core/util/error.h"
 #include "kcp/config.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -12,6 +13,14 @@
 
 namespace kcp::app {
 
+int gpu_count() {
+#if KCP_HAVE_CUDA_BACKEND
+  return kernels::cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
 std::unique_ptr<kernels::Backend> select_backend(const std::string& name) {
   KCP_REQUIRE(name == "auto" || name == "cpu" || name == "cuda", "--backend: expected cpu, cuda or auto, got \"{}\"", name);
   if (name == "cpu") return kernels::make_cpu_backend();
@@ -19,9 +28,7 @@ std::unique_ptr<kernels::Backend> select_backend(const std::string& name) {
   const int n = kernels::cuda_device_count();
   if (n > 0) {
     // One GPU per local rank under mpirun; threads of one process share device 0.
-    int local = 0;
-    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
-      if (const char* s = std::getenv(v)) local = std::atoi(s);
+    const int local = local_rank();
     try {
       return kernels::make_cuda_backend(local % n);
     } catch (const std::exception& e) {

@@ -53,7 +53,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
     auto backend = kernels::make_cpu_backend();
     RunContext ctx;
-    const RunOutcome out = run_in_world(rows, opt, false, o->threads, *backend, ctx);
+    const RunOutcome out = run_in_world(rows, opt, "local", o->threads, *backend, ctx);
 
     // Read the file as ordered JSON so --write keeps its layout and key order.
     std::ifstream in(file);

@@ -32,8 +32,10 @@ std::string version_text();
 
 // Shared by run and calibrate (cmd_run.cpp).
 std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std::string>& patterns);
-RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, bool use_mpi, int threads_flag,
-                        const kernels::Backend& backend, RunContext& ctx);
+// comm_kind: "local", "mpi" or "nccl" (the communicator the ranks use).
+RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, const std::string& comm_kind,
+                        int threads_flag, const kernels::Backend& backend, RunContext& ctx);
+int gpu_count();   // CUDA devices visible (0 without a CUDA build or a driver); backend_select.cpp
 std::string default_cache_dir();
 std::unique_ptr<kernels::Backend> select_backend(const std::string& name);  // backend_select.cpp
 

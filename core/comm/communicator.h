@@ -1,7 +1,8 @@
 // The CP group's communicator (DESIGN.md section 7). One small interface, three back-ends:
 //   local: W logical ranks as threads of one process (always available; unit tests, laptops);
 //   mpi:   one process per rank, host memory;
-//   nccl:  one GPU per rank, device memory (later).
+//   nccl:  one GPU per rank; the summaries' all-gather in device memory through NCCL, the host
+//          collectives (metrics, barriers) through MPI (or trivially for one rank).
 // All calls are collective: every rank of the group must make the same calls in the same order.
 // Buffers are host memory for local and mpi. Reductions are deterministic: the same inputs give
 // the same bits for any back-end (sums are taken in rank order).
@@ -31,6 +32,11 @@ class Communicator {
   virtual void allreduce(int64_t* buf, size_t count, ReduceOp op) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+
+  // Device-buffer all-gather (the nccl back-end): send and recv in GPU memory, ordered on
+  // `stream` (a cudaStream_t). Back-ends without it exchange through host buffers.
+  virtual bool has_device_allgather() const { return false; }
+  virtual void allgather_device(const float* send, float* recv, size_t count, void* stream);
 };
 
 }  // namespace kcp

@@ -33,6 +33,12 @@ bool mpi_launched() {
   return false;
 }
 
+int local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
+
 #if KCP_ENABLE_MPI
 namespace {
 bool g_inited = false;

@@ -15,6 +15,7 @@ void mpi_init(int* argc, char*** argv);  // no-op without MPI
 void mpi_finalize();
 void mpi_abort(int code);      // MPI_Abort on COMM_WORLD so no rank hangs (main only)
 int mpi_world_rank();
+int local_rank();              // rank on this host from the launcher's environment (0 without one)
 int mpi_world_size();
 std::unique_ptr<Communicator> make_mpi_communicator();  // throws ConfigError without MPI
 

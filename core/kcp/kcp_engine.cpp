@@ -229,6 +229,11 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
   // world of one rank has nothing to exchange.
   auto exchange = [&](bool sends) {
     if (W == 1) return;
+    if (comm.has_device_allgather()) {  // nccl: device buffers, no host round trip
+      if (!sends) d_send.fill(0.0f, run.exec);
+      comm.allgather_device(d_send.get(), d_gathered.get(), static_cast<size_t>(HVKK + HVKV), run.exec.stream);
+      return;
+    }
     if (sends) host_send = d_send.to_host(run.exec);
     else std::fill(host_send.begin(), host_send.end(), 0.0f);
     comm.allgather(host_send.data(), host_gathered.data(), host_send.size());
