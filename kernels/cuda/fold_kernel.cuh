@@ -4,7 +4,8 @@
 //   256 threads. Tiles [0, V/32) walk X[:, c0 : c0 + 32] (columns of X are independent:
 //   X_{i+1} = op(A_i) X_i + b_i), tiles [V/32, V/32 + K/32) walk the composed transfer
 //   C_{i+1} = op(A_i) C_i from C_0 = I. Each item op(A_i) (K x K, fp32) is staged in shared
-//   memory (padded rows); sums run over the inner index in increasing order, then + b (the
+//   memory (padded rows); each thread keeps 16 row accumulators; sums run over the inner index
+//   in increasing order, then + b (the
 //   twin's order), fp32 throughout (never rounded: ALGORITHM 7.2). A block reads its columns of
 //   x0 before writing the same columns of x_final, so x_final may alias x0.
 //   Shared memory: (K x (K+1) + 2 K x 33) fp32.
@@ -64,11 +65,22 @@ __global__ void __launch_bounds__(256) fold_kernel(FoldParams p) {
     }
     __syncthreads();
     const float* b = ctile ? nullptr : p.b + it * p.b_stride + j * KV;
-    for (int r = rg; r < K; r += 8) {
-      float acc = 0.0f;
-      for (int m = 0; m < K; ++m) acc += sA[r * Ald + m] * sX[m * 33 + c];
-      if (b) acc += b[int64_t(r) * V + c0 + c];
-      sXn[r * 33 + c] = acc;
+    // 16 independent accumulators per thread (rows rg + 8 q), sums over m in increasing order.
+    float acc[16];
+#pragma unroll
+    for (int q = 0; q < 16; ++q) acc[q] = 0.0f;
+    const int nq = K / 8;
+    for (int m = 0; m < K; ++m) {
+      const float x = sX[m * 33 + c];
+#pragma unroll
+      for (int q = 0; q < 16; ++q)
+        if (q < nq) acc[q] += sA[(rg + 8 * q) * Ald + m] * x;
+    }
+#pragma unroll
+    for (int q = 0; q < 16; ++q) {
+      if (q >= nq) break;
+      const int r = rg + 8 * q;
+      sXn[r * 33 + c] = b ? acc[q] + b[int64_t(r) * V + c0 + c] : acc[q];
     }
     __syncthreads();
     for (int r = rg; r < K; r += 8) sX[r * 33 + c] = sXn[r * 33 + c];

@@ -1,4 +1,4 @@
-// Launcher of the GDN backward gradients per (chunk, value head) (B4 + B5).
+// Launcher of the GDN backward gradients per (chunk, value head): B4, then B5 (two kernels).
 #include "kernels/cuda/gdn_chunk_bwd_kernel.cuh"
 
 namespace kcp::kernels::cuda {
@@ -7,10 +7,14 @@ namespace {
 template <class DT, int K>
 void run_grads(const GradParams& p, cudaStream_t st) {
   if (p.sh.NT == 0) return;
-  constexpr int V = K;
-  const size_t smem = GradSmem<K, V>::bytes;
-  allow_smem(gdn_bwd_grads_kernel<DT, K, V>, smem);
-  gdn_bwd_grads_kernel<DT, K, V><<<unsigned(p.sh.NT * p.sh.HV), kThreads, smem, st>>>(p);
+  constexpr int V = K;  // dW passes through the dv output between the two kernels
+  const unsigned grid = unsigned(p.sh.NT * p.sh.HV);
+  const size_t smem1 = DqkSmem<K, V>::bytes, smem2 = WyBwdSmem<K, V>::bytes;
+  allow_smem(gdn_bwd_dqk_kernel<DT, K, V>, smem1);
+  allow_smem(gdn_bwd_wy_kernel<DT, K, V>, smem2);
+  gdn_bwd_dqk_kernel<DT, K, V><<<grid, kThreads, smem1, st>>>(p);
+  KCP_CUDA_LAUNCH_CHECK(st);
+  gdn_bwd_wy_kernel<DT, K, V><<<grid, kThreads, smem2, st>>>(p);
   KCP_CUDA_LAUNCH_CHECK(st);
 }
 }  // namespace

@@ -2,21 +2,20 @@
 // and B5 (WY backward), ALGORITHM 3.1, with the rounding points [D1]-[D7] of the CPU twin
 // (kernels/cpu/gdn_chunk_bwd.cpp). Included only by gdn_chunk_bwd.cu.
 //
-// gdn_bwd_grads_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256
-//   threads, one block per SM (about 170 KB of shared memory at K = V = 128). Every product runs
-//   on tensor cores with dtype operands and fp32 accumulation; dQ and dK stay in the mma
-//   accumulators (64 x K, 8 warps) across the three stages:
-//     stage 1 (h, dh, dO, v_new, dv2, k): dQ = (dO h^T) exp2(g) scale, dK = (v_new dh^T)
-//       exp2(gL - g), dW = dtype(-dv2 h^T), E = dtype(tril(dO v_new^T) exp2(g_r - g_s) scale),
-//       <h, dh> and sum(dK_int o k) for the last row's gate term;
-//     stage 2 (E, k, q): dQ += E k, dK += E^T q, gate rows q.dQ - k.dK; dq_hv stored;
-//     stage 3 (WY): dPhi = dW Xb^T + dv2 Yb^T, dX = Phi^T dW, dY = Phi^T dv2 (dv, dbeta, gate),
-//       dPi = -stril(Phi^T dtype(stril(dtype(dPhi)) Phi^T)) (two products), dPi' = dPi gated,
-//       dK += beta dPi' k + dPi'^T dtype(k beta), and the gate's row minus column sums.
-//   Row sums (gate, dbeta) are reduced in a fixed order: quad shuffles, then per-warp partials
-//   in shared memory added in warp order, so results are bitwise reproducible.
-//   Shared memory (16-bit tiles, ld = cols + 8): persistent k, dv2, E, dW; a region holding
-//   h, dh, dO, v_new in stage 1 and then q, v, Phi, Xb, Yb, dPhi (later Kb, T1, dPi').
+// Two kernels, so that each one's unrolled code stays well inside the SM's instruction cache (one
+// fused kernel was 150 KB of SASS and ran at a third of the speed). Both: grid NT * HV, block
+// (chunk n, value head j) = (b / HV, b % HV), 256 threads, dtype operands on tensor cores with
+// fp32 accumulation, dK in the mma accumulators (64 x K, 8 warps).
+// gdn_bwd_dqk_kernel (B4): dQ = (dO h^T) exp2(g) scale + E k, dK = (v_new dh^T) exp2(gL - g) +
+//   E^T q with E = dtype(tril(dO v_new^T) exp2(g_r - g_s) scale); the gate rows q.dQ - k.dK plus,
+//   on the last row, Gam <h, dh> + sum(dK_int o k). Writes dq_hv (final), dk_hv and dlam (B4
+//   parts) and dW = dtype(-dv2 h^T) into the dv output (K == V), which the second kernel reads
+//   back and then overwrites with the final dv.
+// gdn_bwd_wy_kernel (B5): dPhi = dW Xb^T + dv2 Yb^T, dX = Phi^T dW, dY = Phi^T dv2 (dv, dbeta,
+//   gate), dPi = -stril(Phi^T dtype(stril(dtype(dPhi)) Phi^T)), dPi' = dPi gated, dK += beta dPi' k
+//   + dPi'^T dtype(k beta), gate row minus column sums; adds to dk_hv and dlam, writes dv, dbeta.
+// Row sums (gate, dbeta) are reduced in a fixed order: quad shuffles, then per-warp partials in
+// shared memory added in warp order, so results are bitwise reproducible.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -39,7 +38,7 @@ struct GradParams {
   const float* dO;     // [T, HV, V] dtype
   float* dq_hv;        // [T, HV, K] fp32
   float* dk_hv;        // [T, HV, K] fp32
-  float* dv;           // [T, HV, V] dtype
+  float* dv;           // [T, HV, V] dtype (dW between the two kernels)
   float* dbeta;        // [T, HV] fp32
   float* dlam;         // [T, HV] fp32
 };
@@ -54,69 +53,64 @@ struct Row2 {
   __device__ __forceinline__ float get(int h) const { return h ? hi : lo; }
 };
 
+// Row totals of NQ per-thread quantities over a 64-row tiling with WM = 4, WN = 2: quad sums,
+// then the two warp columns added in order. Result for row r, quantity u: out[r * NQ + u].
+template <int NQ>
+__device__ __forceinline__ void row_totals(const Row2 (&q)[NQ], float* sRow, float* out) {
+  const int g8 = lane_id() >> 2;
+  for (int h2 = 0; h2 < 2; ++h2) {
+    float v[NQ];
+#pragma unroll
+    for (int u = 0; u < NQ; ++u) v[u] = quad_sum(q[u].get(h2));
+    if ((lane_id() & 3) == 0) {
+      const int r = (warp_id() % 4) * 16 + g8 + 8 * h2, wn = warp_id() / 4;
+#pragma unroll
+      for (int u = 0; u < NQ; ++u) sRow[(r * 2 + wn) * NQ + u] = v[u];
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kC * NQ; e += blockDim.x) {
+    const int r = e / NQ, u = e % NQ;
+    out[e] = sRow[(r * 2) * NQ + u] + sRow[(r * 2 + 1) * NQ + u];
+  }
+  __syncthreads();
+}
+
 template <int K, int V>
-struct GradSmem {
+struct DqkSmem {
   static constexpr int kKld = K + 8, kVld = V + 8, kPld = kC + 8;
-  // persistent: k, dv2, E, dW
-  static constexpr int kOffDv2 = kC * kKld;
-  static constexpr int kOffE = kOffDv2 + kC * kVld;
-  static constexpr int kOffDW = kOffE + kC * kPld;
-  static constexpr int kOffRegion = kOffDW + kC * kKld;
-  // stage 1 region: h, dh (K x V), dO, v_new
-  static constexpr int kOffS = kOffRegion;
+  static constexpr int kOffE = kC * kKld;                 // after k
+  static constexpr int kOffS = kOffE + kC * kPld;         // region: h, dh, dO, v_new, dv2
   static constexpr int kOffDS = kOffS + K * kVld;
   static constexpr int kOffDO = kOffDS + K * kVld;
   static constexpr int kOffVN = kOffDO + kC * kVld;
-  static constexpr int kRegion1 = 2 * K * kVld + 2 * kC * kVld;
-  // stages 2-3 region: q (later Kb), v, Phi, Xb, Yb (later T1, dPi'), dPhi
-  static constexpr int kOffQ = kOffRegion;
-  static constexpr int kOffV = kOffQ + kC * kKld;
-  static constexpr int kOffPhi = kOffV + kC * kVld;
-  static constexpr int kOffXb = kOffPhi + kC * kPld;
-  static constexpr int kOffYb = kOffXb + kC * kKld;
-  static constexpr int kOffDPhi = kOffYb + kC * kVld;
-  static constexpr int kOffT1 = kOffXb;
-  static constexpr int kOffDPi = kOffXb + kC * kPld;
-  static constexpr int kRegion2 = kOffDPhi + kC * kPld - kOffRegion;
-  static_assert(2 * kC * kPld <= kC * kKld + kC * kVld, "T1 and dPi' must fit in the Xb, Yb space");
-  static constexpr int kElems16 = kOffRegion + (kRegion1 > kRegion2 ? kRegion1 : kRegion2);
-  // fp32: g, beta, row partials [64][2][5], column partials [4][64], reduction scratch
-  static constexpr int kFloats = 2 * kC + kC * 2 * 5 + 4 * kC + 2 * kWarps;
+  static constexpr int kOffDv2 = kOffVN + kC * kVld;
+  static constexpr int kOffQ = kOffS;                     // stage 2 reuses the region
+  static constexpr int kElems16 = kOffDv2 + kC * kVld;
+  static constexpr int kFloats = 2 * kC + kC * 2 * 2 + kC * 2 + 2 * kWarps;
   static constexpr size_t bytes = size_t(kElems16) * 2 + size_t(kFloats) * 4;
 };
 
 template <class DT, int K, int V>
-__global__ void __launch_bounds__(kThreads, 1) gdn_bwd_grads_kernel(GradParams p) {
-  using Sm = GradSmem<K, V>;
+__global__ void __launch_bounds__(kThreads, 1) gdn_bwd_dqk_kernel(GradParams p) {
+  using Sm = DqkSmem<K, V>;
   using TK = Tiling<kC, K>;
-  using TV = Tiling<kC, V>;
   using T64 = Tiling<kC, kC>;
-  static_assert(TK::WM == 4 && TV::WM == 4 && T64::WM == 4 && TK::MT == 1 && TV::MT == 1 && T64::MT == 1,
-                "the row partials assume every 64-row tiling puts warp w on rows (w % 4) * 16");
+  static_assert(TK::WM == 4 && T64::WM == 4 && TK::MT == 1 && T64::MT == 1, "row partials need WM = 4");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* s16 = reinterpret_cast<uint16_t*>(smem_raw);
   uint16_t* sk = s16;
-  uint16_t* sdv2 = s16 + Sm::kOffDv2;
   uint16_t* sE = s16 + Sm::kOffE;
-  uint16_t* sdW = s16 + Sm::kOffDW;
   uint16_t* sS = s16 + Sm::kOffS;
   uint16_t* sdS = s16 + Sm::kOffDS;
   uint16_t* sdO = s16 + Sm::kOffDO;
   uint16_t* svn = s16 + Sm::kOffVN;
+  uint16_t* sdv2 = s16 + Sm::kOffDv2;
   uint16_t* sq = s16 + Sm::kOffQ;
-  uint16_t* sKb = sq;
-  uint16_t* sv = s16 + Sm::kOffV;
-  uint16_t* sPhi = s16 + Sm::kOffPhi;
-  uint16_t* sXb = s16 + Sm::kOffXb;
-  uint16_t* sYb = s16 + Sm::kOffYb;
-  uint16_t* sT1 = s16 + Sm::kOffT1;
-  uint16_t* sdPi = s16 + Sm::kOffDPi;
-  uint16_t* sdPhi = s16 + Sm::kOffDPhi;
   float* sG = reinterpret_cast<float*>(s16 + Sm::kElems16);
-  float* sBeta = sG + kC;
-  float* sRow = sBeta + kC;        // [64][2 warp columns][5 quantities]
-  float* sCol = sRow + kC * 2 * 5;  // [4 warp rows][64]
-  float* sRed = sCol + 4 * kC;      // [2][kWarps]
+  float* sRow = sG + 2 * kC;        // [64][2][2]
+  float* sTot = sRow + kC * 2 * 2;  // [64][2]
+  float* sRed = sTot + kC * 2;      // [2][kWarps]
 
   const int HV = p.sh.HV;
   const int64_t n = blockIdx.x / HV;
@@ -132,11 +126,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_grads_kernel(GradParams p
   const int64_t kv0 = (n * HV + j) * int64_t(K) * V;
   auto f16 = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
 
-  if (tid < kC) {
-    sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
-    sBeta[tid] = tid < L ? p.beta[(t0 + tid) * HV + j] : 0.0f;
-  }
-  {  // two memory round trips for the six stage-1 tiles
+  if (tid < kC) sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
+  {  // two memory round trips for the six tiles
     Tile<K, V> tS, tdS;
     tS.load(p.h + kv0, V, K);
     tdS.load(p.dh + kv0, V, K);
@@ -158,12 +149,6 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_grads_kernel(GradParams p
   __syncthreads();
   const float gL = sG[L - 1];
 
-  // Per-thread row accumulators; rows r = (warp % 4) * 16 + lane / 4 + 8 h in every tiling.
-  // (Two scalars per quantity, selected by the row half, so nothing is indexed at run time.)
-  Row2 rq, rk, rwy, rgl, rdb;
-  const int g8 = lane_id() >> 2;
-
-  // ---------------- stage 1 ----------------
   float dQ[1][TK::NT][4], dK[1][TK::NT][4];
   TK::zero(dQ);
   TK::zero(dK);
@@ -175,13 +160,13 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_grads_kernel(GradParams p
     v = r < L ? v * exp2f(gL - sG[r]) : 0.0f;
     kint += v * f16(sk, r * Sm::kKld + x);
   });
-  {
+  {  // dW = dtype(-dv2 h^T) -> the dv output (read back by gdn_bwd_wy_kernel)
     float tmp[1][TK::NT][4];
     TK::zero(tmp);
     TK::template mma<DT>(tmp, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
     TK::pairs(tmp, [&](int r, int x, float& v0, float& v1) {
-      const bool in = r < L;
-      *reinterpret_cast<uint32_t*>(sdW + r * Sm::kKld + x) = DT::pack(in ? -v0 : 0.0f, in ? -v1 : 0.0f);
+      if (r < L)
+        *reinterpret_cast<float2*>(p.dv + ((t0 + r) * HV + j) * V + x) = make_float2(DT::rnd(-v0), DT::rnd(-v1));
     });
   }
   {
@@ -201,31 +186,116 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_grads_kernel(GradParams p
   hdh = block_sum(hdh, sRed);
   kint = block_sum(kint, sRed + kWarps);
   const float dg_last = hdh * exp2f(gL) + kint;
-  __syncthreads();  // the stage-1 region is free
-
-  // ---------------- stage 2 ----------------
-  {
-    Tile<kC, K> tq;
-    Tile<kC, V> tv;
-    Tile<kC, kC> tP;
-    tq.load(p.q + qk0, qks, L);
-    tv.load(p.v + vv0, vvs, L);
-    tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
-    tq.template store<DT>(sq, Sm::kKld);
-    tv.template store<DT>(sv, Sm::kVld);
-    tP.template store<DT>(sPhi, Sm::kPld);
-  }
+  __syncthreads();  // the region is free: q goes there
+  stage_rows<DT, kC, K>(sq, Sm::kKld, p.q + qk0, qks, L);
   __syncthreads();
   TK::template mma<DT>(dQ, AView<uint16_t, true>{sE, Sm::kPld}, BView<uint16_t, false>{sk, Sm::kKld}, 0, kend);
   TK::template mma<DT>(dK, AView<uint16_t, false>{sE, Sm::kPld}, BView<uint16_t, false>{sq, Sm::kKld}, 0, kend);
-  TK::each(dQ, [&](int r, int x, float& v) { rq.add(r, f16(sq, r * Sm::kKld + x) * v); });
-  TK::each(dK, [&](int r, int x, float& v) { rk.add(r, f16(sk, r * Sm::kKld + x) * v); });
-  TK::pairs(dQ, [&](int r, int x, float& v0, float& v1) {
-    if (r < L) *reinterpret_cast<float2*>(p.dq_hv + ((t0 + r) * HV + j) * K + x) = make_float2(v0, v1);
+  Row2 rows[2];  // q . dQ, k . dK
+  TK::zip_pairs(dQ, dK, [&](int r, int x, float& q0, float& q1, float& k0, float& k1) {
+    rows[0].add(r, f16(sq, r * Sm::kKld + x) * q0 + f16(sq, r * Sm::kKld + x + 1) * q1);
+    rows[1].add(r, f16(sk, r * Sm::kKld + x) * k0 + f16(sk, r * Sm::kKld + x + 1) * k1);
+    if (r < L) {
+      *reinterpret_cast<float2*>(p.dq_hv + ((t0 + r) * HV + j) * K + x) = make_float2(q0, q1);
+      *reinterpret_cast<float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x) = make_float2(k0, k1);
+    }
   });
-  __syncthreads();  // q is no longer read: its space takes Kb
+  row_totals<2>(rows, sRow, sTot);
+  if (tid < L) {
+    float dl = sTot[tid * 2] - sTot[tid * 2 + 1];
+    if (tid == L - 1) dl += dg_last;
+    p.dlam[(t0 + tid) * HV + j] = dl;
+  }
+}
 
-  // ---------------- stage 3 (WY backward) ----------------
+template <int K, int V>
+struct WyBwdSmem {
+  static constexpr int kKld = K + 8, kVld = V + 8, kPld = kC + 8;
+  static constexpr int kOffDv2 = kC * kKld;  // after k
+  static constexpr int kOffDW = kOffDv2 + kC * kVld;
+  static constexpr int kOffV = kOffDW + kC * kKld;
+  static constexpr int kOffPhi = kOffV + kC * kVld;
+  static constexpr int kOffKb = kOffPhi + kC * kPld;
+  static constexpr int kOffXb = kOffKb + kC * kKld;
+  static constexpr int kOffYb = kOffXb + kC * kKld;
+  static constexpr int kOffDPhi = kOffYb + kC * kVld;
+  static constexpr int kOffT1 = kOffXb;               // after dPhi: T1 and dPi' reuse Xb, Yb
+  static constexpr int kOffDPi = kOffXb + kC * kPld;
+  static_assert(2 * kC * kPld <= kC * kKld + kC * kVld, "T1 and dPi' must fit in the Xb, Yb space");
+  static constexpr int kElems16 = kOffDPhi + kC * kPld;
+  static constexpr int kFloats = 2 * kC + kC * 2 * 3 + 4 * kC + kC * 3;
+  static constexpr size_t bytes = size_t(kElems16) * 2 + size_t(kFloats) * 4;
+};
+
+template <class DT, int K, int V>
+__global__ void __launch_bounds__(kThreads, 1) gdn_bwd_wy_kernel(GradParams p) {
+  using Sm = WyBwdSmem<K, V>;
+  using TK = Tiling<kC, K>;
+  using TV = Tiling<kC, V>;
+  using T64 = Tiling<kC, kC>;
+  static_assert(TK::WM == 4 && TV::WM == 4 && T64::WM == 4 && TK::MT == 1 && TV::MT == 1 && T64::MT == 1,
+                "the row partials assume every 64-row tiling puts warp w on rows (w % 4) * 16");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* s16 = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sk = s16;
+  uint16_t* sdv2 = s16 + Sm::kOffDv2;
+  uint16_t* sdW = s16 + Sm::kOffDW;
+  uint16_t* sv = s16 + Sm::kOffV;
+  uint16_t* sPhi = s16 + Sm::kOffPhi;
+  uint16_t* sKb = s16 + Sm::kOffKb;
+  uint16_t* sXb = s16 + Sm::kOffXb;
+  uint16_t* sYb = s16 + Sm::kOffYb;
+  uint16_t* sT1 = s16 + Sm::kOffT1;
+  uint16_t* sdPi = s16 + Sm::kOffDPi;
+  uint16_t* sdPhi = s16 + Sm::kOffDPhi;
+  float* sG = reinterpret_cast<float*>(s16 + Sm::kElems16);
+  float* sBeta = sG + kC;
+  float* sRow = sBeta + kC;         // [64][2][3]
+  float* sCol = sRow + kC * 2 * 3;  // [4 warp rows][64]
+  float* sTot = sCol + 4 * kC;      // [64][3]
+
+  const int HV = p.sh.HV;
+  const int64_t n = blockIdx.x / HV;
+  const int j = blockIdx.x % HV, i = j / p.sh.G;
+  const ChunkDesc ch = p.chunks[n];
+  const int L = ch.len;
+  const int64_t t0 = ch.begin;
+  const int tid = threadIdx.x;
+  const int kend = (L + 15) & ~15;
+  const int64_t qk0 = (t0 * p.sh.H + i) * K, qks = int64_t(p.sh.H) * K;
+  const int64_t vv0 = (t0 * HV + j) * V, vvs = int64_t(HV) * V;
+  const int g8 = lane_id() >> 2;
+  auto f16 = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
+
+  if (tid < kC) {
+    sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
+    sBeta[tid] = tid < L ? p.beta[(t0 + tid) * HV + j] : 0.0f;
+  }
+  {
+    Tile<kC, K> tk, tW;
+    Tile<kC, V> tD, tv;
+    Tile<kC, kC> tP;
+    tk.load(p.k + qk0, qks, L);
+    tW.load(p.dv + vv0, vvs, L);  // dW from gdn_bwd_dqk_kernel (K == V)
+    tD.load(p.dv2 + vv0, vvs, L);
+    tv.load(p.v + vv0, vvs, L);
+    tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
+    tk.template store<DT>(sk, Sm::kKld);
+    tW.template store<DT>(sdW, Sm::kKld);
+    tD.template store<DT>(sdv2, Sm::kVld);
+    tv.template store<DT>(sv, Sm::kVld);
+    tP.template store<DT>(sPhi, Sm::kPld);
+  }
+  // dK of the B4 part, at this thread's accumulator positions.
+  float dK[1][TK::NT][4];
+  TK::pairs(dK, [&](int r, int x, float& k0, float& k1) {
+    float2 v = make_float2(0.f, 0.f);
+    if (r < L) v = *reinterpret_cast<const float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x);
+    k0 = v.x;
+    k1 = v.y;
+  });
+  Row2 rwy, rgl, rdb;
+  __syncthreads();
   for (int e = tid; e < kC * (K / 2); e += kThreads) {
     const int r = e / (K / 2), x = (e % (K / 2)) * 2;
     float xb[2] = {0.f, 0.f}, kb[2] = {0.f, 0.f};
@@ -345,25 +415,18 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_grads_kernel(GradParams p
       *reinterpret_cast<float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x) = make_float2(k0, k1);
     });
   }
-  // Row totals in a fixed order: quad sums, then the two warp columns in order.
-  for (int h2 = 0; h2 < 2; ++h2) {
-    const float v[5] = {quad_sum(rq.get(h2)), quad_sum(rk.get(h2)), quad_sum(rwy.get(h2)), quad_sum(rgl.get(h2)),
-                        quad_sum(rdb.get(h2))};
-    if ((lane_id() & 3) == 0) {
-      const int r = (warp_id() % 4) * 16 + g8 + 8 * h2, wn = warp_id() / 4;
-      for (int u = 0; u < 5; ++u) sRow[(r * 2 + wn) * 5 + u] = v[u];
-    }
+  {
+    Row2 rows[3] = {rwy, rgl, rdb};
+    row_totals<3>(rows, sRow, sTot);
   }
-  __syncthreads();
   if (tid < L) {
     const int r = tid;
-    auto tot = [&](int u) { return sRow[(r * 2) * 5 + u] + sRow[(r * 2 + 1) * 5 + u]; };
-    float dl = tot(0) - tot(1);
-    if (r == L - 1) dl += dg_last;
-    dl += tot(2);
-    dl += tot(3) - (sCol[r] + sCol[kC + r] + sCol[2 * kC + r] + sCol[3 * kC + r]);
+    const float col = sCol[r] + sCol[kC + r] + sCol[2 * kC + r] + sCol[3 * kC + r];
+    float dl = p.dlam[(t0 + r) * HV + j];  // the B4 part from gdn_bwd_dqk_kernel
+    dl += sTot[r * 3];
+    dl += sTot[r * 3 + 1] - col;
     p.dlam[(t0 + r) * HV + j] = dl;
-    p.dbeta[(t0 + r) * HV + j] = tot(4);
+    p.dbeta[(t0 + r) * HV + j] = sTot[r * 3 + 2];
   }
 }
 

@@ -52,38 +52,17 @@ __global__ void __launch_bounds__(kThreads) gdn_wy_kernel(WyParams p) {
     sB[tid] = in ? p.beta[(t0 + tid) * HV + j] : 0.0f;
     sE[tid] = in ? exp2f(p.gcum[(t0 + tid) * HV + j]) : 0.0f;
   }
-  stage_rows<DT, kC, kC>(sPhi, Sm::kPld, p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
-  __syncthreads();
-  // xb and ub rows (zero beyond the chunk).
-  for (int e = tid; e < kC * (K / 4); e += kThreads) {
-    const int r = e / (K / 4), c = (e % (K / 4)) * 4;
-    float x[4] = {0.f, 0.f, 0.f, 0.f};
-    if (r < L) {
-      const float4 f = __ldg(reinterpret_cast<const float4*>(p.k + ((t0 + r) * p.sh.H + i) * K + c));
-      const float b = sB[r], eg = sE[r];
-      x[0] = DT::rnd((f.x * b) * eg);
-      x[1] = DT::rnd((f.y * b) * eg);
-      x[2] = DT::rnd((f.z * b) * eg);
-      x[3] = DT::rnd((f.w * b) * eg);
-    }
-    uint32_t* d = reinterpret_cast<uint32_t*>(sX + r * Sm::kXld + c);
-    d[0] = DT::pack(x[0], x[1]);
-    d[1] = DT::pack(x[2], x[3]);
-  }
-  for (int e = tid; e < kC * (V / 4); e += kThreads) {
-    const int r = e / (V / 4), c = (e % (V / 4)) * 4;
-    float x[4] = {0.f, 0.f, 0.f, 0.f};
-    if (r < L) {
-      const float4 f = __ldg(reinterpret_cast<const float4*>(p.v + ((t0 + r) * HV + j) * V + c));
-      const float b = sB[r];
-      x[0] = DT::rnd(f.x * b);
-      x[1] = DT::rnd(f.y * b);
-      x[2] = DT::rnd(f.z * b);
-      x[3] = DT::rnd(f.w * b);
-    }
-    uint32_t* d = reinterpret_cast<uint32_t*>(sU + r * Sm::kUld + c);
-    d[0] = DT::pack(x[0], x[1]);
-    d[1] = DT::pack(x[2], x[3]);
+  {  // one memory round trip: Phi, k, v
+    Tile<kC, kC> tP;
+    Tile<kC, K> tk;
+    Tile<kC, V> tv;
+    tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
+    tk.load(p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+    tv.load(p.v + (t0 * HV + j) * V, int64_t(HV) * V, L);
+    __syncthreads();  // beta, exp2(g)
+    tP.template store<DT>(sPhi, Sm::kPld);
+    tk.template store<DT>(sX, Sm::kXld, [&](int r, float x) { return DT::rnd((x * sB[r]) * sE[r]); });  // [W1]
+    tv.template store<DT>(sU, Sm::kUld, [&](int r, float x) { return DT::rnd(x * sB[r]); });
   }
   __syncthreads();
   const int kend = (L + 15) & ~15;  // Phi columns beyond the chunk are zero
