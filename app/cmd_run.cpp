@@ -53,9 +53,11 @@ std::vector<int> parse_sweep_P(const std::vector<std::string>& items, bool& is_a
       continue;
     }
     if (item == "planned") continue;  // the planned schedule always runs in a sweep
-    std::vector<std::string> f;
-    std::stringstream ss(item);
-    for (std::string t; std::getline(ss, t, ':');) f.push_back(t);
+    std::vector<std::string> f(1);  // fields between ':' (empty ones kept, so "2:" is an error)
+    for (char c : item) {
+      if (c == ':') f.emplace_back();
+      else f.back() += c;
+    }
     if (f.size() == 1) {
       out.push_back(count(f[0], item));
       continue;
