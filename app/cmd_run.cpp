@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "app/deadline_watchdog.h"
 #include "core/comm/local_communicator.h"
 #include "core/comm/mpi_communicator.h"
 #include "core/comm/nccl_communicator.h"
@@ -93,6 +94,7 @@ struct RunCli {
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
+  double deadline = 3600;
   bool bench = false;
   bool no_det_checks = false;
 };
@@ -201,7 +203,10 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   sub->add_option("--json", o->json, "Write the results JSON (kcpbench.results/1) to this path");
   sub->add_option("--inject", o->inject, "Inject a fault to prove the harness catches it: drop-segment-entry, "
                                          "drop-rank-incoming, skip-output-tile, saved-to-other-package, "
-                                         "workspace-of-other-package")->capture_default_str();
+                                         "workspace-of-other-package, hang (with --deadline)")->capture_default_str();
+  sub->add_option("--deadline", o->deadline, "Seconds one row may take on a rank before the run is aborted with "
+                                             "exit code 5, naming rank, row and phase (0: no deadline)")
+      ->capture_default_str();
   sub->add_option("--inject-rank", o->inject_rank, "Rank that takes the fault (default: the last rank that can)");
   sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables; default "
                                        "$XDG_CACHE_HOME/kcpbench or ~/.cache/kcpbench)");
@@ -282,6 +287,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     for (const auto& sr : rows)
       if (std::find(ctx.seeds.begin(), ctx.seeds.end(), sr.row->seed) == ctx.seeds.end()) ctx.seeds.push_back(sr.row->seed);
 
+    DeadlineWatchdog watchdog(o->deadline);
     Dumper dumper(o->dump);
     if (dumper.enabled()) opt.dumper = &dumper;
     RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx);

@@ -5,11 +5,13 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 
 #include "core/kcp/device_array.h"
 #include "core/kcp/fault_backend.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
+#include "core/util/phase.h"
 #include "kernels/cpu/rank_driver.h"
 
 namespace kcp {
@@ -27,7 +29,8 @@ const std::vector<std::pair<const char*, FaultKind>> kFaults = {
     {"drop-rank-incoming", FaultKind::DropRankIncoming},
     {"skip-output-tile", FaultKind::SkipOutputTile},
     {"saved-to-other-package", FaultKind::SavedToOtherPackage},
-    {"workspace-of-other-package", FaultKind::WorkspaceOfOtherPackage}};
+    {"workspace-of-other-package", FaultKind::WorkspaceOfOtherPackage},
+    {"hang", FaultKind::Hang}};
 
 // Kernel-API misuse (std::invalid_argument from the backend's Args checks, e.g. a saved set of
 // the other package) is the caller's error: ConfigError, exit code 2, message kept whole.
@@ -288,8 +291,14 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     const auto w0 = std::chrono::steady_clock::now();
     d_send.fill(0.0f, exec);
     t_fwd_local->start(exec);
+    set_phase(form.label() + " forward summary");
     call_backend("forward summary", [&] { kernels::rank_forward_begin(backend, run, d_send.get(), d_send.get() + HVKK); });
     t_fwd_local->stop(exec);
+    if (fk == FaultKind::Hang && r == (opt.fault.rank >= 0 ? opt.fault.rank : W - 1)) {
+      set_phase(form.label() + " injected hang");
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // only the deadline ends this
+    }
+    set_phase(form.label() + " forward exchange");
     exchange(sends_fwd);
     t_fwd_rest->start(exec);
     if (receives && rp.pre_ranks > 0) {
@@ -300,6 +309,7 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
       d_incoming.fill(0.0f, exec);
     }
     if (r == incoming_fault_rank) d_incoming.fill(0.0f, exec);
+    set_phase(form.label() + " forward");
     call_backend("forward", [&] { kernels::rank_forward_end(backend, run, receives ? d_incoming.get() : nullptr, out); });
     t_fwd_rest->stop(exec);
     backend.synchronize(exec);
@@ -322,8 +332,10 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     const auto w1 = std::chrono::steady_clock::now();
     d_send.fill(0.0f, exec);
     t_bwd_local->start(run.exec);
+    set_phase(form.label() + " backward summary");
     call_backend("backward summary", [&] { kernels::rank_backward_begin(backend, run, d_send.get(), d_send.get() + HVKK); });
     t_bwd_local->stop(run.exec);
+    set_phase(form.label() + " backward exchange");
     exchange(receives);  // the first piece's reverse summary goes to earlier ranks
     t_bwd_rest->start(run.exec);
     if (sends_fwd && rp.post_ranks > 0) {
@@ -331,6 +343,7 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
       // the chain's last rank summarised from a zero exit gradient, so the fold starts from dht.
       rank_fold(r + rp.post_ranks, rp.post_ranks, -(HVKK + HVKV), d_dht_seq.get(), d_exit.get());
     }
+    set_phase(form.label() + " backward");
     call_backend("backward", [&] { kernels::rank_backward_end(backend, run, sends_fwd ? d_exit.get() : nullptr, gr); });
     t_bwd_rest->stop(run.exec);
     backend.synchronize(run.exec);

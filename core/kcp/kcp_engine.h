@@ -41,7 +41,8 @@ enum class FaultKind {
   DropRankIncoming,        // one rank's incoming state from earlier ranks replaced by zeros
   SkipOutputTile,          // one 64-token x 1-head tile of o left unwritten (still NaN-poisoned)
   SavedToOtherPackage,     // the forward's saved set handed to the other package's backward
-  WorkspaceOfOtherPackage  // the backward given a workspace tagged with the other package
+  WorkspaceOfOtherPackage, // the backward given a workspace tagged with the other package
+  Hang                     // one rank never reaches the forward exchange (tests the deadline)
 };
 struct Fault {
   FaultKind kind = FaultKind::None;

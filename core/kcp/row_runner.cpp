@@ -12,6 +12,7 @@
 #include "core/report/plan_json.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
+#include "core/util/phase.h"
 
 namespace kcp {
 
@@ -176,6 +177,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
   for (const SelectedRow& sel : rows) {
     const RowConfig& row = *sel.row;
     ++row_no;
+    set_row(row.name);  // the deadline watchdog measures each row from here
     PlanRequest req;
     req.world = W;
     req.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
@@ -189,6 +191,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     ReferenceCache& cache = refs.for_row(row, sel.digest);
     const auto t_ref = std::chrono::steady_clock::now();
     const bool runnable = backend.can_implement(kernel_problem(row)).ok;
+    set_phase("FP64 reference");
     const auto my_refs = runnable ? rank_references(my, cache) : std::vector<std::shared_ptr<const SequenceReference>>{};
     const RankReference my_ref = runnable ? reference_for_rank(row, my, my_refs) : RankReference{};
     const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
@@ -318,6 +321,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       }
     }
   }
+  clear_phase();
   return outcome;
 }
 

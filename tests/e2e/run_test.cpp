@@ -154,3 +154,12 @@ TEST(Run, DumpWritesNpyFilesAndAManifest) {
   for (const char* k : {"input:q", "input:dO", "reference:o", "reference:dh0", "backend:o", "backend:dq", "backend:ht"})
     EXPECT_TRUE(kinds.count(k)) << k;
 }
+
+TEST(Run, DeadlineTurnsAHangIntoExitFiveNamingRankRowAndPhase) {
+  auto r = run_kcpbench("-q run --rows int1 --row B1 --package det --saved full --cache none --inject hang --inject-rank 2 "
+                        "--deadline 2");
+  EXPECT_EQ(r.code, 5) << r.out;
+  EXPECT_NE(r.out.find("[r2] deadline of 2 s passed: row B1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in phase 'det/full/planned injected hang'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in phase 'det/full/planned forward exchange'"), std::string::npos) << r.out;
+}

@@ -40,3 +40,12 @@ void expect_same(const std::string& row, int W) {
 TEST(MpiVsThreads, FourRanksVarlen) { expect_same("B1", 4); }
 TEST(MpiVsThreads, FourRanksKdaEdges) { expect_same("KF1", 4); }
 TEST(MpiVsThreads, TwoRanksGvaStates) { expect_same("D1", 2); }
+
+TEST(MpiDeadline, AHungRankAbortsEveryProcessWithExitFive) {
+  const std::string mpirun = std::string(MPIEXEC) + " " + MPIEXEC_FLAGS + " " + MPIEXEC_NP + " 4 ";
+  auto m = run_command(mpirun + KCPBENCH_EXE +
+                       " -q run --rows int1 --row B1 --package det --saved full --cache none --inject hang --inject-rank 1 "
+                       "--deadline 2");
+  EXPECT_EQ(m.code, 5) << m.out;
+  EXPECT_NE(m.out.find("[r1] deadline of 2 s passed: row B1"), std::string::npos) << m.out;
+}
