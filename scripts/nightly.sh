@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Nightly regression sweep: runs a row set, compares the results with the committed baseline,
+# writes a markdown summary for a pull-request comment, and exits with compare's code.
+#
+#   scripts/nightly.sh                          # int3 on a GPU (--bench timings), int1 on the CPU twin
+#   scripts/nightly.sh --set int1 -- --row 'A*'  # arguments after -- go to `kcpbench run`
+#   scripts/nightly.sh --update-baseline        # adopt this run as the baseline (after a human look)
+#
+# Writes  results/<device>/<set>-<date>.json   the run (kcpbench.results/1)
+#         results/<device>/<set>-<date>.md     compare's markdown summary
+# Reads   results/<device>/baseline/<set>.json
+# <device> is the GPU's class from nvidia-smi ("h200") when kcpbench was built with CUDA and sees
+# a GPU, else "cpu".
+#
+# Exit codes: compare's (0 clean, 1 regression under --fail-on); 2 no baseline yet, bad
+# arguments, or files from different devices; a run that ends with 2, 3 or 5 (bad row file,
+# runtime error, deadline) exits with its own code and is not compared. Failing entries that also
+# fail in the baseline are not regressions: only changes count.
+#
+# Options:  --set NAME (row set), --device NAME (results folder and planning class),
+#           --results DIR (default: <repo>/results), --update-baseline, -h/--help
+# Environment: KCPBENCH (binary; default <repo>/build/app/kcpbench), LAUNCH (a launcher prefix,
+#           e.g. "mpirun -np 8"; default: "mpirun -np 8" for int3 on a node with >= 8 GPUs and
+#           mpirun, else ranks as threads of one process), FAIL_ON (default accuracy,time,missing),
+#           COMPARE_ARGS (more compare flags, e.g. "--time-threshold 0.05"), DATE (default: UTC today).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+kcpbench="${KCPBENCH:-$root/build/app/kcpbench}"
+results="$root/results"
+set_name="" device="" update=0
+run_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --set) set_name="$2"; shift 2 ;;
+    --device) device="$2"; shift 2 ;;
+    --results) results="$2"; shift 2 ;;
+    --update-baseline) update=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    --) shift; run_args=("$@"); break ;;
+    *) echo "nightly: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -x "$kcpbench" ] || { echo "nightly: no kcpbench at $kcpbench (build first: scripts/build.sh, or set KCPBENCH)" >&2; exit 2; }
+
+# GPU or CPU: kcpbench must have CUDA and a GPU must be visible.
+gpus=0
+if "$kcpbench" --version | grep -q '^CUDA: [0-9]' && command -v nvidia-smi >/dev/null 2>&1; then
+  gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -c . || true)
+fi
+if [ -z "$device" ]; then
+  if [ "$gpus" -gt 0 ]; then
+    name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1)
+    device=$(echo "$name" | tr '[:upper:]' '[:lower:]' | sed -E 's/^nvidia //; s/[^a-z0-9]+/-/g; s/^-|-$//g')
+    device=${device%%-*}   # "h200-nvl" -> "h200"
+  else
+    device=cpu
+  fi
+fi
+if [ -z "$set_name" ]; then
+  if [ "$gpus" -gt 0 ]; then set_name=int3; else set_name=int1; fi
+fi
+extra=()
+if [ "$gpus" -gt 0 ]; then
+  extra+=(--backend cuda --bench)
+  case "$device" in h100|h200|b200|gb300) extra+=(--device "$device") ;; esac
+fi
+launch=()
+if [ -n "${LAUNCH+x}" ]; then
+  read -r -a launch <<<"$LAUNCH"
+elif [ "$set_name" = int3 ] && [ "$gpus" -ge 8 ] && command -v mpirun >/dev/null 2>&1; then
+  launch=(mpirun -np 8)
+fi
+
+date_tag="${DATE:-$(date -u +%Y-%m-%d)}"
+dir="$results/$device"
+out="$dir/$set_name-$date_tag.json"
+md="$dir/$set_name-$date_tag.md"
+baseline="$dir/baseline/$set_name.json"
+mkdir -p "$dir"
+
+echo "nightly: $set_name on $device -> $out"
+set +e
+${launch[@]+"${launch[@]}"} "$kcpbench" -q run --rows "$set_name" --json "$out" ${extra[@]+"${extra[@]}"} ${run_args[@]+"${run_args[@]}"}
+run_rc=$?
+set -e
+case $run_rc in
+  0|1|4) ;;  # the JSON is complete (1: a budget breach, 4: a det contract broken); compare judges it
+  *) echo "nightly: kcpbench run exited $run_rc (no complete results to compare)" >&2; exit "$run_rc" ;;
+esac
+[ -f "$out" ] || { echo "nightly: kcpbench run wrote no $out" >&2; exit 3; }
+
+if [ ! -f "$baseline" ]; then
+  if [ "$update" = 1 ]; then
+    mkdir -p "$(dirname "$baseline")"
+    cp "$out" "$baseline"
+    echo "nightly: no baseline yet; adopted $out as $baseline (commit it)"
+    exit 0
+  fi
+  echo "nightly: no baseline $baseline; look at $out, then adopt it with $0 --update-baseline (or cp it) and commit it" >&2
+  exit 2
+fi
+
+set +e
+# shellcheck disable=SC2086  # COMPARE_ARGS is a list of flags
+"$kcpbench" compare "$baseline" "$out" --fail-on "${FAIL_ON:-accuracy,time,missing}" --md "$md" ${COMPARE_ARGS:-}
+rc=$?
+set -e
+echo "nightly: summary in $md; compare exited $rc"
+if [ "$update" = 1 ]; then
+  cp "$out" "$baseline"
+  echo "nightly: $baseline replaced by this run (commit it)"
+  exit 0
+fi
+exit "$rc"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# CTest driver for scripts/nightly.sh on the CPU twin (one int1 row, det/full): no baseline -> 2;
+# --update-baseline adopts the run; the same run again compares clean (0) and writes the JSON and
+# the markdown summary; a baseline entry the run lacks is a regression (1) unless --fail-on
+# leaves "missing" out.
+# usage: nightly_test.sh NIGHTLY_SH KCPBENCH WORKDIR
+set -uo pipefail
+nightly="$1"; export KCPBENCH="$2"; work="$3"
+rm -rf "$work"; mkdir -p "$work"
+export DATE=test LAUNCH=""
+args=(--set int1 --device cpu --results "$work" -- --row A1 --package det --saved full --cache none)
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$(bash "$nightly" "${args[@]}" 2>&1); rc=$?
+echo "$out"
+[ $rc -eq 2 ] || fail "no baseline: expected exit 2, got $rc"
+echo "$out" | grep -q "no baseline" || fail "no baseline: the message does not say so"
+
+bash "$nightly" --update-baseline "${args[@]}" || fail "--update-baseline exited $?"
+[ -f "$work/cpu/baseline/int1.json" ] || fail "no baseline written"
+
+bash "$nightly" "${args[@]}"; rc=$?
+[ $rc -eq 0 ] || fail "same run vs its baseline: expected 0, got $rc"
+[ -f "$work/cpu/int1-test.json" ] || fail "no results/cpu/int1-test.json"
+grep -q "no regressions" "$work/cpu/int1-test.md" || fail "markdown summary lacks 'no regressions'"
+
+# A baseline entry that the new run does not have: missing -> regression under the default policy.
+python3 - "$work/cpu/baseline/int1.json" <<'PY'
+import json, sys
+p = sys.argv[1]
+d = json.load(open(p))
+e = json.loads(json.dumps(d["entries"][0]))
+e["id"] = e["id"].replace("planned", "P=3"); e["form"]["P"] = 3
+d["entries"].append(e)
+json.dump(d, open(p, "w"))
+PY
+bash "$nightly" "${args[@]}"; rc=$?
+[ $rc -eq 1 ] || fail "missing entry: expected 1, got $rc"
+grep -q "A1/det/full/P=3" "$work/cpu/int1-test.md" || fail "markdown summary does not name the missing entry"
+FAIL_ON=accuracy,time bash "$nightly" "${args[@]}"; rc=$?
+[ $rc -eq 0 ] || fail "missing entry with --fail-on accuracy,time: expected 0, got $rc"
+echo PASS
