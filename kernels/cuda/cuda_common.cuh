@@ -86,8 +86,10 @@ struct Pair<DT, uint16_t> {
 };
 
 // A (m x k): KC ? p[m * ld + k] : p[k * ld + m].
-template <class T, bool KC>
+template <class T_, bool KC>
 struct AView {
+  using T = T_;
+  static constexpr bool kKC = KC;
   const T* p;
   int ld;
   template <class DT>
@@ -97,8 +99,10 @@ struct AView {
   }
 };
 // B (k x n): KC ? p[n * ld + k] : p[k * ld + n].
-template <class T, bool KC>
+template <class T_, bool KC>
 struct BView {
+  using T = T_;
+  static constexpr bool kKC = KC;
   const T* p;
   int ld;
   template <class DT>
@@ -111,10 +115,69 @@ struct BView {
 __device__ __forceinline__ int lane_id() { return threadIdx.x & 31; }
 __device__ __forceinline__ int warp_id() { return threadIdx.x >> 5; }
 
+// ldmatrix: four 8 x 8 16-bit matrices, lanes 8 i .. 8 i + 7 give the row addresses of matrix i;
+// register i of lane l holds (row l / 4, cols 2 (l % 4), +1) of matrix i, or with .trans
+// (rows 2 (l % 4), +1, col l / 4), the lower index in the lower half. Row addresses are
+// 16-byte aligned (ld = cols + 8 elements keeps rows 16-byte aligned and conflict-free).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+template <bool TRANS>
+__device__ __forceinline__ void ldsm_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, const uint16_t* p) {
+  if constexpr (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_addr(p))
+                 : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+
 // acc[MT][NT] += A[m0 : m0 + 16 MT, kb : ke] * B[kb : ke, n0 : n0 + 8 NT]; (ke - kb) % 16 == 0.
+// 16-bit tiles use ldmatrix (one instruction per A fragment and per two B fragments); other
+// tiles (fp32 values converted on load) use scalar loads.
 template <class DT, int MT, int NT, class AV, class BV>
 __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const AV& A, const BV& B, int m0, int n0, int kb,
                                          int ke) {
+#if !defined(KCP_NO_LDMATRIX)
+  if constexpr (sizeof(typename AV::T) == 2 && sizeof(typename BV::T) == 2 && NT % 2 == 0) {
+    const int l = lane_id(), rr = l & 7, mi = l >> 3;
+    // Per-lane row pointers at k = 0 (advanced by k0 below).
+    const uint16_t* pa[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int m = m0 + mt * 16;
+      if constexpr (AV::kKC) pa[mt] = A.p + (m + rr + (mi & 1) * 8) * A.ld + (mi >> 1) * 8;
+      else pa[mt] = A.p + (rr + (mi >> 1) * 8) * A.ld + m + (mi & 1) * 8;
+    }
+    const uint16_t* pb[NT / 2];
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      const int n = n0 + np * 16;
+      if constexpr (BV::kKC) pb[np] = B.p + (n + rr + (mi >> 1) * 8) * B.ld + (mi & 1) * 8;
+      else pb[np] = B.p + (rr + (mi & 1) * 8) * B.ld + n + (mi >> 1) * 8;
+    }
+#pragma unroll 2
+    for (int k0 = kb; k0 < ke; k0 += 16) {
+      uint32_t a[MT][4], b[NT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldsm_x4<!AV::kKC>(a[mt][0], a[mt][1], a[mt][2], a[mt][3], pa[mt] + (AV::kKC ? k0 : k0 * A.ld));
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np)
+        ldsm_x4<!BV::kKC>(b[2 * np][0], b[2 * np][1], b[2 * np + 1][0], b[2 * np + 1][1],
+                          pb[np] + (BV::kKC ? k0 : k0 * B.ld));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) DT::mma(acc[mt][nt], a[mt], b[nt]);
+    }
+    return;
+  }
+#endif
   const int g = lane_id() >> 2, t = lane_id() & 3;
 #pragma unroll 2
   for (int k0 = kb; k0 < ke; k0 += 16) {

@@ -52,8 +52,11 @@ struct WalkSmem {
       (2 * size_t(kC) * kKld + size_t(kC) * kTld + 2 * size_t(K) * kTld + 2 * size_t(kC) * kTld) * 2 + kC * 4;
 };
 
+// Summary mode has twice the blocks of a wave at the planned P (state and transfer tiles), so it
+// drops the prefetch registers to fit two blocks per SM; STATES mode prefetches one chunk ahead.
 template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads, 1) gdn_fwd_walk_kernel(FwdWalkParams p) {
+__global__ void __launch_bounds__(kThreads, STATES ? 1 : 2) gdn_fwd_walk_kernel(FwdWalkParams p) {
+  constexpr bool kPrefetch = STATES;
   using Sm = WalkSmem<K>;
   using TS = Tiling<K, kBV>;   // the K x 64 state / transfer tile
   using TC = Tiling<kC, kBV>;  // 64 x 64 chunk products
@@ -97,18 +100,19 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_fwd_walk_kernel(FwdWalkParams
     if (!mtile) tU.load(p.U + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
   };
-  if (seg.chunk_end > seg.chunk_begin) issue(seg.chunk_begin);
+  if (kPrefetch && seg.chunk_end > seg.chunk_begin) issue(seg.chunk_begin);
   for (int64_t n = seg.chunk_begin; n < seg.chunk_end; ++n) {
     const ChunkDesc ch = p.chunks[n];
     const int L = ch.len;
     const int64_t t0 = ch.begin;
+    if (!kPrefetch) issue(n);
     __syncthreads();  // the previous chunk is done with every tile
     tW.template store<DT>(sW, Sm::kKld);
     tK.template store<DT>(sk, Sm::kKld);
     if (!mtile) tU.template store<DT>(sU, Sm::kTld);
     if (threadIdx.x < kC) sG[threadIdx.x] = gpre;
     __syncthreads();
-    if (n + 1 < seg.chunk_end) issue(n + 1);
+    if (kPrefetch && n + 1 < seg.chunk_end) issue(n + 1);
     const float gL = sG[L - 1];
     const float Gam = exp2f(gL);
     if (mtile)  // Kt = dtype(k * exp2(gL - g_r)) in place (read before the next barrier's users)
