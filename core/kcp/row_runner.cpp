@@ -1,5 +1,7 @@
 #include "core/kcp/row_runner.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -73,9 +75,9 @@ bool all_ranks(Communicator& comm, bool mine) {
 }
 
 std::string p_text(const SegmentPlan& plan) {
-  std::string s;
-  for (const auto& rp : plan.ranks) s += (s.empty() ? "" : ",") + std::to_string(rp.P);
-  return s;
+  std::vector<int> P;
+  for (const auto& rp : plan.ranks) P.push_back(rp.P);
+  return fmt::format("{}", fmt::join(P, ","));
 }
 
 struct Verdict {
@@ -226,11 +228,8 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
         if (skip.empty()) {
           PlanRequest fr = req;
           fr.forced_P = form.forced_P;
-          try {
-            plan = make_plan(row, fr);
-          } catch (const ConfigError& e) {
-            skip = e.what();
-          }
+          skip = forced_p_unfit_reason(planned, form.forced_P);
+          if (skip.empty()) plan = make_plan(row, fr);
         }
       }
       entry["plan"] = plan_json(plan, false);

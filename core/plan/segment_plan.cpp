@@ -190,6 +190,17 @@ std::string forced_p_skip_reason(const RowConfig& row, const SegmentPlan& planne
   return {};
 }
 
+std::string forced_p_unfit_reason(const SegmentPlan& planned, int forced_P) {
+  for (const auto& rp : planned.ranks) {
+    int64_t longest = 0;
+    for (const auto& pc : rp.pieces) longest = std::max(longest, ceil_div(pc.length(), planned.chunk));
+    if (longest < forced_P)
+      return fmt::format("rank {} cannot take forced P = {}: its longest piece has only {} chunk(s)", rp.rank, forced_P,
+                         longest);
+  }
+  return {};
+}
+
 std::string describe(const SegmentPlan& plan) {
   std::string s = fmt::format("row {} W={} device={} ({} SMs, min {} chunks/segment) v_tile={}{} fingerprint {}\n",
                               plan.row, plan.world, plan.device.name, plan.device.sm_count,

@@ -101,6 +101,11 @@ SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req);
 // otherwise the reason it is skipped.
 std::string forced_p_skip_reason(const RowConfig& row, const SegmentPlan& planned, int forced_P);
 
+// Can every rank take this forced P (its longest piece holds at least P chunks)? Empty = yes,
+// otherwise the reason naming the first rank that cannot (no host or source location: it is
+// stored in results as a skip reason).
+std::string forced_p_unfit_reason(const SegmentPlan& planned, int forced_P);
+
 // The planned P of one rank (exposed for tests and the README's explanation).
 int planned_segments(int64_t longest_piece_chunks, int HV, int V, int v_tile, const DeviceClass& dev);
 

@@ -47,5 +47,7 @@ TEST(MpiDeadline, AHungRankAbortsEveryProcessWithExitFive) {
                        " -q run --rows int1 --row B1 --package det --saved full --cache none --inject hang --inject-rank 1 "
                        "--deadline 2");
   EXPECT_EQ(m.code, 5) << m.out;
-  EXPECT_NE(m.out.find("[r1] deadline of 2 s passed: row B1"), std::string::npos) << m.out;
+  // Each process reports its own rank; the first MPI_Abort may end the others before they print,
+  // so any rank's report will do here (the threads-mode test checks every rank's line).
+  EXPECT_NE(m.out.find("deadline of 2 s passed: row B1"), std::string::npos) << m.out;
 }
