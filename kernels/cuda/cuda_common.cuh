@@ -320,15 +320,6 @@ __device__ __forceinline__ void map_rows(uint16_t* t, int ld, int rows, F&& f) {
   }
 }
 
-// Stores value (already a dtype value) into a T tile.
-template <class DT, class T>
-__device__ __forceinline__ void smem_put(T* p, int i, float v) {
-  if constexpr (sizeof(T) == 4) p[i] = v;
-  else p[i] = DT::raw(v);
-}
-template <class DT>
-__device__ __forceinline__ float smem_get16(const uint16_t* p, int i) { return DT::from_raw(p[i]); }
-
 // Sum over the 4 lanes of a quad (the lanes holding one accumulator row).
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
