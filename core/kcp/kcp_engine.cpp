@@ -71,6 +71,25 @@ FaultKind parse_fault(const std::string& name) {
   KCP_THROW(ConfigError, "--inject: unknown fault \"{}\" (known: {})", name, known);
 }
 
+std::string fault_skip_reason(const Fault& fault, const SegmentPlan& plan) {
+  auto any_rank = [&](auto&& pred) {
+    for (const auto& rp : plan.ranks)
+      if ((fault.rank < 0 || fault.rank == rp.rank) && pred(rp)) return true;
+    return false;
+  };
+  if (fault.kind == FaultKind::DropSegmentEntry &&
+      !any_rank([](const RankPlan& rp) {
+        for (const auto& sg : rp.segments)
+          if (sg.index_in_piece > 0) return true;
+        return false;
+      }))
+    return "fault drop-segment-entry needs a rank that cuts a piece into segments; this plan has P = 1 there";
+  if (fault.kind == FaultKind::DropRankIncoming &&
+      !any_rank([](const RankPlan& rp) { return !rp.pieces.empty() && rp.pieces.front().from_prev_rank; }))
+    return "fault drop-rank-incoming needs a rank that continues a sequence from an earlier rank";
+  return {};
+}
+
 std::vector<std::string> fault_names() {
   std::vector<std::string> v;
   for (auto& [n, k] : kFaults) v.push_back(n);

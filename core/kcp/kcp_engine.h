@@ -49,7 +49,11 @@ struct Fault {
   int rank = -1;     // -1: the engine picks (the last rank that can take the fault)
   std::string name() const;
 };
-FaultKind parse_fault(const std::string& name);  // throws ConfigError naming the known faults
+FaultKind parse_fault(const std::string& name);
+// Empty when the fault can be injected into this plan, else why not (the entry is then skipped:
+// e.g. drop-segment-entry needs a rank that cuts a piece, drop-rank-incoming a rank that
+// continues a sequence).
+std::string fault_skip_reason(const Fault& fault, const SegmentPlan& plan);  // throws ConfigError naming the known faults
 std::vector<std::string> fault_names();
 
 // What one rank produced (host floats), in the layouts of kernels/api/tensors.h.

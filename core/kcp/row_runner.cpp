@@ -233,6 +233,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
         }
       }
       entry["plan"] = plan_json(plan, false);
+      if (skip.empty()) skip = fault_skip_reason(opt.fault, plan);
       if (skip.empty() && !backend_status.ok)
         skip = fmt::format("backend {} cannot run this row: {}", backend.name(), backend_status.reason);
       if (!skip.empty()) {

@@ -163,3 +163,15 @@ TEST(Run, DeadlineTurnsAHangIntoExitFiveNamingRankRowAndPhase) {
   EXPECT_NE(r.out.find("in phase 'det/full/planned injected hang'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("in phase 'det/full/planned forward exchange'"), std::string::npos) << r.out;
 }
+
+TEST(Run, AFaultThePlanCannotTakeIsASkipNotAnError) {
+  const std::string out = tmp("fault_skip.json");
+  auto r = run_kcpbench("-q run --rows int1 --row A2 --package det --saved full --P 1,2 --inject drop-segment-entry "
+                        "--cache none --json " + out);
+  EXPECT_EQ(r.code, 1) << r.out;  // P = 2 takes the fault and fails
+  json j = read_json(out);
+  ASSERT_EQ(j["entries"].size(), 2u);
+  EXPECT_EQ(j["entries"][0]["status"], "skip");
+  EXPECT_NE(j["entries"][0]["reason"].get<std::string>().find("needs a rank that cuts a piece"), std::string::npos);
+  EXPECT_EQ(j["entries"][1]["status"], "fail");
+}
