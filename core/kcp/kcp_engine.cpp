@@ -9,6 +9,7 @@
 
 #include "core/kcp/device_array.h"
 #include "core/kcp/fault_backend.h"
+#include "core/kcp/fault_site.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
 #include "core/util/phase.h"
@@ -71,24 +72,7 @@ FaultKind parse_fault(const std::string& name) {
   KCP_THROW(ConfigError, "--inject: unknown fault \"{}\" (known: {})", name, known);
 }
 
-std::string fault_skip_reason(const Fault& fault, const SegmentPlan& plan) {
-  auto any_rank = [&](auto&& pred) {
-    for (const auto& rp : plan.ranks)
-      if ((fault.rank < 0 || fault.rank == rp.rank) && pred(rp)) return true;
-    return false;
-  };
-  if (fault.kind == FaultKind::DropSegmentEntry &&
-      !any_rank([](const RankPlan& rp) {
-        for (const auto& sg : rp.segments)
-          if (sg.index_in_piece > 0) return true;
-        return false;
-      }))
-    return "fault drop-segment-entry needs a rank that cuts a piece into segments; this plan has P = 1 there";
-  if (fault.kind == FaultKind::DropRankIncoming &&
-      !any_rank([](const RankPlan& rp) { return !rp.pieces.empty() && rp.pieces.front().from_prev_rank; }))
-    return "fault drop-rank-incoming needs a rank that continues a sequence from an earlier rank";
-  return {};
-}
+std::string fault_skip_reason(const Fault& fault, const SegmentPlan& plan) { return place_fault(fault, plan).why; }
 
 std::vector<std::string> fault_names() {
   std::vector<std::string> v;
@@ -139,44 +123,18 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
   const int64_t HV = row.HV, K = row.K, V = row.V, T = rp.tokens(), N = lv.n_pieces;
   const int64_t HVKK = HV * K * K, HVKV = HV * K * V, gw = row.op == OpKind::Kda ? K : 1;
 
-  // Faults: pick where they apply. The rank defaults to the last rank that can take the fault.
+  // Faults: where they apply (fault_site.cpp); the runner already skipped forms that cannot take one.
   RankResult res;
-  int fault_segment = -1;
-  int64_t fault_tile = -1;
   const FaultKind fk = opt.fault.kind;
-  auto fault_rank_for = [&](auto&& eligible) {
-    if (opt.fault.rank >= 0) return opt.fault.rank;
-    for (int q = W - 1; q >= 0; --q)
-      if (eligible(plan.ranks[q])) return q;
-    return -1;
-  };
-  if (fk == FaultKind::DropSegmentEntry) {
-    // The first segment that starts after a cut inside a piece (index_in_piece > 0).
-    const int fr = fault_rank_for([](const RankPlan& q) {
-      for (const auto& s : q.segments) if (s.index_in_piece > 0) return true;
-      return false;
-    });
-    if (fr < 0) KCP_THROW(ConfigError, "--inject drop-segment-entry: no rank of row {} cuts a piece into segments (P = 1 everywhere)", row.name);
-    if (r == fr)
-      for (size_t s = 0; s < rp.segments.size(); ++s)
-        if (rp.segments[s].index_in_piece > 0) {
-          fault_segment = static_cast<int>(s);
-          res.faulted_segment = fault_segment;
-          res.faulted_token = rp.global_begin + rp.segments[s].local_begin;
-          break;
-        }
+  const FaultSite site = place_fault(opt.fault, plan);
+  const bool faulted_here = site.rank == r;
+  if (faulted_here) {
+    res.faulted_segment = site.segment;
+    res.faulted_token = rp.global_begin + site.local_token;
   }
-  if (fk == FaultKind::SkipOutputTile && r == fault_rank_for([](const RankPlan&) { return true; })) {
-    fault_tile = (T / 2) / 64 * 64;
-    res.faulted_token = rp.global_begin + fault_tile;
-  }
-  int incoming_fault_rank = -1;
-  if (fk == FaultKind::DropRankIncoming) {
-    incoming_fault_rank = fault_rank_for([](const RankPlan& q) { return !q.pieces.empty() && q.pieces.front().from_prev_rank; });
-    if (incoming_fault_rank < 0)
-      KCP_THROW(ConfigError, "--inject drop-rank-incoming: no rank of row {} continues a sequence from an earlier rank", row.name);
-    if (r == incoming_fault_rank) res.faulted_token = rp.global_begin;
-  }
+  const int fault_segment = faulted_here && fk == FaultKind::DropSegmentEntry ? site.segment : -1;
+  const int64_t fault_tile = faulted_here && fk == FaultKind::SkipOutputTile ? site.local_token : -1;
+  const bool drop_incoming = faulted_here && fk == FaultKind::DropRankIncoming;
   FaultInjectingBackend backend(real_backend, fault_segment, fault_tile);
 
   const kernels::Status st = backend.can_implement(problem);
@@ -313,7 +271,7 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     set_phase(form.label() + " forward summary");
     call_backend("forward summary", [&] { kernels::rank_forward_begin(backend, run, d_send.get(), d_send.get() + HVKK); });
     t_fwd_local->stop(exec);
-    if (fk == FaultKind::Hang && r == (opt.fault.rank >= 0 ? opt.fault.rank : W - 1)) {
+    if (fk == FaultKind::Hang && faulted_here) {
       set_phase(form.label() + " injected hang");
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // only the deadline ends this
     }
@@ -327,7 +285,7 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     } else {
       d_incoming.fill(0.0f, exec);
     }
-    if (r == incoming_fault_rank) d_incoming.fill(0.0f, exec);
+    if (drop_incoming) d_incoming.fill(0.0f, exec);
     set_phase(form.label() + " forward");
     call_backend("forward", [&] { kernels::rank_forward_end(backend, run, receives ? d_incoming.get() : nullptr, out); });
     t_fwd_rest->stop(exec);

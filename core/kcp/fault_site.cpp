@@ -1,0 +1,43 @@
+#include "core/kcp/fault_site.h"
+
+#include <fmt/format.h>
+
+namespace kcp {
+
+FaultSite place_fault(const Fault& fault, const SegmentPlan& plan) {
+  FaultSite site;
+  // The first rank (from the last) that can take the fault, and where in it.
+  for (int q = static_cast<int>(plan.ranks.size()) - 1; q >= 0 && site.rank < 0; --q) {
+    if (fault.rank >= 0 && q != fault.rank) continue;
+    const RankPlan& rp = plan.ranks[q];
+    switch (fault.kind) {
+      case FaultKind::DropSegmentEntry:  // the first segment that starts after a cut inside a piece
+        for (size_t s = 0; s < rp.segments.size(); ++s)
+          if (rp.segments[s].index_in_piece > 0) {
+            site = {q, static_cast<int>(s), rp.segments[s].local_begin, {}};
+            break;
+          }
+        break;
+      case FaultKind::DropRankIncoming:  // a rank whose first piece continues a sequence
+        if (!rp.pieces.empty() && rp.pieces.front().from_prev_rank) site = {q, -1, 0, {}};
+        break;
+      case FaultKind::SkipOutputTile:  // the 64-token tile in the middle of the rank
+        site = {q, -1, (rp.tokens() / 2) / 64 * 64, {}};
+        break;
+      case FaultKind::Hang:
+        site = {q, -1, 0, {}};
+        break;
+      default:  // none, and the cross-package faults (they apply to every rank's backward)
+        return site;
+    }
+  }
+  if (site.rank < 0 && fault.kind == FaultKind::DropSegmentEntry)
+    site.why = "fault drop-segment-entry needs a rank that cuts a piece into segments; this plan has P = 1 there";
+  if (site.rank < 0 && fault.kind == FaultKind::DropRankIncoming)
+    site.why = "fault drop-rank-incoming needs a rank that continues a sequence from an earlier rank";
+  if (site.rank < 0 && site.why.empty() && fault.rank >= 0)
+    site.why = fmt::format("--inject-rank {} is not a rank of this plan (W = {})", fault.rank, plan.ranks.size());
+  return site;
+}
+
+}  // namespace kcp
