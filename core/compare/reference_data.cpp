@@ -89,6 +89,7 @@ std::vector<std::vector<double>*> fields(SequenceReference& r) {
   return {&r.o, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.ht, &r.dh0, &r.dA_log, &r.ddt_bias};
 }
 constexpr const char* kCacheMagic = "kcpbench-ref/1";
+constexpr int64_t kMaxCachedBytes = int64_t(256) << 20;  // per sequence
 
 bool load(const std::string& path, SequenceReference& r) {
   std::ifstream f(path, std::ios::binary);
@@ -188,7 +189,11 @@ std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq) {
       KCP_THROW(InvariantError, "FP64 reference refused row {} sequence {}: {}", m.row.name, seq, e.what());
     }
     secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!path.empty()) store(path, *r);
+    // Long sequences are not cached: an int3 sequence's FP64 gradients take gigabytes, more disk
+    // than recomputing them costs time.
+    int64_t bytes = 0;
+    for (auto* v : fields(*r)) bytes += static_cast<int64_t>(v->size() * sizeof(double));
+    if (!path.empty() && bytes <= kMaxCachedBytes) store(path, *r);
   }
   int64_t t0 = 0;
   for (int s = 0; s < seq; ++s) t0 += m.row.seqlens[s];

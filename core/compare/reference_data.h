@@ -2,7 +2,8 @@
 // reference problem, so a rank computes only the sequences its tokens touch, and the threads
 // of one process (the local launch mode) share one computation per sequence through
 // ReferenceCache. Results are cached on disk by row digest and seed (a cache directory of
-// binary files); a file that does not match the expected sizes is recomputed.
+// binary files; sequences over 256 MiB of results are not stored); a file that does not match the
+// expected sizes is recomputed.
 #pragma once
 
 #include <cstdint>
