@@ -4,6 +4,7 @@
 // calibrate derives.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -174,4 +175,15 @@ TEST(Run, AFaultThePlanCannotTakeIsASkipNotAnError) {
   EXPECT_EQ(j["entries"][0]["status"], "skip");
   EXPECT_NE(j["entries"][0]["reason"].get<std::string>().find("needs a rank that cuts a piece"), std::string::npos);
   EXPECT_EQ(j["entries"][1]["status"], "fail");
+}
+
+TEST(Run, ReferenceDiskCacheGivesTheSameMetrics) {
+  const std::string cache = tmp("refcache"), a = tmp("cache_a.json"), b = tmp("cache_b.json");
+  std::filesystem::remove_all(cache);
+  ASSERT_EQ(run_kcpbench("-q run --rows int1 --row D1 --package det --saved full --cache " + cache + " --json " + a).code, 0);
+  int files = 0;
+  for (const auto& f : std::filesystem::directory_iterator(cache)) files += f.path().extension() == ".bin";
+  EXPECT_EQ(files, 2) << "one file per sequence";
+  ASSERT_EQ(run_kcpbench("-q run --rows int1 --row D1 --package det --saved full --cache " + cache + " --json " + b).code, 0);
+  EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
 }
