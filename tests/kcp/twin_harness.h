@@ -5,12 +5,18 @@
 
 #include <cstdint>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "kernels/api/backend.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/rank_driver.h"
+
+namespace kcp::kernels {
+// gtest prints parameters with PrintTo: "gdn" reads better than a byte dump in ctest's list.
+inline void PrintTo(Op op, std::ostream* os) { *os << to_string(op); }
+}  // namespace kcp::kernels
 
 namespace kcp::test {
 
@@ -38,6 +44,8 @@ struct Case {
   }
   kk::Problem problem() const;
 };
+// gtest prints a parameter with PrintTo; the name keeps ctest's test list readable.
+inline void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 // Global inputs (floats holding dtype values), indexed by global token / sequence.
 struct Data {
