@@ -9,6 +9,20 @@
 // Determinism: every kernel reduces in a fixed order (no atomics), so the det and nondet
 // packages run the same kernels and both are bitwise reproducible; full and light saved sets
 // give the same bits because the light backward recomputes with the same kernels.
+//
+// CUDA-internal 16-bit storage (docs/perf-notes.md v5). The workspace is opaque, backend-sized
+// memory: only this backend's kernels read it (the driver and the engine pass its pointers
+// through). Six of its "dtype" tensors are therefore stored as raw 16-bit dtype values (bf16 or
+// fp16, the problem's dtype), element e at byte 2 e of the tensor's region, i.e. in the first
+// half of the floats that kernels/api/tensors.h carves for it:
+//   W, U       [T, HV, K|V]     written by wy; read by the state walks
+//   h, dh      [NT, HV, K, V]   written by fwd_states / bwd_states; read by fwd_output, bwd_grads
+//   v_new, dv2 [T, HV, V]       written by fwd_states / bwd_states; read by fwd_output, bwd_grads
+// The values were already rounded to the dtype before they were stored, so the conversion is
+// exact and every output is bitwise the same as with fp32 storage. Every other tensor (inputs,
+// outputs, gradients, the saved set, dv_local, dq_hv / dk_hv / dlam, the fp32 seg_* tensors) is
+// float as tensors.h says. A caller that reads one of the six back (tests/gpu/gpu_harness.h,
+// unpack16) must convert; one that supplies them (the phase tests) must pack.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>

@@ -301,6 +301,50 @@ struct Tile {
   }
 };
 
+// The CUDA-internal 16-bit storage of a "dtype" workspace tensor (cuda_backend.cu, header): the
+// float* of the API carries raw dtype bits, element e at byte 2 e of the tensor's region.
+__device__ __forceinline__ const uint16_t* as16(const float* p) { return reinterpret_cast<const uint16_t*>(p); }
+__device__ __forceinline__ uint16_t* as16(float* p) { return reinterpret_cast<uint16_t*>(p); }
+// Stores the dtype values (lo, hi) as two adjacent 16-bit elements (index even).
+template <class DT>
+__device__ __forceinline__ void st16x2(uint16_t* dst, float lo, float hi) {
+  *reinterpret_cast<uint32_t*>(dst) = DT::pack(lo, hi);
+}
+
+// Tile of a tensor held in 16-bit storage: load() issues 16-byte loads of 8 elements; store()
+// copies the raw bits to shared memory (no conversion). Same contract as Tile otherwise;
+// COLS % 8 == 0, source rows and the destination rows 16-byte aligned.
+template <int ROWS, int COLS>
+struct Tile16 {
+  static constexpr int V8 = COLS / 8, TOTAL = ROWS * V8, ITERS = (TOTAL + kThreads - 1) / kThreads;
+  uint4 v[ITERS];
+  __device__ __forceinline__ void load(const uint16_t* src, int64_t src_stride, int rows_valid) {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int e = threadIdx.x + i * kThreads, r = e / V8, c = (e % V8) * 8;
+      v[i] = (e < TOTAL && r < rows_valid) ? __ldg(reinterpret_cast<const uint4*>(src + r * src_stride + c))
+                                            : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  template <class DT>
+  __device__ __forceinline__ void store(uint16_t* dst, int ld) const {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int e = threadIdx.x + i * kThreads, r = e / V8, c = (e % V8) * 8;
+      if (e >= TOTAL) continue;
+      *reinterpret_cast<uint4*>(dst + r * ld + c) = v[i];
+    }
+  }
+};
+
+template <class DT, int ROWS, int COLS>
+__device__ __forceinline__ void stage_rows16(uint16_t* dst, int ld, const uint16_t* src, int64_t src_stride,
+                                             int rows_valid) {
+  Tile16<ROWS, COLS> t;
+  t.load(src, src_stride, rows_valid);
+  t.template store<DT>(dst, ld);
+}
+
 // One-shot staging (load, then store) of a tile into 16-bit shared memory.
 template <class DT, int ROWS, int COLS>
 __device__ __forceinline__ void stage_rows(uint16_t* dst, int ld, const float* src, int64_t src_stride, int rows_valid) {

@@ -31,10 +31,10 @@ struct GradParams {
   const float* beta;   // [T, HV]
   const float* gcum;   // [T, HV] fp32 log2
   const float* Phi;    // [T, HV, 64] dtype
-  const float* h;      // [NT, HV, K, V] dtype
-  const float* v_new;  // [T, HV, V] dtype
-  const float* dh;     // [NT, HV, K, V] dtype
-  const float* dv2;    // [T, HV, V] dtype
+  const float* h;      // [NT, HV, K, V] dtype, 16-bit storage
+  const float* v_new;  // [T, HV, V] dtype, 16-bit storage
+  const float* dh;     // [NT, HV, K, V] dtype, 16-bit storage
+  const float* dv2;    // [T, HV, V] dtype, 16-bit storage
   const float* dO;     // [T, HV, V] dtype
   float* dq_hv;        // [T, HV, K] fp32
   float* dk_hv;        // [T, HV, K] fp32
@@ -128,18 +128,19 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_dqk_kernel(GradParams p) 
 
   if (tid < kC) sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
   {  // two memory round trips for the six tiles
-    Tile<K, V> tS, tdS;
-    tS.load(p.h + kv0, V, K);
-    tdS.load(p.dh + kv0, V, K);
+    Tile16<K, V> tS, tdS;
+    tS.load(as16(p.h) + kv0, V, K);
+    tdS.load(as16(p.dh) + kv0, V, K);
     tS.template store<DT>(sS, Sm::kVld);
     tdS.template store<DT>(sdS, Sm::kVld);
   }
   {
-    Tile<kC, V> tO, tN, tD;
+    Tile<kC, V> tO;
+    Tile16<kC, V> tN, tD;
     Tile<kC, K> tk;
     tO.load(p.dO + vv0, vvs, L);
-    tN.load(p.v_new + vv0, vvs, L);
-    tD.load(p.dv2 + vv0, vvs, L);
+    tN.load(as16(p.v_new) + vv0, vvs, L);
+    tD.load(as16(p.dv2) + vv0, vvs, L);
     tk.load(p.k + qk0, qks, L);
     tO.template store<DT>(sdO, Sm::kVld);
     tN.template store<DT>(svn, Sm::kVld);
@@ -273,11 +274,12 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_wy_kernel(GradParams p) {
   }
   {
     Tile<kC, K> tk, tW;
-    Tile<kC, V> tD, tv;
+    Tile16<kC, V> tD;
+    Tile<kC, V> tv;
     Tile<kC, kC> tP;
     tk.load(p.k + qk0, qks, L);
     tW.load(p.dv + vv0, vvs, L);  // dW from gdn_bwd_dqk_kernel (K == V)
-    tD.load(p.dv2 + vv0, vvs, L);
+    tD.load(as16(p.dv2) + vv0, vvs, L);
     tv.load(p.v + vv0, vvs, L);
     tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
     tk.template store<DT>(sk, Sm::kKld);

@@ -20,8 +20,8 @@ struct ChunkParams {
   const float* q;      // [T, H, K] dtype
   const float* k;      // [T, H, K] dtype
   const float* gcum;   // [T, HV] fp32 log2
-  const float* h;      // [NT, HV, K, V] dtype (output)
-  const float* x;      // output: v_new; local dv: dO   [T, HV, V] dtype
+  const float* h;      // [NT, HV, K, V] dtype, 16-bit storage (output)
+  const float* x;      // output: v_new (16-bit storage); local dv: dO (float)  [T, HV, V] dtype
   float* out;          // output: o; local dv: dv_local [T, HV, V] dtype
 };
 
@@ -63,8 +63,8 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
   const int64_t t0 = ch.begin;
 
   stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
-  stage_rows<DT, K, V>(sh, Sm::kVld, p.h + (n * HV + j) * int64_t(K) * V, V, K);
-  stage_rows<DT, kC, V>(svn, Sm::kVld, p.x + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  stage_rows16<DT, K, V>(sh, Sm::kVld, as16(p.h) + (n * HV + j) * int64_t(K) * V, V, K);
+  stage_rows16<DT, kC, V>(svn, Sm::kVld, as16(p.x) + (t0 * HV + j) * V, int64_t(HV) * V, L);
   __syncthreads();
   {
     using T64 = Tiling<kC, kC>;

@@ -35,11 +35,11 @@ struct FwdWalkParams {
   const PieceDesc* pieces;
   const float* k;          // [T, H, K] dtype
   const float* gcum;       // [T, HV] fp32 log2
-  const float* W;          // [T, HV, K] dtype
-  const float* U;          // [T, HV, V] dtype
+  const float* W;          // [T, HV, K] dtype, 16-bit storage
+  const float* U;          // [T, HV, V] dtype, 16-bit storage
   const float* seg_entry;  // [S, HV, K, V] fp32 (STATES)
-  float* h;                // [NT, HV, K, V] dtype (STATES)
-  float* v_new;            // [T, HV, V] dtype (STATES)
+  float* h;                // [NT, HV, K, V] dtype, 16-bit storage (STATES)
+  float* v_new;            // [T, HV, V] dtype, 16-bit storage (STATES)
   float* ht;               // [N, HV, K, V] fp32 or null (STATES)
   float* seg_h_ext;        // [S, HV, K, V] fp32 (summaries)
   float* seg_Mt;           // [S, HV, K, K] fp32 (summaries)
@@ -90,14 +90,15 @@ __global__ void __launch_bounds__(kThreads, STATES ? 1 : 2) gdn_fwd_walk_kernel(
   }
 
   // Register prefetch: the next chunk's tiles are loaded while this chunk computes.
-  Tile<kC, K> tW, tK;
-  Tile<kC, kBV> tU;
+  Tile16<kC, K> tW;
+  Tile<kC, K> tK;
+  Tile16<kC, kBV> tU;
   float gpre = 0.0f;
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
-    tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    tW.load(as16(p.W) + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
     tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
-    if (!mtile) tU.load(p.U + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
+    if (!mtile) tU.load(as16(p.U) + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
   };
   if (kPrefetch && seg.chunk_end > seg.chunk_begin) issue(seg.chunk_begin);
@@ -124,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, STATES ? 1 : 2) gdn_fwd_walk_kernel(
         const float b0 = DT::rnd(v0), b1 = DT::rnd(v1);
         *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = DT::pack(b0, b1);
         if constexpr (STATES)
-          *reinterpret_cast<float2*>(p.h + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = make_float2(b0, b1);
+          st16x2<DT>(as16(p.h) + (n * HV + j) * KV + int64_t(a) * V + c0 + c, b0, b1);
       });
       __syncthreads();
       // (2) vr = U - W Sb; v_new; the update operand dtype(vr * exp2(gL - g_r)).
@@ -137,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, STATES ? 1 : 2) gdn_fwd_walk_kernel(
           const float x0 = DT::from_raw(sU[r * Sm::kTld + c]) - v0;
           const float x1 = DT::from_raw(sU[r * Sm::kTld + c + 1]) - v1;
           if constexpr (STATES)
-            *reinterpret_cast<float2*>(p.v_new + ((t0 + r) * HV + j) * V + c0 + c) = make_float2(DT::rnd(x0), DT::rnd(x1));
+            st16x2<DT>(as16(p.v_new) + ((t0 + r) * HV + j) * V + c0 + c, x0, x1);
           const float f = exp2f(gL - sG[r]);
           o0 = DT::rnd(x0 * f);
           o1 = DT::rnd(x1 * f);
@@ -200,12 +201,12 @@ struct BwdWalkParams {
   const float* q;         // [T, H, K] dtype
   const float* k;         // [T, H, K] dtype
   const float* gcum;      // [T, HV] fp32 log2
-  const float* W;         // [T, HV, K] dtype
+  const float* W;         // [T, HV, K] dtype, 16-bit storage
   const float* dO;        // [T, HV, V] dtype
   const float* dv_local;  // [T, HV, V] dtype
   const float* seg_exit;  // [S, HV, K, V] fp32 (STATES)
-  float* dh;              // [NT, HV, K, V] dtype (STATES)
-  float* dv2;             // [T, HV, V] dtype (STATES)
+  float* dh;              // [NT, HV, K, V] dtype, 16-bit storage (STATES)
+  float* dv2;             // [T, HV, V] dtype, 16-bit storage (STATES)
   float* dh0;             // [N, HV, K, V] fp32 or null (STATES)
   float* seg_dh_ext;      // [S, HV, K, V] fp32 (summaries)
 };
@@ -251,13 +252,14 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_walk_kernel(BwdWalkParams
   }
 
   // Register prefetch: the previous chunk's tiles are loaded while this chunk computes.
-  Tile<kC, K> tK, tW, tQ;
+  Tile<kC, K> tK, tQ;
+  Tile16<kC, K> tW;
   Tile<kC, kBV> tO, tD;
   float gpre = 0.0f;
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
     tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
-    tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    tW.load(as16(p.W) + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
     tQ.load(p.q + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
     tO.load(p.dO + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     tD.load(p.dv_local + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
@@ -287,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_walk_kernel(BwdWalkParams
       const float b0 = DT::rnd(v0), b1 = DT::rnd(v1);
       *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = DT::pack(b0, b1);
       if constexpr (STATES)
-        *reinterpret_cast<float2*>(p.dh + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = make_float2(b0, b1);
+        st16x2<DT>(as16(p.dh) + (n * HV + j) * KV + int64_t(a) * V + c0 + c, b0, b1);
     });
     __syncthreads();
     // (2) dv2 = dtype((k dSb) f + dv_local); kept negated for the update.
@@ -301,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_walk_kernel(BwdWalkParams
         o0 = DT::rnd(v0 * f + DT::from_raw(sdl[r * Sm::kTld + c]));
         o1 = DT::rnd(v1 * f + DT::from_raw(sdl[r * Sm::kTld + c + 1]));
         if constexpr (STATES)
-          *reinterpret_cast<float2*>(p.dv2 + ((t0 + r) * HV + j) * V + c0 + c) = make_float2(o0, o1);
+          st16x2<DT>(as16(p.dv2) + ((t0 + r) * HV + j) * V + c0 + c, o0, o1);
       }
       *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(-o0, -o1);
     });

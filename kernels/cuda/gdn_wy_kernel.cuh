@@ -19,8 +19,8 @@ struct WyParams {
   const float* beta;  // [T, HV]
   const float* gcum;  // [T, HV] fp32 log2
   const float* Phi;   // [T, HV, 64] dtype
-  float* W;           // [T, HV, K] dtype
-  float* U;           // [T, HV, V] dtype
+  float* W;           // [T, HV, K] dtype, 16-bit storage
+  float* U;           // [T, HV, V] dtype, 16-bit storage
 };
 
 template <int K, int V>
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) gdn_wy_kernel(WyParams p) {
     TW::zero(acc);
     TW::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sX, Sm::kXld}, 0, kend);
     TW::pairs(acc, [&](int r, int c, float& v0, float& v1) {
-      if (r < L) *reinterpret_cast<float2*>(p.W + ((t0 + r) * HV + j) * K + c) = make_float2(DT::rnd(v0), DT::rnd(v1));
+      if (r < L) st16x2<DT>(as16(p.W) + ((t0 + r) * HV + j) * K + c, v0, v1);
     });
   }
   {
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) gdn_wy_kernel(WyParams p) {
     TU::zero(acc);
     TU::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sU, Sm::kUld}, 0, kend);
     TU::pairs(acc, [&](int r, int c, float& v0, float& v1) {
-      if (r < L) *reinterpret_cast<float2*>(p.U + ((t0 + r) * HV + j) * V + c) = make_float2(DT::rnd(v0), DT::rnd(v1));
+      if (r < L) st16x2<DT>(as16(p.U) + ((t0 + r) * HV + j) * V + c, v0, v1);
     });
   }
 }

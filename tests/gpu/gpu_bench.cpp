@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/api/numeric.h"
@@ -232,6 +234,27 @@ int main(int argc, char** argv) {
   }
   std::printf("RESULT T=%lld P=%d fwd_ms=%.3f bwd_ms=%.3f total_ms=%.3f\n", (long long)T, P, median(fwd_ms),
               median(bwd_ms), median(fwd_ms) + median(bwd_ms));
+  // FNV-1a of the bits of every output and gradient: two builds that must give the same bits (a
+  // storage change, docs/perf-notes.md v5) print the same line.
+  {
+    std::printf("OUTHASH T=%lld", (long long)T);
+    const std::pair<const char*, std::pair<float*, int64_t>> outs[] = {
+        {"o", {o, T * HV * K}},        {"ht", {ht, int64_t(HV) * K * K}}, {"dq", {dq, T * H * K}},
+        {"dk", {dk, T * H * K}},       {"dv", {dv, T * HV * K}},          {"dg", {dg, T * HV}},
+        {"dbeta", {dbeta, T * HV}},    {"dh0", {dh0, int64_t(HV) * K * K}}};
+    for (const auto& [name, t] : outs) {
+      std::vector<float> hb(size_t(t.second));
+      be.download(hb.data(), t.first, t.second, ex);
+      uint64_t hsh = 1469598103934665603ull;
+      const unsigned char* bytes = reinterpret_cast<const unsigned char*>(hb.data());
+      for (size_t i = 0; i < hb.size() * sizeof(float); ++i) {
+        hsh ^= bytes[i];
+        hsh *= 1099511628211ull;
+      }
+      std::printf(" %s=%016llx", name, (unsigned long long)hsh);
+    }
+    std::printf("\n");
+  }
   for (float* ptr : {q, k, v, g, beta, dO, saved, ws, o, ht, dq, dk, dv, dg, dbeta, dh0}) be.free_floats(ptr);
   return bad == 0 ? 0 : 1;
 }

@@ -3,7 +3,10 @@
 // The twin runs one rank forward + backward on the host (full saved set, no re-poisoning), so its
 // saved set and workspace then hold every intermediate tensor. For each phase the GPU gets a
 // fresh copy of those arenas (so its inputs are exactly the twin's), the phase's outputs are
-// poisoned with NaN, the GPU phase runs, and its outputs are compared with the twin's.
+// poisoned with NaN, the GPU phase runs, and its outputs are compared with the twin's. The CUDA
+// backend stores W, U, h, v_new, dh and dv2 as 16-bit dtype values inside the workspace
+// (kernels/cuda/cuda_backend.cu): the device image packs them, and they are unpacked (exactly)
+// before the comparison; their poison is NaN in every 16-bit half.
 //
 // Tolerance: both sides use the same dtype operands and the same rounding points; they differ
 // only in the order of fp32 accumulation (tensor-core fragments vs sequential loops) and, in the
@@ -14,6 +17,7 @@
 // tensor's largest magnitude (two ulps), NaN-free. Measured margins are printed per tensor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 
@@ -90,6 +94,12 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     kk::GradTensors g{h_dq_.data(), h_dk_.data(), h_dv_.data(), h_dg_.data(), h_dbeta_.data(),
                       c_.A_log ? h_dA_.data() : nullptr, c_.dt_bias ? h_ddt_.data() : nullptr, h_dh0_.data()};
     kk::run_rank_backward(*cpu_, run, nullptr, g);
+    // The device image of the workspace: the CUDA backend's 16-bit tensors packed (cuda_backend.cu).
+    h_ws_dev_ = h_ws_;
+    for (const Region16& r : cuda_16bit_tensors(hw_, p_, L_)) {
+      const std::vector<float> pk = pack16(r.p, r.n, c_.dtype);
+      std::copy(pk.begin(), pk.end(), h_ws_dev_.begin() + (r.p - h_ws_.data()));
+    }
     // ---- device copies ----
     d_saved_ = Buf(*gpu_, int64_t(h_saved_.size()));
     d_ws_ = Buf(*gpu_, int64_t(h_ws_.size()));
@@ -130,10 +140,12 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   // Fresh device arenas holding the twin's values.
   void refresh() {
     d_saved_.put(h_saved_);
-    d_ws_.put(h_ws_);
+    d_ws_.put(h_ws_dev_);
   }
   // Poisons n floats at a device pointer.
   void poison(float* p, int64_t n) const { gpu_->fill_floats(p, kNaN, n, kk::Exec{}); }
+  // Poisons a tensor in the CUDA backend's 16-bit storage (every 16-bit element NaN).
+  void poison16(float* p, int64_t n) const { gpu_->fill_floats(p, kcp::test::poison16(), (n + 1) / 2, kk::Exec{}); }
   std::vector<float> down(const float* p, int64_t n) const {
     std::vector<float> h(static_cast<size_t>(n));
     gpu_->download(h.data(), p, n, kk::Exec{});
@@ -160,6 +172,19 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   void expect_ws(const char* phase, const char* name, float* dev, int64_t n) {
     expect_close(phase, name, dev, host_of(dev, d_ws_, h_ws_), n);
   }
+  // A workspace tensor in the CUDA backend's 16-bit storage, unpacked to floats for the comparison.
+  void expect_ws16(const char* phase, const char* name, float* dev, int64_t n) {
+    const std::vector<float> a = unpack16(down(dev, (n + 1) / 2).data(), n, c_.dtype);
+    const float* host = host_of(dev, d_ws_, h_ws_);
+    const std::vector<float> b(host, host + n);
+    const Diff df = diff(a, b);
+    const double u = unit_roundoff(c_);
+    std::printf("[ phase    ] %-22s %-17s %-10s rel_rms %.2e (<= %.1e)  rel_max %.2e (<= %.1e)  (16-bit storage)\n",
+                c_.name.c_str(), phase, name, df.rel_rms, u, df.rel_max, 4 * u);
+    EXPECT_EQ(df.bad, 0) << phase << " " << name << ": non-finite values (unwritten or NaN)";
+    EXPECT_LE(df.rel_rms, u) << phase << " " << name;
+    EXPECT_LE(df.rel_max, 4 * u) << phase << " " << name;
+  }
 
   std::unique_ptr<kk::Backend> gpu_, cpu_;
   Case c_;
@@ -167,7 +192,7 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   kk::Problem p_;
   kk::RankLayout layout_;
   kk::LayoutView L_;
-  std::vector<float> h_saved_, h_ws_, h_o_, h_ht_, h_dq_, h_dk_, h_dv_, h_dg_, h_dbeta_, h_dA_, h_ddt_, h_dh0_;
+  std::vector<float> h_saved_, h_ws_, h_ws_dev_, h_o_, h_ht_, h_dq_, h_dk_, h_dv_, h_dg_, h_dbeta_, h_dA_, h_ddt_, h_dh0_;
   kk::SavedTensors hs_, ds_;
   kk::WorkspaceTensors hw_, dw_;
   Buf d_saved_, d_ws_, q_, k_, v_, g_, beta_, A_log_, dt_bias_, h0_, dO_, dht_;
@@ -216,8 +241,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
 
   // wy
   refresh();
-  poison(dw_.W, T * HV * K);
-  poison(dw_.U, T * HV * V);
+  poison16(dw_.W, T * HV * K);
+  poison16(dw_.U, T * HV * V);
   {
     kk::WyArgs a;
     a.ctx = ctx();
@@ -230,8 +255,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.U = dw_.U;
     gpu_->wy(a);
   }
-  expect_ws("wy", "W", dw_.W, T * HV * K);
-  expect_ws("wy", "U", dw_.U, T * HV * V);
+  expect_ws16("wy", "W", dw_.W, T * HV * K);
+  expect_ws16("wy", "U", dw_.U, T * HV * V);
 
   // fwd_summaries
   refresh();
@@ -298,8 +323,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
 
   // fwd_states
   refresh();
-  poison(dw_.h, NT * S);
-  poison(dw_.v_new, T * HV * V);
+  poison16(dw_.h, NT * S);
+  poison16(dw_.v_new, T * HV * V);
   {
     const Buf ht(*gpu_, N * S);
     ht.fill(kNaN);
@@ -314,8 +339,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.v_new = dw_.v_new;
     a.ht = ht.get();
     gpu_->fwd_states(a);
-    expect_ws("fwd_states", "h", dw_.h, NT * S);
-    expect_ws("fwd_states", "v_new", dw_.v_new, T * HV * V);
+    expect_ws16("fwd_states", "h", dw_.h, NT * S);
+    expect_ws16("fwd_states", "v_new", dw_.v_new, T * HV * V);
     for (int32_t q = 0; q < N; ++q)
       if (L_.pieces[q].end > L_.pieces[q].begin) expect_close("fwd_states", "ht", ht.get() + q * S, h_ht_.data() + q * S, S);
   }
@@ -371,8 +396,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
 
   // bwd_states
   refresh();
-  poison(dw_.dh, NT * S);
-  poison(dw_.dv2, T * HV * V);
+  poison16(dw_.dh, NT * S);
+  poison16(dw_.dv2, T * HV * V);
   {
     const Buf dh0(*gpu_, N * S);
     dh0.fill(kNaN);
@@ -389,8 +414,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.dv2 = dw_.dv2;
     a.dh0 = dh0.get();
     gpu_->bwd_states(a);
-    expect_ws("bwd_states", "dh", dw_.dh, NT * S);
-    expect_ws("bwd_states", "dv2", dw_.dv2, T * HV * V);
+    expect_ws16("bwd_states", "dh", dw_.dh, NT * S);
+    expect_ws16("bwd_states", "dv2", dw_.dv2, T * HV * V);
     for (int32_t q = 0; q < N; ++q)
       if (L_.pieces[q].end > L_.pieces[q].begin)
         expect_close("bwd_states", "dh0", dh0.get() + q * S, h_dh0_.data() + q * S, S);
