@@ -7,14 +7,14 @@
 #include "core/util/error.h"
 #include "kcp/config.h"
 #include "kernels/cpu/cpu_backend.h"
-#if KCP_HAVE_CUDA_BACKEND
+#if KCP_ENABLE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #endif
 
 namespace kcp::app {
 
 int gpu_count() {
-#if KCP_HAVE_CUDA_BACKEND
+#if KCP_ENABLE_CUDA
   return kernels::cuda_device_count();
 #else
   return 0;
@@ -24,7 +24,7 @@ int gpu_count() {
 std::unique_ptr<kernels::Backend> select_backend(const std::string& name) {
   KCP_REQUIRE(name == "auto" || name == "cpu" || name == "cuda", "--backend: expected cpu, cuda or auto, got \"{}\"", name);
   if (name == "cpu") return kernels::make_cpu_backend();
-#if KCP_HAVE_CUDA_BACKEND
+#if KCP_ENABLE_CUDA
   const int n = kernels::cuda_device_count();
   if (n > 0) {
     // One GPU per local rank under mpirun; threads of one process share device 0.
