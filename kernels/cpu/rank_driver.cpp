@@ -77,9 +77,11 @@ void run_fwd_summaries(const Backend& be, const RankRun& r) {
   be.fwd_summaries(a);
 }
 
-// Forward fold over the segments of piece p: x0 -> entry states (and x_final).
-void fold_piece_fwd(const Backend& be, const RankRun& r, int32_t p, const float* x0, float* entry, float* x_final,
-                    float* composed) {
+// Fold over the segments of piece p, all fp32 (fold.h). Forward: first to last, applying M
+// (seg_Mt transposed) to states, b = seg_h_ext, states_before = segment entry states. Backward:
+// last to first, applying M^T to gradients, b = seg_dh_ext, states_before = segment exit gradients.
+void fold_piece(const Backend& be, const RankRun& r, int32_t p, bool backward, const float* x0, float* states,
+                float* x_final, float* composed) {
   const PieceDesc& pc = r.layout.pieces[p];
   const Problem& P = r.problem;
   FoldArgs f;
@@ -88,47 +90,20 @@ void fold_piece_fwd(const Backend& be, const RankRun& r, int32_t p, const float*
   f.K = P.K;
   f.V = P.V;
   f.n = pc.seg_end - pc.seg_begin;
-  f.transpose_A = true;  // seg_Mt holds M^T; the forward applies M
+  f.transpose_A = !backward;  // seg_Mt holds M^T: the forward applies M, the backward M^T
   if (f.n > 0) {
-    f.A = seg_Mt_of(r) + pc.seg_begin * hvkk(P);
-    f.A_stride = hvkk(P);
-    f.b = r.ws.seg_h_ext + pc.seg_begin * hvkv(P);
-    f.b_stride = hvkv(P);
-  }
-  f.x0 = x0;
-  if (entry) {
-    f.states_before = entry + pc.seg_begin * hvkv(P);
-    f.states_stride = hvkv(P);
-  }
-  f.x_final = x_final;
-  f.composed = composed;
-  be.fold(f);
-}
-
-// Backward fold over the segments of piece p, last to first: y0 -> segment exit gradients.
-void fold_piece_bwd(const Backend& be, const RankRun& r, int32_t p, const float* y0, float* seg_exit, float* x_final,
-                    float* composed) {
-  const PieceDesc& pc = r.layout.pieces[p];
-  const Problem& P = r.problem;
-  FoldArgs f;
-  f.exec = r.exec;
-  f.HV = P.HV;
-  f.K = P.K;
-  f.V = P.V;
-  f.n = pc.seg_end - pc.seg_begin;
-  f.transpose_A = false;  // M^T applied to gradients
-  if (f.n > 0) {
-    const int64_t last = pc.seg_end - 1;
-    f.A = seg_Mt_of(r) + last * hvkk(P);
-    f.A_stride = -hvkk(P);
-    f.b = r.ws.seg_dh_ext + last * hvkv(P);
-    f.b_stride = -hvkv(P);
-    if (seg_exit) {
-      f.states_before = seg_exit + last * hvkv(P);
-      f.states_stride = -hvkv(P);
+    const int64_t first = backward ? pc.seg_end - 1 : pc.seg_begin;
+    const int64_t dir = backward ? -1 : 1;
+    f.A = seg_Mt_of(r) + first * hvkk(P);
+    f.A_stride = dir * hvkk(P);
+    f.b = (backward ? r.ws.seg_dh_ext : r.ws.seg_h_ext) + first * hvkv(P);
+    f.b_stride = dir * hvkv(P);
+    if (states) {
+      f.states_before = states + first * hvkv(P);
+      f.states_stride = dir * hvkv(P);
     }
   }
-  f.x0 = y0;
+  f.x0 = x0;
   f.x_final = x_final;
   f.composed = composed;
   be.fold(f);
@@ -148,7 +123,7 @@ void entry_states(const Backend& be, const RankRun& r, float* ht) {
   for (int32_t p = 0; p < r.layout.n_pieces; ++p) {
     const PieceDesc& pc = r.layout.pieces[p];
     float* xf = (ht && pc.seg_end == pc.seg_begin) ? ht + p * hvkv(r.problem) : nullptr;
-    fold_piece_fwd(be, r, p, piece_x0(r, p), seg_entry_of(r), xf, nullptr);
+    fold_piece(be, r, p, false, piece_x0(r, p), seg_entry_of(r), xf, nullptr);
   }
 }
 
@@ -173,7 +148,7 @@ void rank_forward_begin(const Backend& be, const RankRun& r, float* summary_M, f
   check_run(r, "rank_forward_begin");
   run_prep_wy(be, r, /*with_prep=*/true);
   run_fwd_summaries(be, r);
-  if (summary_M || summary_h_ext) fold_piece_fwd(be, r, r.layout.n_pieces - 1, nullptr, nullptr, summary_h_ext, summary_M);
+  if (summary_M || summary_h_ext) fold_piece(be, r, r.layout.n_pieces - 1, false, nullptr, nullptr, summary_h_ext, summary_M);
 }
 
 void rank_forward_end(const Backend& be, const RankRun& r, const float* incoming, const OutputTensors& out) {
@@ -237,7 +212,7 @@ void rank_backward_begin(const Backend& be, const RankRun& r, float* summary_Mt,
   s.dv_local = r.ws.dv_local;
   s.seg_dh_ext = r.ws.seg_dh_ext;
   be.bwd_summaries(s);
-  if (summary_Mt || summary_dh_ext) fold_piece_bwd(be, r, 0, nullptr, nullptr, summary_dh_ext, summary_Mt);
+  if (summary_Mt || summary_dh_ext) fold_piece(be, r, 0, true, nullptr, nullptr, summary_dh_ext, summary_Mt);
 }
 
 void rank_backward_end(const Backend& be, const RankRun& r, const float* exit_grad, const GradTensors& gr) {
@@ -253,7 +228,7 @@ void rank_backward_end(const Backend& be, const RankRun& r, const float* exit_gr
     if (!pc.ends_sequence) y0 = exit_grad;
     else if (r.problem.has_dht) y0 = r.in.dht + p * hvkv(r.problem);
     float* xf = (gr.dh0 && pc.seg_end == pc.seg_begin) ? gr.dh0 + p * hvkv(r.problem) : nullptr;
-    fold_piece_bwd(be, r, p, y0, r.ws.seg_exit, xf, nullptr);
+    fold_piece(be, r, p, true, y0, r.ws.seg_exit, xf, nullptr);
   }
   BwdStateArgs s;
   s.ctx = ctx_of(r);
