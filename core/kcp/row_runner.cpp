@@ -192,7 +192,10 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     const RowInputs shard = make_inputs(row, sel.digest, my.global_begin, my.global_end);
     ReferenceCache& cache = refs.for_row(row, sel.digest);
     const auto t_ref = std::chrono::steady_clock::now();
-    const bool runnable = backend.can_implement(kernel_problem(row)).ok;
+    // A row the backend cannot run is recorded as skipped in every form, with its reason, and
+    // needs no reference.
+    const kernels::Status backend_status = backend.can_implement(kernel_problem(row));
+    const bool runnable = backend_status.ok;
     set_phase("FP64 reference");
     const auto my_refs = runnable ? rank_references(my, cache) : std::vector<std::shared_ptr<const SequenceReference>>{};
     const RankReference my_ref = runnable ? reference_for_rank(row, my, my_refs) : RankReference{};
@@ -200,8 +203,6 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, shard, my_ref, r);
     comm.barrier();
 
-    // A row the backend cannot run is recorded as skipped in every form, with its reason.
-    const kernels::Status backend_status = backend.can_implement(kernel_problem(row));
     RunOptions row_opt = opt;
     if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(planned);
     const std::vector<Form> forms = expand_forms(row, row_opt);
