@@ -10,19 +10,25 @@
 // packages run the same kernels and both are bitwise reproducible; full and light saved sets
 // give the same bits because the light backward recomputes with the same kernels.
 //
-// CUDA-internal 16-bit storage (docs/perf-notes.md v5). The workspace is opaque, backend-sized
-// memory: only this backend's kernels read it (the driver and the engine pass its pointers
-// through). Six of its "dtype" tensors are therefore stored as raw 16-bit dtype values (bf16 or
-// fp16, the problem's dtype), element e at byte 2 e of the tensor's region, i.e. in the first
-// half of the floats that kernels/api/tensors.h carves for it:
-//   W, U       [T, HV, K|V]     written by wy; read by the state walks
-//   h, dh      [NT, HV, K, V]   written by fwd_states / bwd_states; read by fwd_output, bwd_grads
-//   v_new, dv2 [T, HV, V]       written by fwd_states / bwd_states; read by fwd_output, bwd_grads
-// The values were already rounded to the dtype before they were stored, so the conversion is
-// exact and every output is bitwise the same as with fp32 storage. Every other tensor (inputs,
-// outputs, gradients, the saved set, dv_local, dq_hv / dk_hv / dlam, the fp32 seg_* tensors) is
-// float as tensors.h says. A caller that reads one of the six back (tests/gpu/gpu_harness.h,
-// unpack16) must convert; one that supplies them (the phase tests) must pack.
+// CUDA-internal 16-bit storage (docs/perf-notes.md v5, v6). The workspace is opaque,
+// backend-sized memory, and the saved set, though caller-owned, is read only by this backend's
+// kernels (the driver and the engine pass its pointers through; the folds read only the fp32
+// seg_* tensors and `incoming`). Nine "dtype" tensors are therefore stored as raw 16-bit dtype
+// values (bf16 or fp16, the problem's dtype), element e at byte 2 e of the tensor's region, i.e.
+// in the first half of the floats that kernels/api/tensors.h carves for it:
+//   saved q, k  [T, H, K]        written by prep; read by every later phase
+//   saved Phi   [T, HV, 64]      written by prep; read by wy and bwd_grads
+//   W, U        [T, HV, K|V]     written by wy; read by the state walks
+//   h, dh       [NT, HV, K, V]   written by fwd_states / bwd_states; read by fwd_output, bwd_grads
+//   v_new, dv2  [T, HV, V]       written by fwd_states / bwd_states; read by fwd_output, bwd_grads
+//   dv_local    [T, HV, V]       written by bwd_local_dv; read by the backward walks
+// and bwd_grads passes dW [T, HV, K] in 16-bit storage between its two kernels through the
+// backend's scratch (extra_workspace_floats). The values were already rounded to the dtype before
+// they were stored, so the conversion is exact and every output is the same as with fp32
+// storage. Every other tensor (inputs, outputs, gradients, rstd, gcum, incoming, dq_hv / dk_hv /
+// dlam, the fp32 seg_* tensors) is float as tensors.h says. A caller that reads one of the
+// nine back (tests/gpu/gpu_harness.h, unpack16) must convert; one that supplies them (the phase
+// tests) must pack.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -154,8 +160,32 @@ class CudaBackend final : public Backend {
   const char* name() const override { return "cuda"; }
   Status can_implement(const Problem& problem) const override { return support(problem); }
 
+  // Scratch (backend-private workspace floats, each part 256-byte aligned):
+  //   [NT, HV, 2] fp32   per-chunk gate partials of finalize;
+  //   [T, HV] fp32       dlam_hi (K > 64): the second K slice's gate part, written by
+  //                      gdn_bwd_dqk_kernel and added by gdn_bwd_wy_kernel;
+  //   [T, HV, K] 16-bit  dW between the two bwd_grads kernels.
+  // dW cannot pass through the dv output in 16-bit storage: a block of the second kernel that
+  // writes its fp32 dv rows would overwrite the packed dW rows of other chunks.
+  struct ScratchParts {
+    int64_t partials = 0, dlam_hi = 0, dW16 = 0, total = 0;  // offsets in floats; total size
+  };
+  static ScratchParts scratch_parts(const Problem& p, const LayoutView& l) {
+    ScratchParts s;
+    s.dlam_hi = align_floats(l.n_chunks * int64_t(p.HV) * 2);
+    s.dW16 = s.dlam_hi + align_floats(p.K > 64 ? l.T * int64_t(p.HV) : 0);
+    s.total = s.dW16 + align_floats((l.T * int64_t(p.HV) * p.K + 1) / 2);
+    return s;
+  }
   int64_t extra_workspace_floats(const Problem& problem, const LayoutView& layout) const override {
-    return layout.n_chunks * int64_t(problem.HV) * 2;  // finalize: per-chunk gate partials
+    return scratch_parts(problem, layout).total;
+  }
+  // The scratch this phase reads or writes must have been bound (Backend::bind_workspace_for).
+  void need_scratch(const PhaseCtx& c, const char* ph) const {
+    const int64_t want = extra_workspace_floats(c.problem, c.layout);
+    if (want > 0 && (!c.scratch || c.scratch_floats < want))
+      arg_fail(ph, "ctx.scratch holds " + std::to_string(c.scratch_floats) + " floats, the backend needs " +
+                       std::to_string(want) + " (bind the workspace with Backend::bind_workspace_for)");
   }
 
   void prep(const PrepArgs& a) const override {
@@ -307,7 +337,10 @@ class CudaBackend final : public Backend {
     need(a.dv, ph, "dv");
     need(a.dbeta, ph, "dbeta");
     need(a.dlam, ph, "dlam");
-    cuda::launch_bwd_grads(a, layout(a.ctx), stream(a.ctx.exec));
+    need_scratch(a.ctx, ph);
+    const ScratchParts sp = scratch_parts(a.ctx.problem, a.ctx.layout);
+    float* dlam_hi = a.ctx.problem.K > 64 ? a.ctx.scratch + sp.dlam_hi : nullptr;
+    cuda::launch_bwd_grads(a, layout(a.ctx), dlam_hi, a.ctx.scratch + sp.dW16, stream(a.ctx.exec));
   }
 
   void bwd_finalize(const BwdFinalizeArgs& a) const override {
@@ -339,10 +372,7 @@ class CudaBackend final : public Backend {
     } else {
       forbid(a.ddt_bias, ph, "ddt_bias", "problem.has_dt_bias is false");
     }
-    const int64_t want = extra_workspace_floats(p, a.ctx.layout);
-    if (want > 0 && (!a.ctx.scratch || a.ctx.scratch_floats < want))
-      arg_fail(ph, "ctx.scratch holds " + std::to_string(a.ctx.scratch_floats) + " floats, the gate partials need " +
-                       std::to_string(want) + " (bind the workspace with Backend::bind_workspace_for)");
+    need_scratch(a.ctx, ph);
     cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec));
   }
 

@@ -335,6 +335,21 @@ struct Tile16 {
       *reinterpret_cast<uint4*>(dst + r * ld + c) = v[i];
     }
   }
+  // f(r, x) -> the dtype value stored for element x of row r (zero rows hold f(r, 0)).
+  template <class DT, class F>
+  __device__ __forceinline__ void store(uint16_t* dst, int ld, F&& f) const {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int e = threadIdx.x + i * kThreads, r = e / V8, c = (e % V8) * 8;
+      if (e >= TOTAL) continue;
+      const uint32_t w[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+      uint32_t o[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        o[u] = DT::pack(f(r, DT::from_raw(uint16_t(w[u] & 0xffffu))), f(r, DT::from_raw(uint16_t(w[u] >> 16))));
+      *reinterpret_cast<uint4*>(dst + r * ld + c) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+  }
 };
 
 template <class DT, int ROWS, int COLS>
@@ -353,15 +368,20 @@ __device__ __forceinline__ void stage_rows(uint16_t* dst, int ld, const float* s
   t.template store<DT>(dst, ld);
 }
 
-// In-place map of the first `rows` rows (COLS wide) of a 16-bit tile: x -> f(r, x) (a dtype value).
+// dst = f(r, src) over the first `rows` rows (COLS wide) of two 16-bit tiles with the same ld
+// (f gives a dtype value); dst may be src (an in-place map).
 template <class DT, int COLS, class F>
-__device__ __forceinline__ void map_rows(uint16_t* t, int ld, int rows, F&& f) {
+__device__ __forceinline__ void map_rows_to(uint16_t* dst, const uint16_t* src, int ld, int rows, F&& f) {
   for (int e = threadIdx.x; e < rows * (COLS / 2); e += blockDim.x) {
     const int r = e / (COLS / 2), c = (e % (COLS / 2)) * 2;
-    uint32_t* d = reinterpret_cast<uint32_t*>(t + r * ld + c);
-    const uint32_t u = *d;
-    *d = DT::pack(f(r, DT::from_raw(uint16_t(u & 0xffffu))), f(r, DT::from_raw(uint16_t(u >> 16))));
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(src + r * ld + c);
+    *reinterpret_cast<uint32_t*>(dst + r * ld + c) =
+        DT::pack(f(r, DT::from_raw(uint16_t(u & 0xffffu))), f(r, DT::from_raw(uint16_t(u >> 16))));
   }
+}
+template <class DT, int COLS, class F>
+__device__ __forceinline__ void map_rows(uint16_t* t, int ld, int rows, F&& f) {
+  map_rows_to<DT, COLS>(t, t, ld, rows, f);
 }
 
 // Sum over the 4 lanes of a quad (the lanes holding one accumulator row).

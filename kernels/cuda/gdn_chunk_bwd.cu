@@ -7,19 +7,19 @@ namespace {
 template <class DT, int K>
 void run_grads(const GradParams& p, cudaStream_t st) {
   if (p.sh.NT == 0) return;
-  constexpr int V = K;  // dW passes through the dv output between the two kernels
+  constexpr int V = K;
   const unsigned grid = unsigned(p.sh.NT * p.sh.HV);
-  const size_t smem1 = DqkSmem<K, V>::bytes, smem2 = WyBwdSmem<K, V>::bytes;
+  const size_t smem1 = DqkSmem<V>::bytes, smem2 = WyBwdSmem<K, V>::bytes;
   allow_smem(gdn_bwd_dqk_kernel<DT, K, V>, smem1);
   allow_smem(gdn_bwd_wy_kernel<DT, K, V>, smem2);
-  gdn_bwd_dqk_kernel<DT, K, V><<<grid, kThreads, smem1, st>>>(p);
+  gdn_bwd_dqk_kernel<DT, K, V><<<grid * unsigned(K / kKS), kThreads, smem1, st>>>(p);
   KCP_CUDA_LAUNCH_CHECK(st);
   gdn_bwd_wy_kernel<DT, K, V><<<grid, kThreads, smem2, st>>>(p);
   KCP_CUDA_LAUNCH_CHECK(st);
 }
 }  // namespace
 
-void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, cudaStream_t st) {
+void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, float* dW16, cudaStream_t st) {
   GradParams p{};
   p.sh = shape_of(a.ctx.problem, L);
   p.chunks = L.chunks;
@@ -39,6 +39,8 @@ void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, cudaStream_t st)
   p.dv = a.dv;
   p.dbeta = a.dbeta;
   p.dlam = a.dlam;
+  p.dlam_hi = dlam_hi;
+  p.dW16 = dW16;
   const bool fp16 = a.ctx.problem.dtype == DType::FP16;
   if (a.ctx.problem.K == 64) fp16 ? run_grads<Fp16, 64>(p, st) : run_grads<Bf16, 64>(p, st);
   else fp16 ? run_grads<Fp16, 128>(p, st) : run_grads<Bf16, 128>(p, st);

@@ -3,15 +3,15 @@
 // (kernels/cpu/gdn_chunk_bwd.cpp). Included only by gdn_chunk_bwd.cu.
 //
 // Two kernels, so that each one's unrolled code stays well inside the SM's instruction cache (one
-// fused kernel was 150 KB of SASS and ran at a third of the speed). Both: grid NT * HV, block
-// (chunk n, value head j) = (b / HV, b % HV), 256 threads, dtype operands on tensor cores with
-// fp32 accumulation, dK in the mma accumulators (64 x K, 8 warps).
-// gdn_bwd_dqk_kernel (B4): dQ = (dO h^T) exp2(g) scale + E k, dK = (v_new dh^T) exp2(gL - g) +
-//   E^T q with E = dtype(tril(dO v_new^T) exp2(g_r - g_s) scale); the gate rows q.dQ - k.dK plus,
-//   on the last row, Gam <h, dh> + sum(dK_int o k). Writes dq_hv (final), dk_hv and dlam (B4
-//   parts) and dW = dtype(-dv2 h^T) into the dv output (K == V), which the second kernel reads
-//   back and then overwrites with the final dv.
-// gdn_bwd_wy_kernel (B5): dPhi = dW Xb^T + dv2 Yb^T, dX = Phi^T dW, dY = Phi^T dv2 (dv, dbeta,
+// fused kernel was 150 KB of SASS and ran at a third of the speed). Both: 256 threads, dtype
+// operands on tensor cores with fp32 accumulation.
+// gdn_bwd_dqk_kernel (B4), grid NT * HV * K / 64, one 64-column slice of K per block (below):
+//   dQ = (dO h^T) exp2(g) scale + E k, dK = (v_new dh^T) exp2(gL - g) + E^T q with
+//   E = dtype(tril(dO v_new^T) exp2(g_r - g_s) scale); the gate rows q.dQ - k.dK plus, on the
+//   last row, Gam <h, dh> + sum(dK_int o k). Writes dq_hv (final), dk_hv and dlam / dlam_hi (B4
+//   parts) and dW = dtype(-dv2 h^T) into dW16 (scratch), which the second kernel reads back.
+// gdn_bwd_wy_kernel (B5), grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), dK in the
+//   mma accumulators (64 x K, 8 warps): dPhi = dW Xb^T + dv2 Yb^T, dX = Phi^T dW, dY = Phi^T dv2 (dv, dbeta,
 //   gate), dPi = -stril(Phi^T dtype(stril(dtype(dPhi)) Phi^T)), dPi' = dPi gated, dK += beta dPi' k
 //   + dPi'^T dtype(k beta), gate row minus column sums; adds to dk_hv and dlam, writes dv, dbeta.
 // Row sums (gate, dbeta) are reduced in a fixed order: quad shuffles, then per-warp partials in
@@ -25,12 +25,12 @@ namespace kcp::kernels::cuda {
 struct GradParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const float* q;      // [T, H, K] dtype
-  const float* k;      // [T, H, K] dtype
+  const float* q;      // [T, H, K] dtype, 16-bit storage
+  const float* k;      // [T, H, K] dtype, 16-bit storage
   const float* v;      // [T, HV, V] dtype
   const float* beta;   // [T, HV]
   const float* gcum;   // [T, HV] fp32 log2
-  const float* Phi;    // [T, HV, 64] dtype
+  const float* Phi;    // [T, HV, 64] dtype, 16-bit storage
   const float* h;      // [NT, HV, K, V] dtype, 16-bit storage
   const float* v_new;  // [T, HV, V] dtype, 16-bit storage
   const float* dh;     // [NT, HV, K, V] dtype, 16-bit storage
@@ -38,9 +38,11 @@ struct GradParams {
   const float* dO;     // [T, HV, V] dtype
   float* dq_hv;        // [T, HV, K] fp32
   float* dk_hv;        // [T, HV, K] fp32
-  float* dv;           // [T, HV, V] dtype (dW between the two kernels)
+  float* dv;           // [T, HV, V] dtype
   float* dbeta;        // [T, HV] fp32
   float* dlam;         // [T, HV] fp32
+  float* dlam_hi;      // [T, HV] fp32, backend scratch: the second K slice's gate part (K = 128)
+  float* dW16;         // [T, HV, K] dtype, 16-bit storage, backend scratch: dW between the kernels
 };
 
 // Two per-thread row accumulators (rows r and r + 8 of a fragment), chosen without indexing.
@@ -76,136 +78,144 @@ __device__ __forceinline__ void row_totals(const Row2 (&q)[NQ], float* sRow, flo
   __syncthreads();
 }
 
-template <int K, int V>
+// gdn_bwd_dqk_kernel works on one 64-column slice of K per block (KS = K / 64 slices): block b ->
+// (chunk n, value head j, slice kh) = (b / (KS HV), (b / KS) % HV, b % KS). Every product it
+// forms sums over V or over the chunk's tokens, never over K, so the slices are independent
+// except for the gate rows (q . dQ - k . dK and the last row's terms), whose partials go to dlam
+// (kh = 0) and dlam_hi (kh = 1); gdn_bwd_wy_kernel adds them in that order. The slice keeps the
+// block at ~105 KB of shared memory and <= 128 registers, so two blocks share an SM and one
+// block's loads overlap the other's products (one block of 148 KB per SM before).
+inline constexpr int kKS = 64;  // K columns per gdn_bwd_dqk_kernel block
+
+template <int V>
 struct DqkSmem {
-  static constexpr int kKld = K + 8, kVld = V + 8, kPld = kC + 8;
-  static constexpr int kOffE = kC * kKld;                 // after k
-  static constexpr int kOffS = kOffE + kC * kPld;         // region: h, dh, dO, v_new, dv2
-  static constexpr int kOffDS = kOffS + K * kVld;
-  static constexpr int kOffDO = kOffDS + K * kVld;
+  static constexpr int kVld = V + 8, kSld = kKS + 8, kPld = kC + 8;
+  static constexpr int kOffDS = kKS * kVld;  // h rows of the slice at 0, then dh rows
+  static constexpr int kOffDO = kOffDS + kKS * kVld;
   static constexpr int kOffVN = kOffDO + kC * kVld;
   static constexpr int kOffDv2 = kOffVN + kC * kVld;
-  static constexpr int kOffQ = kOffS;                     // stage 2 reuses the region
-  static constexpr int kElems16 = kOffDv2 + kC * kVld;
-  static constexpr int kFloats = 2 * kC + kC * 2 * 2 + kC * 2 + 2 * kWarps;
+  static constexpr int kOffK = kOffDv2 + kC * kVld;
+  static constexpr int kOffQ = kOffK + kC * kSld;
+  static constexpr int kOffE = kOffDv2;  // E reuses dv2 once dW is formed
+  static_assert(kC * kPld <= kC * kVld, "E must fit in the dv2 tile");
+  static constexpr int kElems16 = kOffQ + kC * kSld;
+  static constexpr int kFloats = kC + kC * 2 * 2 + kC * 2 + 2 * kWarps;
   static constexpr size_t bytes = size_t(kElems16) * 2 + size_t(kFloats) * 4;
 };
 
 template <class DT, int K, int V>
-__global__ void __launch_bounds__(kThreads, 1) gdn_bwd_dqk_kernel(GradParams p) {
-  using Sm = DqkSmem<K, V>;
-  using TK = Tiling<kC, K>;
-  using T64 = Tiling<kC, kC>;
-  static_assert(TK::WM == 4 && T64::WM == 4 && TK::MT == 1 && T64::MT == 1, "row partials need WM = 4");
+__global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) {
+  constexpr int KS = K / kKS;
+  using Sm = DqkSmem<V>;
+  using T64 = Tiling<kC, kKS>;  // every product of the block is 64 x 64
+  static_assert(K % kKS == 0 && T64::WM == 4 && T64::MT == 1, "row partials need WM = 4");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* s16 = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* sk = s16;
-  uint16_t* sE = s16 + Sm::kOffE;
-  uint16_t* sS = s16 + Sm::kOffS;
+  uint16_t* sS = s16;
   uint16_t* sdS = s16 + Sm::kOffDS;
   uint16_t* sdO = s16 + Sm::kOffDO;
   uint16_t* svn = s16 + Sm::kOffVN;
   uint16_t* sdv2 = s16 + Sm::kOffDv2;
+  uint16_t* sE = s16 + Sm::kOffE;
+  uint16_t* sk = s16 + Sm::kOffK;
   uint16_t* sq = s16 + Sm::kOffQ;
   float* sG = reinterpret_cast<float*>(s16 + Sm::kElems16);
-  float* sRow = sG + 2 * kC;        // [64][2][2]
+  float* sRow = sG + kC;            // [64][2][2]
   float* sTot = sRow + kC * 2 * 2;  // [64][2]
   float* sRed = sTot + kC * 2;      // [2][kWarps]
 
   const int HV = p.sh.HV;
-  const int64_t n = blockIdx.x / HV;
-  const int j = blockIdx.x % HV, i = j / p.sh.G;
+  const int kh = blockIdx.x % KS;
+  const int64_t n = blockIdx.x / (KS * HV);
+  const int j = (blockIdx.x / KS) % HV, i = j / p.sh.G;
   const ChunkDesc ch = p.chunks[n];
   const int L = ch.len;
   const int64_t t0 = ch.begin;
   const int tid = threadIdx.x;
   const float scale = p.sh.scale;
   const int kend = (L + 15) & ~15;
-  const int64_t qk0 = (t0 * p.sh.H + i) * K, qks = int64_t(p.sh.H) * K;
+  const int x0 = kh * kKS;  // first K column of the slice
+  const int64_t qk0 = (t0 * p.sh.H + i) * K + x0, qks = int64_t(p.sh.H) * K;
   const int64_t vv0 = (t0 * HV + j) * V, vvs = int64_t(HV) * V;
-  const int64_t kv0 = (n * HV + j) * int64_t(K) * V;
+  const int64_t kv0 = ((n * HV + j) * K + x0) * int64_t(V);
   auto f16 = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
 
   if (tid < kC) sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
-  {  // two memory round trips for the six tiles
-    Tile16<K, V> tS, tdS;
-    tS.load(as16(p.h) + kv0, V, K);
-    tdS.load(as16(p.dh) + kv0, V, K);
+  {  // two memory round trips for the seven tiles
+    Tile16<kKS, V> tS, tdS;
+    Tile<kC, V> tO;
+    tS.load(as16(p.h) + kv0, V, kKS);
+    tdS.load(as16(p.dh) + kv0, V, kKS);
+    tO.load(p.dO + vv0, vvs, L);
     tS.template store<DT>(sS, Sm::kVld);
     tdS.template store<DT>(sdS, Sm::kVld);
+    tO.template store<DT>(sdO, Sm::kVld);
   }
   {
-    Tile<kC, V> tO;
     Tile16<kC, V> tN, tD;
-    Tile<kC, K> tk;
-    tO.load(p.dO + vv0, vvs, L);
+    Tile16<kC, kKS> tk, tq;
     tN.load(as16(p.v_new) + vv0, vvs, L);
     tD.load(as16(p.dv2) + vv0, vvs, L);
-    tk.load(p.k + qk0, qks, L);
-    tO.template store<DT>(sdO, Sm::kVld);
+    tk.load(as16(p.k) + qk0, qks, L);
+    tq.load(as16(p.q) + qk0, qks, L);
     tN.template store<DT>(svn, Sm::kVld);
     tD.template store<DT>(sdv2, Sm::kVld);
-    tk.template store<DT>(sk, Sm::kKld);
+    tk.template store<DT>(sk, Sm::kSld);
+    tq.template store<DT>(sq, Sm::kSld);
   }
   __syncthreads();
   const float gL = sG[L - 1];
 
-  float dQ[1][TK::NT][4], dK[1][TK::NT][4];
-  TK::zero(dQ);
-  TK::zero(dK);
-  TK::template mma<DT>(dQ, AView<uint16_t, true>{sdO, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
-  TK::template mma<DT>(dK, AView<uint16_t, true>{svn, Sm::kVld}, BView<uint16_t, true>{sdS, Sm::kVld}, 0, V);
+  {  // dW = dtype(-dv2 h^T) of the slice -> dW16 (read back by gdn_bwd_wy_kernel)
+    float w[1][T64::NT][4];
+    T64::zero(w);
+    T64::template mma<DT>(w, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
+    T64::pairs(w, [&](int r, int x, float& v0, float& v1) {
+      if (r < L) st16x2<DT>(as16(p.dW16) + ((t0 + r) * HV + j) * K + x0 + x, -v0, -v1);
+    });
+  }
+  float e[1][T64::NT][4], dQ[1][T64::NT][4], dK[1][T64::NT][4];
+  T64::zero(e);
+  T64::zero(dQ);
+  T64::zero(dK);
+  T64::template mma<DT>(e, AView<uint16_t, true>{sdO, Sm::kVld}, BView<uint16_t, true>{svn, Sm::kVld}, 0, V);
+  T64::template mma<DT>(dQ, AView<uint16_t, true>{sdO, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
+  T64::template mma<DT>(dK, AView<uint16_t, true>{svn, Sm::kVld}, BView<uint16_t, true>{sdS, Sm::kVld}, 0, V);
   float kint = 0.0f;  // sum over this thread's elements of dK_int o k
-  TK::each(dQ, [&](int r, int, float& v) { v = r < L ? v * exp2f(sG[r]) * scale : 0.0f; });
-  TK::each(dK, [&](int r, int x, float& v) {
+  T64::each(dQ, [&](int r, int, float& v) { v = r < L ? v * exp2f(sG[r]) * scale : 0.0f; });
+  T64::each(dK, [&](int r, int x, float& v) {
     v = r < L ? v * exp2f(gL - sG[r]) : 0.0f;
-    kint += v * f16(sk, r * Sm::kKld + x);
+    kint += v * f16(sk, r * Sm::kSld + x);
   });
-  {  // dW = dtype(-dv2 h^T) -> the dv output (read back by gdn_bwd_wy_kernel)
-    float tmp[1][TK::NT][4];
-    TK::zero(tmp);
-    TK::template mma<DT>(tmp, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
-    TK::pairs(tmp, [&](int r, int x, float& v0, float& v1) {
-      if (r < L)
-        *reinterpret_cast<float2*>(p.dv + ((t0 + r) * HV + j) * V + x) = make_float2(DT::rnd(-v0), DT::rnd(-v1));
-    });
-  }
-  {
-    float e[1][T64::NT][4];
-    T64::zero(e);
-    T64::template mma<DT>(e, AView<uint16_t, true>{sdO, Sm::kVld}, BView<uint16_t, true>{svn, Sm::kVld}, 0, V);
-    T64::each(e, [&](int r, int s, float& v) {
-      sE[r * Sm::kPld + s] = DT::raw((s <= r && r < L) ? v * exp2f(sG[r] - sG[s]) * scale : 0.0f);
-    });
-  }
   float hdh = 0.0f;
-  for (int e = tid; e < K * (V / 2); e += kThreads) {
-    const int x = e / (V / 2), c = (e % (V / 2)) * 2;
+  for (int t = tid; t < kKS * (V / 2); t += kThreads) {
+    const int x = t / (V / 2), c = (t % (V / 2)) * 2;
     hdh += f16(sS, x * Sm::kVld + c) * f16(sdS, x * Sm::kVld + c) +
            f16(sS, x * Sm::kVld + c + 1) * f16(sdS, x * Sm::kVld + c + 1);
   }
-  hdh = block_sum(hdh, sRed);
+  hdh = block_sum(hdh, sRed);  // (its barriers also end every warp's reads of dv2)
   kint = block_sum(kint, sRed + kWarps);
-  const float dg_last = hdh * exp2f(gL) + kint;
-  __syncthreads();  // the region is free: q goes there
-  stage_rows<DT, kC, K>(sq, Sm::kKld, p.q + qk0, qks, L);
+  const float dg_last = hdh * exp2f(gL) + kint;  // this slice's part
+  T64::each(e, [&](int r, int s, float& v) {
+    sE[r * Sm::kPld + s] = DT::raw((s <= r && r < L) ? v * exp2f(sG[r] - sG[s]) * scale : 0.0f);
+  });
   __syncthreads();
-  TK::template mma<DT>(dQ, AView<uint16_t, true>{sE, Sm::kPld}, BView<uint16_t, false>{sk, Sm::kKld}, 0, kend);
-  TK::template mma<DT>(dK, AView<uint16_t, false>{sE, Sm::kPld}, BView<uint16_t, false>{sq, Sm::kKld}, 0, kend);
-  Row2 rows[2];  // q . dQ, k . dK
-  TK::zip_pairs(dQ, dK, [&](int r, int x, float& q0, float& q1, float& k0, float& k1) {
-    rows[0].add(r, f16(sq, r * Sm::kKld + x) * q0 + f16(sq, r * Sm::kKld + x + 1) * q1);
-    rows[1].add(r, f16(sk, r * Sm::kKld + x) * k0 + f16(sk, r * Sm::kKld + x + 1) * k1);
+  T64::template mma<DT>(dQ, AView<uint16_t, true>{sE, Sm::kPld}, BView<uint16_t, false>{sk, Sm::kSld}, 0, kend);
+  T64::template mma<DT>(dK, AView<uint16_t, false>{sE, Sm::kPld}, BView<uint16_t, false>{sq, Sm::kSld}, 0, kend);
+  Row2 rows[2];  // q . dQ, k . dK over the slice
+  T64::zip_pairs(dQ, dK, [&](int r, int x, float& q0, float& q1, float& k0, float& k1) {
+    rows[0].add(r, f16(sq, r * Sm::kSld + x) * q0 + f16(sq, r * Sm::kSld + x + 1) * q1);
+    rows[1].add(r, f16(sk, r * Sm::kSld + x) * k0 + f16(sk, r * Sm::kSld + x + 1) * k1);
     if (r < L) {
-      *reinterpret_cast<float2*>(p.dq_hv + ((t0 + r) * HV + j) * K + x) = make_float2(q0, q1);
-      *reinterpret_cast<float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x) = make_float2(k0, k1);
+      *reinterpret_cast<float2*>(p.dq_hv + ((t0 + r) * HV + j) * K + x0 + x) = make_float2(q0, q1);
+      *reinterpret_cast<float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x0 + x) = make_float2(k0, k1);
     }
   });
   row_totals<2>(rows, sRow, sTot);
   if (tid < L) {
     float dl = sTot[tid * 2] - sTot[tid * 2 + 1];
     if (tid == L - 1) dl += dg_last;
-    p.dlam[(t0 + tid) * HV + j] = dl;
+    (kh == 0 ? p.dlam : p.dlam_hi)[(t0 + tid) * HV + j] = dl;
   }
 }
 
@@ -214,10 +224,9 @@ struct WyBwdSmem {
   static constexpr int kKld = K + 8, kVld = V + 8, kPld = kC + 8;
   static constexpr int kOffDv2 = kC * kKld;  // after k
   static constexpr int kOffDW = kOffDv2 + kC * kVld;
-  static constexpr int kOffV = kOffDW + kC * kKld;
-  static constexpr int kOffPhi = kOffV + kC * kVld;
-  static constexpr int kOffKb = kOffPhi + kC * kPld;
-  static constexpr int kOffXb = kOffKb + kC * kKld;
+  static constexpr int kOffPhi = kOffDW + kC * kKld;
+  static constexpr int kOffKb = kOffDW;               // after dX: Kb reuses dW
+  static constexpr int kOffXb = kOffPhi + kC * kPld;
   static constexpr int kOffYb = kOffXb + kC * kKld;
   static constexpr int kOffDPhi = kOffYb + kC * kVld;
   static constexpr int kOffT1 = kOffXb;               // after dPhi: T1 and dPi' reuse Xb, Yb
@@ -229,7 +238,7 @@ struct WyBwdSmem {
 };
 
 template <class DT, int K, int V>
-__global__ void __launch_bounds__(kThreads, 1) gdn_bwd_wy_kernel(GradParams p) {
+__global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
   using Sm = WyBwdSmem<K, V>;
   using TK = Tiling<kC, K>;
   using TV = Tiling<kC, V>;
@@ -241,7 +250,6 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_wy_kernel(GradParams p) {
   uint16_t* sk = s16;
   uint16_t* sdv2 = s16 + Sm::kOffDv2;
   uint16_t* sdW = s16 + Sm::kOffDW;
-  uint16_t* sv = s16 + Sm::kOffV;
   uint16_t* sPhi = s16 + Sm::kOffPhi;
   uint16_t* sKb = s16 + Sm::kOffKb;
   uint16_t* sXb = s16 + Sm::kOffXb;
@@ -273,51 +281,25 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_wy_kernel(GradParams p) {
     sBeta[tid] = tid < L ? p.beta[(t0 + tid) * HV + j] : 0.0f;
   }
   {
-    Tile<kC, K> tk, tW;
+    Tile16<kC, K> tk, tW;
     Tile16<kC, V> tD;
     Tile<kC, V> tv;
-    Tile<kC, kC> tP;
-    tk.load(p.k + qk0, qks, L);
-    tW.load(p.dv + vv0, vvs, L);  // dW from gdn_bwd_dqk_kernel (K == V)
+    Tile16<kC, kC> tP;
+    tk.load(as16(p.k) + qk0, qks, L);
+    tW.load(as16(p.dW16) + (t0 * HV + j) * K, int64_t(HV) * K, L);  // dW from gdn_bwd_dqk_kernel
     tD.load(as16(p.dv2) + vv0, vvs, L);
     tv.load(p.v + vv0, vvs, L);
-    tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
+    tP.load(as16(p.Phi) + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
+    __syncthreads();  // beta
     tk.template store<DT>(sk, Sm::kKld);
     tW.template store<DT>(sdW, Sm::kKld);
     tD.template store<DT>(sdv2, Sm::kVld);
-    tv.template store<DT>(sv, Sm::kVld);
-    tP.template store<DT>(sPhi, Sm::kPld);
+    tv.template store<DT>(sYb, Sm::kVld, [&](int r, float x) { return DT::rnd(x * sBeta[r]); });  // v itself is
+    tP.template store<DT>(sPhi, Sm::kPld);  // not kept: dY's epilogue reads its few elements from memory
   }
-  // dK of the B4 part, at this thread's accumulator positions.
-  float dK[1][TK::NT][4];
-  TK::pairs(dK, [&](int r, int x, float& k0, float& k1) {
-    float2 v = make_float2(0.f, 0.f);
-    if (r < L) v = *reinterpret_cast<const float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x);
-    k0 = v.x;
-    k1 = v.y;
-  });
   Row2 rwy, rgl, rdb;
   __syncthreads();
-  for (int e = tid; e < kC * (K / 2); e += kThreads) {
-    const int r = e / (K / 2), x = (e % (K / 2)) * 2;
-    float xb[2] = {0.f, 0.f}, kb[2] = {0.f, 0.f};
-    if (r < L) {
-      const float b = sBeta[r], eg = exp2f(sG[r]);
-      for (int u = 0; u < 2; ++u) {
-        const float kx = f16(sk, r * Sm::kKld + x + u);
-        xb[u] = DT::rnd((kx * b) * eg);
-        kb[u] = DT::rnd(kx * b);
-      }
-    }
-    *reinterpret_cast<uint32_t*>(sXb + r * Sm::kKld + x) = DT::pack(xb[0], xb[1]);
-    *reinterpret_cast<uint32_t*>(sKb + r * Sm::kKld + x) = DT::pack(kb[0], kb[1]);
-  }
-  for (int e = tid; e < kC * (V / 2); e += kThreads) {
-    const int r = e / (V / 2), c = (e % (V / 2)) * 2;
-    const float b = sBeta[r];
-    *reinterpret_cast<uint32_t*>(sYb + r * Sm::kVld + c) =
-        DT::pack(DT::rnd(f16(sv, r * Sm::kVld + c) * b), DT::rnd(f16(sv, r * Sm::kVld + c + 1) * b));
-  }
+  map_rows_to<DT, K>(sXb, sk, Sm::kKld, kC, [&](int r, float kx) { return DT::rnd((kx * sBeta[r]) * exp2f(sG[r])); });
   __syncthreads();
   {  // dPhi = dW Xb^T + dv2 Yb^T (strictly lower part, rounded)
     float a[1][T64::NT][4];
@@ -326,6 +308,15 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_wy_kernel(GradParams p) {
     T64::template mma<DT>(a, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sYb, Sm::kVld}, 0, V);
     T64::each(a, [&](int r, int s, float& v) { sdPhi[r * Sm::kPld + s] = DT::raw((s < r && r < L) ? v : 0.0f); });
   }
+  // dK of the B4 part, at this thread's accumulator positions (loaded here, not
+  // earlier, so that it does not hold 32 registers through dPhi).
+  float dK[1][TK::NT][4];
+  TK::pairs(dK, [&](int r, int x, float& k0, float& k1) {
+    float2 v = make_float2(0.f, 0.f);
+    if (r < L) v = *reinterpret_cast<const float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x);
+    k0 = v.x;
+    k1 = v.y;
+  });
   {  // dX = Phi^T dW: dK, dbeta, gate
     float a[1][TK::NT][4];
     TK::zero(a);
@@ -348,10 +339,12 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_wy_kernel(GradParams p) {
       if (r >= L) return;
       const float b = sBeta[r];
       *reinterpret_cast<float2*>(p.dv + ((t0 + r) * HV + j) * V + c) = make_float2(DT::rnd(b * d0), DT::rnd(b * d1));
-      rdb.add(r, d0 * f16(sv, r * Sm::kVld + c) + d1 * f16(sv, r * Sm::kVld + c + 1));
+      const float2 vv = __ldg(reinterpret_cast<const float2*>(p.v + vv0 + int64_t(r) * vvs + c));
+      rdb.add(r, d0 * vv.x + d1 * vv.y);
     });
   }
-  __syncthreads();  // dPhi visible; Xb, Yb free
+  __syncthreads();  // dPhi visible; Xb, Yb, dW free
+  map_rows_to<DT, K>(sKb, sk, Sm::kKld, kC, [&](int r, float kx) { return DT::rnd(kx * sBeta[r]); });
   {  // T1 = dtype(dPhi Phi^T), strictly lower
     float a[1][T64::NT][4];
     T64::zero(a);
@@ -424,7 +417,8 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_wy_kernel(GradParams p) {
   if (tid < L) {
     const int r = tid;
     const float col = sCol[r] + sCol[kC + r] + sCol[2 * kC + r] + sCol[3 * kC + r];
-    float dl = p.dlam[(t0 + r) * HV + j];  // the B4 part from gdn_bwd_dqk_kernel
+    float dl = p.dlam[(t0 + r) * HV + j];  // the B4 parts from gdn_bwd_dqk_kernel, slice order
+    if (p.dlam_hi) dl += p.dlam_hi[(t0 + r) * HV + j];
     dl += sTot[r * 3];
     dl += sTot[r * 3 + 1] - col;
     p.dlam[(t0 + r) * HV + j] = dl;

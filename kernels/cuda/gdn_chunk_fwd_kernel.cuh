@@ -7,7 +7,8 @@
 //   intra scale) ([G3] of the twin). Shared memory (16-bit): q, k 64 x (K+8); h K x (V+8);
 //   v_new 64 x (V+8); P 64 x 72.
 // gdn_local_dv_kernel: same grid. P' = dtype((q_r . k_s) exp2(g_r - g_s) scale) for s <= r,
-//   dv_local = dtype(P'^T dO) ([B4]). Shared memory: q, k 64 x (K+8); dO 64 x (V+8); P' 64 x 72.
+//   dv_local = dtype(P'^T dO) ([B4]), 16-bit storage. Shared memory: q, k 64 x (K+8); dO 64 x (V+8);
+//   P' 64 x 72.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -17,12 +18,12 @@ namespace kcp::kernels::cuda {
 struct ChunkParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const float* q;      // [T, H, K] dtype
-  const float* k;      // [T, H, K] dtype
+  const float* q;      // [T, H, K] dtype, 16-bit storage
+  const float* k;      // [T, H, K] dtype, 16-bit storage
   const float* gcum;   // [T, HV] fp32 log2
   const float* h;      // [NT, HV, K, V] dtype, 16-bit storage (output)
   const float* x;      // output: v_new (16-bit storage); local dv: dO (float)  [T, HV, V] dtype
-  float* out;          // output: o; local dv: dv_local [T, HV, V] dtype
+  float* out;          // output: o (float); local dv: dv_local (16-bit storage)  [T, HV, V] dtype
 };
 
 template <int K, int V>
@@ -36,9 +37,9 @@ struct OutputSmem {
 template <class DT, int K>
 __device__ __forceinline__ void stage_qk_gates(const ChunkParams& p, int64_t t0, int L, int i, int j, uint16_t* sq,
                                                uint16_t* sk, int ld, float* sG) {
-  Tile<kC, K> tq, tk;
-  tq.load(p.q + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
-  tk.load(p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  Tile16<kC, K> tq, tk;
+  tq.load(as16(p.q) + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  tk.load(as16(p.k) + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
   tq.template store<DT>(sq, ld);
   tk.template store<DT>(sk, ld);
   if (threadIdx.x < kC) sG[threadIdx.x] = threadIdx.x < L ? p.gcum[(t0 + threadIdx.x) * p.sh.HV + j] : 0.0f;
@@ -140,8 +141,7 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
   TO::template mma<DT>(acc, AView<uint16_t, false>{sP, Sm::kPld}, BView<uint16_t, false>{sdO, Sm::kVld}, 0,
                        (L + 15) & ~15);
   TO::pairs(acc, [&](int s, int c, float& v0, float& v1) {
-    if (s < L)
-      *reinterpret_cast<float2*>(p.out + ((t0 + s) * HV + j) * V + c) = make_float2(DT::rnd(v0), DT::rnd(v1));
+    if (s < L) st16x2<DT>(as16(p.out) + ((t0 + s) * HV + j) * V + c, v0, v1);
   });
 }
 

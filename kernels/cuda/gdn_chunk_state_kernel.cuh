@@ -33,7 +33,7 @@ struct FwdWalkParams {
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
   const PieceDesc* pieces;
-  const float* k;          // [T, H, K] dtype
+  const float* k;          // [T, H, K] dtype, 16-bit storage
   const float* gcum;       // [T, HV] fp32 log2
   const float* W;          // [T, HV, K] dtype, 16-bit storage
   const float* U;          // [T, HV, V] dtype, 16-bit storage
@@ -90,14 +90,13 @@ __global__ void __launch_bounds__(kThreads, STATES ? 1 : 2) gdn_fwd_walk_kernel(
   }
 
   // Register prefetch: the next chunk's tiles are loaded while this chunk computes.
-  Tile16<kC, K> tW;
-  Tile<kC, K> tK;
+  Tile16<kC, K> tW, tK;
   Tile16<kC, kBV> tU;
   float gpre = 0.0f;
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
     tW.load(as16(p.W) + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
-    tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    tK.load(as16(p.k) + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
     if (!mtile) tU.load(as16(p.U) + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
   };
@@ -198,12 +197,12 @@ struct BwdWalkParams {
   Shape sh;
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
-  const float* q;         // [T, H, K] dtype
-  const float* k;         // [T, H, K] dtype
+  const float* q;         // [T, H, K] dtype, 16-bit storage
+  const float* k;         // [T, H, K] dtype, 16-bit storage
   const float* gcum;      // [T, HV] fp32 log2
   const float* W;         // [T, HV, K] dtype, 16-bit storage
   const float* dO;        // [T, HV, V] dtype
-  const float* dv_local;  // [T, HV, V] dtype
+  const float* dv_local;  // [T, HV, V] dtype, 16-bit storage
   const float* seg_exit;  // [S, HV, K, V] fp32 (STATES)
   float* dh;              // [NT, HV, K, V] dtype, 16-bit storage (STATES)
   float* dv2;             // [T, HV, V] dtype, 16-bit storage (STATES)
@@ -252,17 +251,17 @@ __global__ void __launch_bounds__(kThreads, 1) gdn_bwd_walk_kernel(BwdWalkParams
   }
 
   // Register prefetch: the previous chunk's tiles are loaded while this chunk computes.
-  Tile<kC, K> tK, tQ;
-  Tile16<kC, K> tW;
-  Tile<kC, kBV> tO, tD;
+  Tile16<kC, K> tK, tQ, tW;
+  Tile<kC, kBV> tO;
+  Tile16<kC, kBV> tD;
   float gpre = 0.0f;
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
-    tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    tK.load(as16(p.k) + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
     tW.load(as16(p.W) + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
-    tQ.load(p.q + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    tQ.load(as16(p.q) + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
     tO.load(p.dO + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
-    tD.load(p.dv_local + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
+    tD.load(as16(p.dv_local) + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
   };
   if (seg.chunk_end > seg.chunk_begin) issue(seg.chunk_end - 1);

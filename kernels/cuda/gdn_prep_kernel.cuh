@@ -1,14 +1,15 @@
 // GDN prep kernels (ALGORITHM 1.2, 1.3, F0-F2). Included only by gdn_prep.cu.
 //
 // prep_qk_kernel: grid (ceil(T*H / 8), 2): one warp per (token, q/k head) row, blockIdx.y picks
-//   q or k. L2 norm in fp32 (sum of squares by a warp reduction), stored rounded to dtype, rstd
-//   fp32; without L2 norm a plain copy.
+//   q or k. L2 norm in fp32 (sum of squares by a warp reduction), stored rounded to dtype in the
+//   CUDA-internal 16-bit storage (cuda_backend.cu), rstd fp32; without L2 norm a plain copy.
 // gdn_intra_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256 threads.
 //   Gate activation in fp32, chunk-local inclusive cumsum by one thread in token order (the
 //   twin's order), times kRcpLn2; K K^T on tensor cores (dtype k, fp32 accumulation); Pi gated
 //   in fp32 with masked entries selected as 0 (ALGORITHM 7.1); Phi = (I + Pi)^-1 by the 16x16
 //   block method of F2 in fp32 (one thread per column of a diagonal block, then the block
-//   merges); Phi stored rounded to dtype with zeros above the diagonal and beyond the chunk.
+//   merges); Phi stored rounded to dtype (16-bit storage) with zeros above the diagonal and
+//   beyond the chunk.
 //   Shared memory: k 64 x (K+8) 16-bit, Pi and Phi 64 x 65 fp32, merge scratch 3 x 16 x 16.
 #pragma once
 
@@ -18,7 +19,7 @@ namespace kcp::kernels::cuda {
 
 struct PrepQkParams {
   const float* x[2];   // q, k: [T, H, K] dtype
-  float* y[2];         // q_out, k_out: [T, H, K] dtype
+  float* y[2];         // q_out, k_out: [T, H, K] dtype, 16-bit storage
   float* rstd[2];      // [T, H] fp32 (l2norm only)
   int64_t rows;        // T * H
   int l2norm;
@@ -30,7 +31,7 @@ __global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
   if (row >= p.rows) return;
   const bool kside = blockIdx.y != 0;  // (selects, not indexes, the parameter arrays)
   const float* x = (kside ? p.x[1] : p.x[0]) + row * K;
-  float* y = (kside ? p.y[1] : p.y[0]) + row * K;
+  uint16_t* y = as16(kside ? p.y[1] : p.y[0]) + row * K;
   constexpr int E = K / 32;  // 2 or 4 floats per lane
   float v[E];
   if constexpr (E == 4) {
@@ -50,21 +51,21 @@ __global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
     for (int e = 0; e < E; ++e) v[e] = DT::rnd(v[e] * r);
     if (lane_id() == 0) (kside ? p.rstd[1] : p.rstd[0])[row] = r;
   }
-  if constexpr (E == 4) reinterpret_cast<float4*>(y)[lane_id()] = make_float4(v[0], v[1], v[2], v[3]);
-  else reinterpret_cast<float2*>(y)[lane_id()] = make_float2(v[0], v[1]);
+  if constexpr (E == 4) reinterpret_cast<uint2*>(y)[lane_id()] = make_uint2(DT::pack(v[0], v[1]), DT::pack(v[2], v[3]));
+  else reinterpret_cast<uint32_t*>(y)[lane_id()] = DT::pack(v[0], v[1]);
 }
 
 struct IntraParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const float* k;        // [T, H, K] dtype: k after prep
+  const float* k;        // [T, H, K] dtype: k after prep, 16-bit storage
   const float* g;        // [T, HV] gate input
   const float* beta;     // [T, HV]
   const float* A_log;    // [HV] or null
   const float* dt_bias;  // [HV] or null
   int gate;              // GateForm
   float* gcum;           // [T, HV] fp32, log2 units
-  float* Phi;            // [T, HV, 64] dtype
+  float* Phi;            // [T, HV, 64] dtype, 16-bit storage
 };
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
@@ -115,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
     sA[tid] = a;
     sB[tid] = b;
   }
-  stage_rows<DT, kC, K>(sk, Sm::kLd, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  stage_rows16<DT, kC, K>(sk, Sm::kLd, as16(p.k) + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
   __syncthreads();
   if (tid == 0) {
     float acc = 0.0f;
@@ -178,10 +179,12 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
     }
     __syncthreads();
   }
-  // Phi rounded to dtype; zero above the diagonal and beyond the chunk.
-  for (int e = tid; e < L * kC; e += kThreads) {
-    const int r = e / kC, s = e % kC;
-    p.Phi[((t0 + r) * HV + j) * kC + s] = (s <= r && s < L) ? DT::rnd(sPhi[r * Sm::kPld + s]) : 0.0f;
+  // Phi rounded to dtype; zero above the diagonal and beyond the chunk. Pairs of columns.
+  for (int e = tid; e < L * (kC / 2); e += kThreads) {
+    const int r = e / (kC / 2), s = (e % (kC / 2)) * 2;
+    const float p0 = (s <= r && s < L) ? sPhi[r * Sm::kPld + s] : 0.0f;
+    const float p1 = (s + 1 <= r && s + 1 < L) ? sPhi[r * Sm::kPld + s + 1] : 0.0f;
+    st16x2<DT>(as16(p.Phi) + ((t0 + r) * HV + j) * kC + s, p0, p1);
   }
 }
 

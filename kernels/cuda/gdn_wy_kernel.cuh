@@ -14,11 +14,11 @@ namespace kcp::kernels::cuda {
 struct WyParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const float* k;     // [T, H, K] dtype
+  const float* k;     // [T, H, K] dtype, 16-bit storage
   const float* v;     // [T, HV, V] dtype
   const float* beta;  // [T, HV]
   const float* gcum;  // [T, HV] fp32 log2
-  const float* Phi;   // [T, HV, 64] dtype
+  const float* Phi;   // [T, HV, 64] dtype, 16-bit storage
   float* W;           // [T, HV, K] dtype, 16-bit storage
   float* U;           // [T, HV, V] dtype, 16-bit storage
 };
@@ -53,11 +53,11 @@ __global__ void __launch_bounds__(kThreads) gdn_wy_kernel(WyParams p) {
     sE[tid] = in ? exp2f(p.gcum[(t0 + tid) * HV + j]) : 0.0f;
   }
   {  // one memory round trip: Phi, k, v
-    Tile<kC, kC> tP;
-    Tile<kC, K> tk;
+    Tile16<kC, kC> tP;
+    Tile16<kC, K> tk;
     Tile<kC, V> tv;
-    tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
-    tk.load(p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+    tP.load(as16(p.Phi) + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
+    tk.load(as16(p.k) + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
     tv.load(p.v + (t0 * HV + j) * V, int64_t(HV) * V, L);
     __syncthreads();  // beta, exp2(g)
     tP.template store<DT>(sPhi, Sm::kPld);

@@ -85,7 +85,12 @@ float f16_to_32(uint16_t h, kk::DType dt) {
 std::vector<Region16> cuda_16bit_tensors(const kk::WorkspaceTensors& w, const kk::Problem& p, const kk::LayoutView& L) {
   const int64_t T = L.T, NT = L.n_chunks, HV = p.HV, K = p.K, V = p.V;
   return {{"W", w.W, T * HV * K},       {"U", w.U, T * HV * V},        {"h", w.h, NT * HV * K * V},
-          {"v_new", w.v_new, T * HV * V}, {"dh", w.dh, NT * HV * K * V}, {"dv2", w.dv2, T * HV * V}};
+          {"v_new", w.v_new, T * HV * V}, {"dh", w.dh, NT * HV * K * V}, {"dv2", w.dv2, T * HV * V},
+          {"dv_local", w.dv_local, T * HV * V}};
+}
+std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Problem& p, const kk::LayoutView& L) {
+  const int64_t T = L.T;
+  return {{"q", s.q, T * p.H * p.K}, {"k", s.k, T * p.H * p.K}, {"Phi", s.Phi, T * p.HV * p.chunk}};
 }
 
 std::vector<float> pack16(const float* x, int64_t n, kk::DType dt) {

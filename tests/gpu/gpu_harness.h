@@ -67,15 +67,17 @@ Diff diff(const std::vector<float>& a, const std::vector<float>& b);
 // Bitwise equality (NaN patterns included); returns the first differing index or -1.
 int64_t first_bit_difference(const std::vector<float>& a, const std::vector<float>& b);
 
-// CUDA-internal 16-bit storage (kernels/cuda/cuda_backend.cu, header comment): the workspace
-// tensors the CUDA backend keeps as raw dtype bits (element e at byte 2 e of the tensor's region).
-// A test that supplies them to a CUDA phase packs them; one that reads them back unpacks them.
+// CUDA-internal 16-bit storage (kernels/cuda/cuda_backend.cu, header comment): the workspace and
+// saved-set tensors the CUDA backend keeps as raw dtype bits (element e at byte 2 e of the
+// tensor's region). A test that supplies them to a CUDA phase packs them; one that reads them
+// back unpacks them.
 struct Region16 {
   const char* name;
   float* p;   // the tensor's pointer in the workspace
   int64_t n;  // elements (the region holds n / 2 floats' worth of 16-bit values, rounded up)
 };
 std::vector<Region16> cuda_16bit_tensors(const kk::WorkspaceTensors& w, const kk::Problem& p, const kk::LayoutView& L);
+std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Problem& p, const kk::LayoutView& L);
 // n floats holding exact dtype values -> ceil(n / 2) floats of 16-bit storage; throws
 // std::logic_error if a value is not exactly representable (NaN is kept as a NaN).
 std::vector<float> pack16(const float* x, int64_t n, kk::DType dt);

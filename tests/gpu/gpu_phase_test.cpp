@@ -50,6 +50,18 @@ Case phase_case(const std::string& name, int K, kk::DType dt, bool raw) {
   return c;
 }
 
+// Several waves of blocks on the H200 (132 SMs): 129 chunks x 8 value heads, so a kernel whose
+// blocks overwrite each other's inputs (a cross-block hazard the small cases run in one wave and
+// never show) fails here.
+Case multiwave_case() {
+  Case c = phase_case("multiwave_K128_bf16", 128, kk::DType::BF16, true);
+  c.H = 4;
+  c.HV = 8;
+  c.lens = {4000, 4192};
+  c.seed = 977;
+  return c;
+}
+
 struct Param {
   Case c;
   int P;
@@ -94,11 +106,17 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     kk::GradTensors g{h_dq_.data(), h_dk_.data(), h_dv_.data(), h_dg_.data(), h_dbeta_.data(),
                       c_.A_log ? h_dA_.data() : nullptr, c_.dt_bias ? h_ddt_.data() : nullptr, h_dh0_.data()};
     kk::run_rank_backward(*cpu_, run, nullptr, g);
-    // The device image of the workspace: the CUDA backend's 16-bit tensors packed (cuda_backend.cu).
+    // The device images of the workspace and the saved set: the CUDA backend's 16-bit tensors
+    // packed (cuda_backend.cu).
     h_ws_dev_ = h_ws_;
     for (const Region16& r : cuda_16bit_tensors(hw_, p_, L_)) {
       const std::vector<float> pk = pack16(r.p, r.n, c_.dtype);
       std::copy(pk.begin(), pk.end(), h_ws_dev_.begin() + (r.p - h_ws_.data()));
+    }
+    h_saved_dev_ = h_saved_;
+    for (const Region16& r : cuda_16bit_tensors(hs_, p_, L_)) {
+      const std::vector<float> pk = pack16(r.p, r.n, c_.dtype);
+      std::copy(pk.begin(), pk.end(), h_saved_dev_.begin() + (r.p - h_saved_.data()));
     }
     // ---- device copies ----
     d_saved_ = Buf(*gpu_, int64_t(h_saved_.size()));
@@ -139,7 +157,7 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   kk::PhaseCtx ctx() const { return kk::PhaseCtx{p_, L_, kk::Exec{}, dw_.scratch, dw_.scratch_floats}; }
   // Fresh device arenas holding the twin's values.
   void refresh() {
-    d_saved_.put(h_saved_);
+    d_saved_.put(h_saved_dev_);
     d_ws_.put(h_ws_dev_);
   }
   // Poisons n floats at a device pointer.
@@ -172,10 +190,16 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   void expect_ws(const char* phase, const char* name, float* dev, int64_t n) {
     expect_close(phase, name, dev, host_of(dev, d_ws_, h_ws_), n);
   }
-  // A workspace tensor in the CUDA backend's 16-bit storage, unpacked to floats for the comparison.
-  void expect_ws16(const char* phase, const char* name, float* dev, int64_t n) {
+  // A workspace / saved-set tensor in the CUDA backend's 16-bit storage, unpacked to floats for
+  // the comparison.
+  void expect_ws16(const char* phase, const char* name, float* dev, int64_t n) { expect16(phase, name, dev, n, d_ws_, h_ws_); }
+  void expect_saved16(const char* phase, const char* name, float* dev, int64_t n) {
+    expect16(phase, name, dev, n, d_saved_, h_saved_);
+  }
+  void expect16(const char* phase, const char* name, float* dev, int64_t n, const Buf& darena,
+                const std::vector<float>& harena) {
     const std::vector<float> a = unpack16(down(dev, (n + 1) / 2).data(), n, c_.dtype);
-    const float* host = host_of(dev, d_ws_, h_ws_);
+    const float* host = host_of(dev, darena, harena);
     const std::vector<float> b(host, host + n);
     const Diff df = diff(a, b);
     const double u = unit_roundoff(c_);
@@ -192,7 +216,7 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   kk::Problem p_;
   kk::RankLayout layout_;
   kk::LayoutView L_;
-  std::vector<float> h_saved_, h_ws_, h_ws_dev_, h_o_, h_ht_, h_dq_, h_dk_, h_dv_, h_dg_, h_dbeta_, h_dA_, h_ddt_, h_dh0_;
+  std::vector<float> h_saved_, h_saved_dev_, h_ws_, h_ws_dev_, h_o_, h_ht_, h_dq_, h_dk_, h_dv_, h_dg_, h_dbeta_, h_dA_, h_ddt_, h_dh0_;
   kk::SavedTensors hs_, ds_;
   kk::WorkspaceTensors hw_, dw_;
   Buf d_saved_, d_ws_, q_, k_, v_, g_, beta_, A_log_, dt_bias_, h0_, dO_, dht_;
@@ -206,9 +230,9 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
 
   // prep
   refresh();
-  for (auto [p, n] : {std::pair{ds_.q, T * H * K}, std::pair{ds_.k, T * H * K}, std::pair{ds_.gcum, T * HV},
-                      std::pair{ds_.Phi, T * HV * 64}})
-    poison(p, n);
+  for (auto [p, n] : {std::pair{ds_.q, T * H * K}, std::pair{ds_.k, T * H * K}, std::pair{ds_.Phi, T * HV * 64}})
+    poison16(p, n);
+  poison(ds_.gcum, T * HV);
   if (c_.l2norm) {
     poison(ds_.rstd_q, T * H);
     poison(ds_.rstd_k, T * H);
@@ -230,14 +254,14 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.Phi = ds_.Phi;
     gpu_->prep(a);
   }
-  expect_saved("prep", "q", ds_.q, T * H * K);
-  expect_saved("prep", "k", ds_.k, T * H * K);
+  expect_saved16("prep", "q", ds_.q, T * H * K);
+  expect_saved16("prep", "k", ds_.k, T * H * K);
   if (c_.l2norm) {
     expect_saved("prep", "rstd_q", ds_.rstd_q, T * H);
     expect_saved("prep", "rstd_k", ds_.rstd_k, T * H);
   }
   expect_saved("prep", "gcum", ds_.gcum, T * HV);
-  expect_saved("prep", "Phi", ds_.Phi, T * HV * 64);
+  expect_saved16("prep", "Phi", ds_.Phi, T * HV * 64);
 
   // wy
   refresh();
@@ -364,7 +388,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
 
   // bwd_local_dv
   refresh();
-  poison(dw_.dv_local, T * HV * V);
+  poison16(dw_.dv_local, T * HV * V);
   {
     kk::BwdLocalDvArgs a;
     a.ctx = ctx();
@@ -375,7 +399,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.dv_local = dw_.dv_local;
     gpu_->bwd_local_dv(a);
   }
-  expect_ws("bwd_local_dv", "dv_local", dw_.dv_local, T * HV * V);
+  expect_ws16("bwd_local_dv", "dv_local", dw_.dv_local, T * HV * V);
 
   // bwd_summaries
   refresh();
@@ -491,7 +515,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuPhase,
                          ::testing::Values(Param{phase_case("raw_K64_bf16", 64, kk::DType::BF16, true), 3},
                                            Param{phase_case("raw_K128_bf16", 128, kk::DType::BF16, true), 3},
                                            Param{phase_case("raw_K64_fp16", 64, kk::DType::FP16, true), 2},
-                                           Param{phase_case("gva_direct_K128", 128, kk::DType::BF16, false), 2}),
+                                           Param{phase_case("gva_direct_K128", 128, kk::DType::BF16, false), 2},
+                                           Param{multiwave_case(), 4}),
                          [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 
 TEST(GpuBackend, CanImplementAndArgChecks) {
