@@ -27,10 +27,19 @@ void fold(const FoldArgs& a) {
       Cn.resize(KK);
       for (int32_t x = 0; x < K; ++x) Cm[size_t(x) * K + x] = 1.0f;
     }
+    // Work nobody reads is skipped (fold.h): X after the last item when neither x_final nor
+    // composed is wanted, and op(A_0) X_0 when X_0 is zero (x0 null): X_1 = 0 + b_0, the bits the
+    // full product gives (+0 + sum of zero products, then + b).
+    const bool x_final_needed = a.x_final || a.composed;
     for (int32_t it = 0; it < a.n; ++it) {
       if (a.states_before) std::copy(X.begin(), X.end(), a.states_before + it * a.states_stride + j * KV);
+      if (!x_final_needed && it + 1 == a.n) break;
       const float* A = a.A + it * a.A_stride + j * KK;
       const float* b = a.b + it * a.b_stride + j * KV;
+      if (!a.x0 && it == 0 && !a.composed) {
+        for (int64_t e = 0; e < KV; ++e) X[size_t(e)] = 0.0f + b[e];
+        continue;
+      }
       auto opA = [&](int32_t r, int32_t c) { return a.transpose_A ? A[size_t(c) * K + r] : A[size_t(r) * K + c]; };
       for (int32_t r = 0; r < K; ++r) {
         float* out = Xn.data() + size_t(r) * V;

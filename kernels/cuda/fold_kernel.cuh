@@ -55,6 +55,14 @@ __global__ void __launch_bounds__(256) fold_kernel(FoldParams p) {
     if (!ctile && p.states_before)
       for (int r = rg; r < K; r += 8)
         p.states_before[it * p.states_stride + j * KV + int64_t(r) * V + c0 + c] = sX[r * 33 + c];
+    // Work nobody reads is skipped (fold.h): the state after the last item when x_final is not
+    // wanted, and op(A_0) X_0 when X_0 is zero (x0 null), where X_1 = 0 + b_0 (the same bits).
+    if (!ctile && !p.x_final && it + 1 == p.n) break;
+    if (!ctile && !p.x0 && it == 0) {
+      const float* b0 = p.b + j * KV;
+      for (int r = rg; r < K; r += 8) sX[r * 33 + c] = 0.0f + b0[int64_t(r) * V + c0 + c];
+      continue;
+    }
     const float* A = p.A + it * p.A_stride + j * KK;
 #pragma unroll 8
     for (int e = threadIdx.x; e < K * K; e += blockDim.x) {

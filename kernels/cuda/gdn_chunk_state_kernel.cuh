@@ -2,31 +2,35 @@
 // gdn_chunk_state.cu.
 //
 // gdn_fwd_walk_kernel<DT, K, V, STATES>: grid S * HV * tiles, block b -> (segment s, value head j,
-//   tile) = (b / (tiles HV), (b / tiles) % HV, b % tiles), 256 threads. A tile is 64 columns:
-//   tiles [0, V/64) are state tiles S[:, c0 : c0 + 64] (K x 64, fp32 in the mma accumulators);
-//   in summary mode (STATES = false) tiles [V/64, V/64 + K/64) are transfer tiles
-//   M[:, c0 : c0 + 64] (columns of M are independent). Per chunk, first to last:
+//   tile) = (b / (tiles HV), (b / tiles) % HV, b % tiles), 256 threads. A tile is kBV = 32
+//   columns: tiles [0, V/32) are state tiles S[:, c0 : c0 + 32] (K x 32, fp32 in the mma
+//   accumulators); in summary mode (STATES = false) tiles [V/32, V/32 + K/32) are transfer tiles
+//   M[:, c0 : c0 + 32] (columns of M are independent). Per chunk, first to last:
 //     state tile:  Sb = dtype(S) (-> h[n] in STATES mode); vr = U - W Sb; v_new = dtype(vr);
 //                  S <- Gam S + k^T dtype(vr * exp2(gL - g_r))          ([S1]-[S3] of the twin)
 //     M tile:      M <- Gam M - Kt^T (W M), Kt = dtype(k * exp2(gL - g_r)); W M and Kt^T (W M)
 //                  use split fp32 operands (hi + lo, both dtype), so the chain stays ~fp32 ([S4]).
 //   Summary mode writes seg_h_ext (from S = 0) and seg_Mt = M^T (from M = I); STATES mode starts
 //   from seg_entry and writes h, v_new and ht (the piece's last segment).
-//   Shared memory (16-bit tiles): W, k 64 x (K+8); U 64 x 72; X0, X1 K x 72; Y0, Y1 64 x 72.
-// gdn_bwd_walk_kernel<DT, K, V, STATES>: grid S * HV * V/64, same mapping, chunks last to first:
+//   Shared memory (16-bit tiles): W, k 64 x (K+8); U 64 x 40; X0, X1 K x 40; Y0, Y1 64 x 40.
+// gdn_bwd_walk_kernel<DT, K, V, STATES>: grid S * HV * V/32, same mapping, chunks last to first:
 //     dSb = dtype(dS) (-> dh[n]); dv2 = dtype((k dSb) * exp2(gL - g_r) + dv_local);
 //     dS <- Gam dS + qs^T dO - W^T dv2, qs = dtype((q scale) exp2(g_r))   ([B1]-[B3])
 //   Summary mode starts from 0 and writes seg_dh_ext; STATES mode starts from seg_exit and writes
 //   dh, dv2 and dh0 (first segment of each piece).
-//   Shared memory (16-bit): k, qs, W 64 x (K+8); dO, dv_local 64 x 72; X0 K x 72; Y0 64 x 72.
+//   Shared memory (16-bit): k, qs, W 64 x (K+8); dO, dv_local 64 x 40; X0 K x 40; Y0 64 x 40.
 // Rows beyond a partial chunk are zero in every staged tile and masked in every epilogue.
+// Tiles of 32 columns (64 before v7) keep both kernels at <= 128 registers and ~70-80 KB of shared
+// memory, so two blocks share an SM: a walk is a chain of dependent steps (loads, barriers, two
+// products per chunk), and a second block hides one block's waits. Each tile's element sums are
+// unchanged, so the results are the same bits.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace kcp::kernels::cuda {
 
-inline constexpr int kBV = 64;  // tile width of the state walks
+inline constexpr int kBV = 32;  // tile width of the state walks
 
 struct FwdWalkParams {
   Shape sh;
@@ -52,11 +56,11 @@ struct WalkSmem {
       (2 * size_t(kC) * kKld + size_t(kC) * kTld + 2 * size_t(K) * kTld + 2 * size_t(kC) * kTld) * 2 + kC * 4;
 };
 
-// Summary mode has twice the blocks of a wave at the planned P (state and transfer tiles), so it
-// drops the prefetch registers to fit two blocks per SM; STATES mode prefetches one chunk ahead.
+// Both modes run two blocks per SM (32-wide tiles, 16-bit operands: <= 128 registers with the
+// next chunk's tiles prefetched into registers), so one block's loads and barriers overlap the
+// other's products.
 template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads, STATES ? 1 : 2) gdn_fwd_walk_kernel(FwdWalkParams p) {
-  constexpr bool kPrefetch = STATES;
+__global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams p) {
   using Sm = WalkSmem<K>;
   using TS = Tiling<K, kBV>;   // the K x 64 state / transfer tile
   using TC = Tiling<kC, kBV>;  // 64 x 64 chunk products
@@ -100,19 +104,18 @@ __global__ void __launch_bounds__(kThreads, STATES ? 1 : 2) gdn_fwd_walk_kernel(
     if (!mtile) tU.load(as16(p.U) + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
   };
-  if (kPrefetch && seg.chunk_end > seg.chunk_begin) issue(seg.chunk_begin);
+  if (seg.chunk_end > seg.chunk_begin) issue(seg.chunk_begin);
   for (int64_t n = seg.chunk_begin; n < seg.chunk_end; ++n) {
     const ChunkDesc ch = p.chunks[n];
     const int L = ch.len;
     const int64_t t0 = ch.begin;
-    if (!kPrefetch) issue(n);
     __syncthreads();  // the previous chunk is done with every tile
     tW.template store<DT>(sW, Sm::kKld);
     tK.template store<DT>(sk, Sm::kKld);
     if (!mtile) tU.template store<DT>(sU, Sm::kTld);
     if (threadIdx.x < kC) sG[threadIdx.x] = gpre;
     __syncthreads();
-    if (kPrefetch && n + 1 < seg.chunk_end) issue(n + 1);
+    if (n + 1 < seg.chunk_end) issue(n + 1);
     const float gL = sG[L - 1];
     const float Gam = exp2f(gL);
     if (mtile)  // Kt = dtype(k * exp2(gL - g_r)) in place (read before the next barrier's users)
@@ -218,7 +221,7 @@ struct BwdWalkSmem {
 };
 
 template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads, 1) gdn_bwd_walk_kernel(BwdWalkParams p) {
+__global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams p) {
   using Sm = BwdWalkSmem<K>;
   using TS = Tiling<K, kBV>;
   using TC = Tiling<kC, kBV>;
