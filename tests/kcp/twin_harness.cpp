@@ -198,7 +198,8 @@ TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt) {
   std::vector<int64_t> cu{0};
   for (int64_t l : c.lens) cu.push_back(cu.back() + l);
   const int NS = static_cast<int>(c.lens.size());
-  auto be = kk::make_cpu_backend();
+  const std::unique_ptr<kk::Backend> own = opt.backend ? nullptr : kk::make_cpu_backend();
+  const kk::Backend* be = opt.backend ? opt.backend : own.get();
 
   // ---- plan the ranks: pieces (clipped sequences) and even segments ----
   std::vector<RankState> R(W);
