@@ -269,7 +269,12 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     d_send.fill(0.0f, exec);
     t_fwd_local->start(exec);
     set_phase(form.label() + " forward summary");
-    call_backend("forward summary", [&] { kernels::rank_forward_begin(backend, run, d_send.get(), d_send.get() + HVKK); });
+    // A rank that sends nothing asks for no summary (the kernels skip what nobody reads) and
+    // contributes the zeros of d_send.
+    call_backend("forward summary", [&] {
+      kernels::rank_forward_begin(backend, run, sends_fwd ? d_send.get() : nullptr,
+                                  sends_fwd ? d_send.get() + HVKK : nullptr);
+    });
     t_fwd_local->stop(exec);
     if (fk == FaultKind::Hang && faulted_here) {
       set_phase(form.label() + " injected hang");
@@ -310,7 +315,9 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     d_send.fill(0.0f, exec);
     t_bwd_local->start(run.exec);
     set_phase(form.label() + " backward summary");
-    call_backend("backward summary", [&] { kernels::rank_backward_begin(backend, run, d_send.get(), d_send.get() + HVKK); });
+    call_backend("backward summary", [&] {
+      kernels::rank_backward_begin(backend, run, receives ? d_send.get() : nullptr, receives ? d_send.get() + HVKK : nullptr);
+    });
     t_bwd_local->stop(run.exec);
     set_phase(form.label() + " backward exchange");
     exchange(receives);  // the first piece's reverse summary goes to earlier ranks

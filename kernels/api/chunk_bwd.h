@@ -27,6 +27,7 @@ struct BwdLocalDvArgs {
 // gradient over the segment's chunks, last to first: seg_dh_ext[s] = dS after the first chunk.
 // The transfer part of the reverse summary is M_seg^T from the forward summary (saved in the
 // full set, recomputed by fwd_summaries in the light one): Y_entry = M_seg^T Y_exit + dh_ext.
+// A dh_ext nobody reads (kernels/api/summary_needs.h) is written as zeros without a walk.
 struct BwdSummaryArgs {
   PhaseCtx ctx;
   const float* q = nullptr;        // [T, H, K] dtype: saved.q

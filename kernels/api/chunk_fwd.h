@@ -67,7 +67,9 @@ struct WyArgs {
 // Phase 2: segment summaries, every segment independently from a zero state (ALGORITHM 4.2):
 //   seg_h_ext[s] = the state after the segment's chunks from S = 0 (same roundings as F4),
 //   seg_Mt[s]    = (M_last ... M_first)^T with M_c = Diag(Gam_c) - Kt_c^T W_c; chain in fp32.
-// A segment maps an entry state X to M X + h_ext.
+// A segment maps an entry state X to M X + h_ext. Summaries that no fold result anybody stores
+// can read (kernels/api/summary_needs.h: from the layout, has_h0 and has_dht) are written as
+// zeros without walking the segment.
 struct FwdSummaryArgs {
   PhaseCtx ctx;
   const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)

@@ -2,6 +2,7 @@
 // (h_ext, M from a zero state), the forward recurrence from segment entry states (h, v_new, ht),
 // the backward local dv, the reverse summaries (dh_ext from a zero exit gradient) and the dh
 // recurrence from segment exit gradients (dh, dv2, dh0). ALGORITHM F4, B2, B3, 4.2, 4.3.
+// Summaries nobody reads are zeros, not walked (kernels/api/summary_needs.h).
 //
 // Rounding points (forward walk, per chunk):
 //   [S1] h[n] = dtype(S) stored; the same dtype(S) is the operand of W S (ALGORITHM 2.1).
@@ -23,6 +24,7 @@
 //        for the dot), KDA P' = Aqk (dtype); dv_local = dtype(P'^T dO) with fp32 accumulation.
 #include <vector>
 
+#include "kernels/api/summary_needs.h"
 #include "kernels/cpu/cpu_common.h"
 
 namespace kcp::kernels::cpu {
@@ -42,8 +44,9 @@ struct FwdWalk {
   float* vnew_out;    // may be null
 };
 
-// Runs the chunks [c0, c1) of one segment for value head j. S: K x V fp32 in/out.
-// M: K x K fp32 in/out (natural orientation), or null.
+// Runs the chunks [c0, c1) of one segment for value head j. S: K x V fp32 in/out, or null (no
+// state walk: h, v_new are not written). M: K x K fp32 in/out (natural orientation), or null.
+// The two walks are independent: each gives the same bits with or without the other.
 void fwd_walk(const FwdWalk& fw, int64_t c0, int64_t c1, int32_t j, float* S, float* M) {
   const Dims& d = fw.d;
   const int32_t i = j / d.G, K = d.K, V = d.V;
@@ -59,48 +62,50 @@ void fwd_walk(const FwdWalk& fw, int64_t c0, int64_t c1, int32_t j, float* S, fl
     const int32_t L = ch.len;
     const float* gL = fw.gcum + d.gg(ch.begin + L - 1, j);
     for (int32_t a = 0; a < K; ++a) gam[a] = exp2f_(gL[fw.kda ? a : 0]);
-    // [S1]
-    for (size_t e = 0; e < Sb.size(); ++e) Sb[e] = d.rnd(S[e]);
-    if (fw.h_out) std::copy(Sb.begin(), Sb.end(), fw.h_out + d.kv(n, j));
-    // [S2]
-    for (int32_t r = 0; r < L; ++r) {
-      const int64_t tr = ch.begin + r;
-      const float* Wr = fw.W + d.hk(tr, j);
-      const float* Ur = fw.U + d.vv(tr, j);
-      float* vr = vn.data() + size_t(r) * V;
-      std::fill(vr, vr + V, 0.0f);
-      for (int32_t a = 0; a < K; ++a) {
-        const float wa = Wr[a];
-        const float* srow = Sb.data() + size_t(a) * V;
-        for (int32_t e = 0; e < V; ++e) vr[e] += wa * srow[e];
+    if (S) {
+      // [S1]
+      for (size_t e = 0; e < Sb.size(); ++e) Sb[e] = d.rnd(S[e]);
+      if (fw.h_out) std::copy(Sb.begin(), Sb.end(), fw.h_out + d.kv(n, j));
+      // [S2]
+      for (int32_t r = 0; r < L; ++r) {
+        const int64_t tr = ch.begin + r;
+        const float* Wr = fw.W + d.hk(tr, j);
+        const float* Ur = fw.U + d.vv(tr, j);
+        float* vr = vn.data() + size_t(r) * V;
+        std::fill(vr, vr + V, 0.0f);
+        for (int32_t a = 0; a < K; ++a) {
+          const float wa = Wr[a];
+          const float* srow = Sb.data() + size_t(a) * V;
+          for (int32_t e = 0; e < V; ++e) vr[e] += wa * srow[e];
+        }
+        for (int32_t e = 0; e < V; ++e) vr[e] = Ur[e] - vr[e];
+        if (fw.vnew_out) {
+          float* out = fw.vnew_out + d.vv(tr, j);
+          for (int32_t e = 0; e < V; ++e) out[e] = d.rnd(vr[e]);
+        }
+        // [S3] update operand
+        float* op = vop.data() + size_t(r) * V;
+        if (fw.kda) {
+          for (int32_t e = 0; e < V; ++e) op[e] = d.rnd(vr[e]);
+        } else {
+          const float f = exp2f_(gL[0] - fw.gcum[d.gg(tr, j)]);
+          for (int32_t e = 0; e < V; ++e) op[e] = d.rnd(vr[e] * f);
+        }
       }
-      for (int32_t e = 0; e < V; ++e) vr[e] = Ur[e] - vr[e];
-      if (fw.vnew_out) {
-        float* out = fw.vnew_out + d.vv(tr, j);
-        for (int32_t e = 0; e < V; ++e) out[e] = d.rnd(vr[e]);
+      std::fill(upd.begin(), upd.end(), 0.0f);
+      for (int32_t r = 0; r < L; ++r) {
+        const int64_t tr = ch.begin + r;
+        const float* kr = fw.kda ? fw.kg + d.hk(tr, j) : fw.k + d.qk(tr, i);
+        const float* op = vop.data() + size_t(r) * V;
+        for (int32_t a = 0; a < K; ++a) {
+          const float ka = kr[a];
+          float* u = upd.data() + size_t(a) * V;
+          for (int32_t e = 0; e < V; ++e) u[e] += ka * op[e];
+        }
       }
-      // [S3] update operand
-      float* op = vop.data() + size_t(r) * V;
-      if (fw.kda) {
-        for (int32_t e = 0; e < V; ++e) op[e] = d.rnd(vr[e]);
-      } else {
-        const float f = exp2f_(gL[0] - fw.gcum[d.gg(tr, j)]);
-        for (int32_t e = 0; e < V; ++e) op[e] = d.rnd(vr[e] * f);
-      }
+      for (int32_t a = 0; a < K; ++a)
+        for (int32_t e = 0; e < V; ++e) S[size_t(a) * V + e] = S[size_t(a) * V + e] * gam[a] + upd[size_t(a) * V + e];
     }
-    std::fill(upd.begin(), upd.end(), 0.0f);
-    for (int32_t r = 0; r < L; ++r) {
-      const int64_t tr = ch.begin + r;
-      const float* kr = fw.kda ? fw.kg + d.hk(tr, j) : fw.k + d.qk(tr, i);
-      const float* op = vop.data() + size_t(r) * V;
-      for (int32_t a = 0; a < K; ++a) {
-        const float ka = kr[a];
-        float* u = upd.data() + size_t(a) * V;
-        for (int32_t e = 0; e < V; ++e) u[e] += ka * op[e];
-      }
-    }
-    for (int32_t a = 0; a < K; ++a)
-      for (int32_t e = 0; e < V; ++e) S[size_t(a) * V + e] = S[size_t(a) * V + e] * gam[a] + upd[size_t(a) * V + e];
     if (!M) continue;
     // [S4]
     for (int32_t r = 0; r < L; ++r) {
@@ -243,9 +248,14 @@ void fwd_summaries(const FwdSummaryArgs& a) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);
     const SegmentDesc& sg = a.ctx.layout.segments[s];
+    // Parts nobody reads are written as zeros without walking them (kernels/api/summary_needs.h).
+    const SummaryNeeds need = summary_needs(a.ctx.layout.pieces, a.ctx.layout.n_pieces, sg, a.ctx.problem.has_h0,
+                                            a.ctx.problem.has_dht);
     std::vector<float> S(size_t(d.K) * d.V, 0.0f), M(size_t(d.K) * d.K, 0.0f);
-    for (int32_t x = 0; x < d.K; ++x) M[size_t(x) * d.K + x] = 1.0f;
-    fwd_walk(fw, sg.chunk_begin, sg.chunk_end, j, S.data(), M.data());
+    if (need.M)
+      for (int32_t x = 0; x < d.K; ++x) M[size_t(x) * d.K + x] = 1.0f;
+    if (need.h_ext || need.M)
+      fwd_walk(fw, sg.chunk_begin, sg.chunk_end, j, need.h_ext ? S.data() : nullptr, need.M ? M.data() : nullptr);
     std::copy(S.begin(), S.end(), a.seg_h_ext + d.kv(s, j));
     float* Mt = a.seg_Mt + d.kk(s, j);
     for (int32_t r = 0; r < d.K; ++r)
@@ -338,7 +348,9 @@ void bwd_summaries(const BwdSummaryArgs& a) {
     const int32_t j = static_cast<int32_t>(w % d.HV);
     const SegmentDesc& sg = a.ctx.layout.segments[s];
     std::vector<float> dS(size_t(d.K) * d.V, 0.0f);
-    bwd_walk(bw, sg.chunk_begin, sg.chunk_end, j, dS.data());
+    // Zeros when nobody reads this dh_ext (kernels/api/summary_needs.h).
+    if (summary_needs(a.ctx.layout.pieces, a.ctx.layout.n_pieces, sg, a.ctx.problem.has_h0, a.ctx.problem.has_dht).dh_ext)
+      bwd_walk(bw, sg.chunk_begin, sg.chunk_end, j, dS.data());
     std::copy(dS.begin(), dS.end(), a.seg_dh_ext + d.kv(s, j));
   });
 }

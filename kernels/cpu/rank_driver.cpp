@@ -146,6 +146,11 @@ void run_fwd_states(const Backend& be, const RankRun& r, float* ht) {
 
 void rank_forward_begin(const Backend& be, const RankRun& r, float* summary_M, float* summary_h_ext) {
   check_run(r, "rank_forward_begin");
+  // Segment summaries of a piece whose summary is not sent may be zeros (summary_needs.h).
+  if ((summary_M || summary_h_ext) && r.layout.pieces[r.layout.n_pieces - 1].ends_sequence)
+    throw std::invalid_argument(
+        "kcp kernels: rank_forward_begin: a forward rank summary was requested but the last piece ends its "
+        "sequence; nothing is sent");
   run_prep_wy(be, r, /*with_prep=*/true);
   run_fwd_summaries(be, r);
   if (summary_M || summary_h_ext) fold_piece(be, r, r.layout.n_pieces - 1, false, nullptr, nullptr, summary_h_ext, summary_M);
@@ -183,6 +188,10 @@ void run_rank_forward(const Backend& be, const RankRun& r, const float* incoming
 void rank_backward_begin(const Backend& be, const RankRun& r, float* summary_Mt, float* summary_dh_ext) {
   check_run(r, "rank_backward_begin");
   if (!r.in.dO) throw std::invalid_argument("kcp kernels: rank_backward_begin: in.dO is null");
+  if ((summary_Mt || summary_dh_ext) && r.layout.pieces[0].starts_sequence)
+    throw std::invalid_argument(
+        "kcp kernels: rank_backward_begin: a backward rank summary was requested but piece 0 starts its "
+        "sequence; nothing is sent");
   // B1: recompute W, U (kg); light: segment summaries and entry states; then h, v_new.
   run_prep_wy(be, r, /*with_prep=*/false);
   if (r.kind == SavedKind::Light) {

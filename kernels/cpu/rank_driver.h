@@ -29,7 +29,10 @@
 //    tests/kcp/twin_harness.cpp (run_twin) is a reference emulation of these exchanges.
 //  * the driver never synchronizes: with an asynchronous (device) backend call
 //    be.synchronize(run.exec) before reading summaries or results on the host.
-//  * summary pointers may be null (not computed). Shapes: M / Mt [HV, K, K], h_ext / dh_ext
+//  * summary pointers may be null (not computed), and must be null where nothing is sent: the
+//    forward summary when the last piece ends its sequence, the backward one when piece 0 starts
+//    its sequence (std::invalid_argument; the segment summaries it would fold may be zeros,
+//    kernels/api/summary_needs.h). Shapes: M / Mt [HV, K, K], h_ext / dh_ext
 //    [HV, K, V], all fp32; M is in natural orientation (X -> M X + h_ext), Mt is M^T
 //    (Y -> Mt Y + dh_ext).
 #pragma once

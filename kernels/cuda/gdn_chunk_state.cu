@@ -45,6 +45,8 @@ FwdWalkParams fwd_params(const PhaseCtx& c, const DevLayout& L) {
   p.chunks = L.chunks;
   p.segments = L.segments;
   p.pieces = L.pieces;
+  p.has_h0 = c.problem.has_h0;
+  p.has_dht = c.problem.has_dht;
   return p;
 }
 BwdWalkParams bwd_params(const PhaseCtx& c, const DevLayout& L) {
@@ -52,6 +54,9 @@ BwdWalkParams bwd_params(const PhaseCtx& c, const DevLayout& L) {
   p.sh = shape_of(c.problem, L);
   p.chunks = L.chunks;
   p.segments = L.segments;
+  p.pieces = L.pieces;
+  p.has_h0 = c.problem.has_h0;
+  p.has_dht = c.problem.has_dht;
   return p;
 }
 

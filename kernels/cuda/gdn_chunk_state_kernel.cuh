@@ -10,14 +10,15 @@
 //                  S <- Gam S + k^T dtype(vr * exp2(gL - g_r))          ([S1]-[S3] of the twin)
 //     M tile:      M <- Gam M - Kt^T (W M), Kt = dtype(k * exp2(gL - g_r)); W M and Kt^T (W M)
 //                  use split fp32 operands (hi + lo, both dtype), so the chain stays ~fp32 ([S4]).
-//   Summary mode writes seg_h_ext (from S = 0) and seg_Mt = M^T (from M = I); STATES mode starts
-//   from seg_entry and writes h, v_new and ht (the piece's last segment).
+//   Summary mode writes seg_h_ext (from S = 0) and seg_Mt = M^T (from M = I); a block whose part
+//   nobody reads (kernels/api/summary_needs.h) writes zeros for its tile and returns before the
+//   walk. STATES mode starts from seg_entry and writes h, v_new and ht (the piece's last segment).
 //   Shared memory (16-bit tiles): W, k 64 x (K+8); U 64 x 40; X0, X1 K x 40; Y0, Y1 64 x 40.
 // gdn_bwd_walk_kernel<DT, K, V, STATES>: grid S * HV * V/32, same mapping, chunks last to first:
 //     dSb = dtype(dS) (-> dh[n]); dv2 = dtype((k dSb) * exp2(gL - g_r) + dv_local);
 //     dS <- Gam dS + qs^T dO - W^T dv2, qs = dtype((q scale) exp2(g_r))   ([B1]-[B3])
-//   Summary mode starts from 0 and writes seg_dh_ext; STATES mode starts from seg_exit and writes
-//   dh, dv2 and dh0 (first segment of each piece).
+//   Summary mode starts from 0 and writes seg_dh_ext (zeros, without the walk, where nobody reads
+//   it); STATES mode starts from seg_exit and writes dh, dv2 and dh0 (first segment of each piece).
 //   Shared memory (16-bit): k, qs, W 64 x (K+8); dO, dv_local 64 x 40; X0 K x 40; Y0 64 x 40.
 // Rows beyond a partial chunk are zero in every staged tile and masked in every epilogue.
 // Tiles of 32 columns (64 before v7) keep both kernels at <= 128 registers and ~70-80 KB of shared
@@ -26,6 +27,7 @@
 // unchanged, so the results are the same bits.
 #pragma once
 
+#include "kernels/api/summary_needs.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace kcp::kernels::cuda {
@@ -47,7 +49,14 @@ struct FwdWalkParams {
   float* ht;               // [N, HV, K, V] fp32 or null (STATES)
   float* seg_h_ext;        // [S, HV, K, V] fp32 (summaries)
   float* seg_Mt;           // [S, HV, K, K] fp32 (summaries)
+  bool has_h0, has_dht;    // Problem's flags (summaries: which parts are read)
 };
+
+// Zeros for the rows x cols tile at o (row stride ld) by the whole block: the summary tile of a
+// block whose part nobody reads.
+__device__ __forceinline__ void zero_tile(float* o, int64_t ld, int rows, int cols) {
+  for (int e = int(threadIdx.x); e < rows * cols; e += int(blockDim.x)) o[int64_t(e / cols) * ld + e % cols] = 0.0f;
+}
 
 template <int K>
 struct WalkSmem {
@@ -84,6 +93,14 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams
   const int c0 = (mtile ? tile - NVT : tile) * kBV;
   const SegmentDesc seg = p.segments[s];
   const int64_t KV = int64_t(K) * V;
+  if constexpr (!STATES) {
+    const SummaryNeeds need = summary_needs(p.pieces, p.sh.N, seg, p.has_h0, p.has_dht);
+    if (mtile ? !need.M : !need.h_ext) {  // uniform over the block: before any barrier
+      if (mtile) zero_tile(p.seg_Mt + (int64_t(s) * HV + j) * int64_t(K) * K + int64_t(c0) * K, K, kBV, K);
+      else zero_tile(p.seg_h_ext + (int64_t(s) * HV + j) * KV + c0, V, K, kBV);
+      return;
+    }
+  }
 
   float acc[TS::MT][TS::NT][4];
   if constexpr (STATES) {
@@ -211,6 +228,8 @@ struct BwdWalkParams {
   float* dv2;             // [T, HV, V] dtype, 16-bit storage (STATES)
   float* dh0;             // [N, HV, K, V] fp32 or null (STATES)
   float* seg_dh_ext;      // [S, HV, K, V] fp32 (summaries)
+  const PieceDesc* pieces;  // (summaries: which parts are read)
+  bool has_h0, has_dht;
 };
 
 template <int K>
@@ -244,6 +263,12 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams
   const SegmentDesc seg = p.segments[s];
   const int64_t KV = int64_t(K) * V;
   const float scale = p.sh.scale;
+  if constexpr (!STATES) {
+    if (!summary_needs(p.pieces, p.sh.N, seg, p.has_h0, p.has_dht).dh_ext) {  // uniform: before any barrier
+      zero_tile(p.seg_dh_ext + (int64_t(s) * HV + j) * KV + c0, V, K, kBV);
+      return;
+    }
+  }
 
   float acc[TS::MT][TS::NT][4];
   if constexpr (STATES) {

@@ -232,7 +232,12 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
     be.synchronize(ex);
   };
 
-  for (int r = 0; r < W; ++r) kk::rank_forward_begin(be, R[r]->run, R[r]->sum_M.get(), R[r]->sum_h.get());
+  // A rank computes the summaries it sends (forward: its last piece continues on a later rank;
+  // backward: its first piece continues from an earlier one), as the engine does.
+  for (int r = 0; r < W; ++r) {
+    const bool sends = !R[r]->layout.pieces().back().ends_sequence;
+    kk::rank_forward_begin(be, R[r]->run, sends ? R[r]->sum_M.get() : nullptr, sends ? R[r]->sum_h.get() : nullptr);
+  }
   for (int r = 0; r < W; ++r) {
     Rank& rs = *R[r];
     Buf incoming;
@@ -250,7 +255,10 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
     be.synchronize(ex);
     if (opt.repoison_between) rs.ws.fill(kNaN);
   }
-  for (int r = 0; r < W; ++r) kk::rank_backward_begin(be, R[r]->run, R[r]->sum_Mt.get(), R[r]->sum_dh.get());
+  for (int r = 0; r < W; ++r) {
+    const bool sends = !R[r]->layout.pieces().front().starts_sequence;
+    kk::rank_backward_begin(be, R[r]->run, sends ? R[r]->sum_Mt.get() : nullptr, sends ? R[r]->sum_dh.get() : nullptr);
+  }
   for (int r = 0; r < W; ++r) {
     Rank& rs = *R[r];
     Buf exit_grad;

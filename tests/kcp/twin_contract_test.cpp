@@ -230,9 +230,16 @@ TEST(BadArgs, DriverRulesAndTags) {
   Fixture f;
   kk::OutputTensors out{f.o.data(), nullptr};
   std::vector<float> incoming(size_t(f.c.HV) * f.c.K * f.c.V, 0.0f);
+  // a rank summary where nothing is sent (the one piece starts and ends its sequence)
+  std::vector<float> summary(size_t(f.c.HV) * f.c.K * f.c.K, 0.0f);
+  EXPECT_MESSAGE_HAS(kk::rank_forward_begin(*f.be, f.run, summary.data(), nullptr),
+                     "rank_forward_begin: a forward rank summary was requested but the last piece ends its sequence");
+  EXPECT_MESSAGE_HAS(kk::rank_forward_begin(*f.be, f.run, nullptr, incoming.data()), "nothing is sent");
   kk::rank_forward_begin(*f.be, f.run, nullptr, nullptr);
   EXPECT_MESSAGE_HAS(kk::rank_forward_end(*f.be, f.run, incoming.data(), out), "piece 0 starts its sequence");
   kk::rank_forward_end(*f.be, f.run, nullptr, out);
+  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, f.run, summary.data(), incoming.data()),
+                     "rank_backward_begin: a backward rank summary was requested but piece 0 starts its sequence");
   // a saved set from the nondet package passed to the det backward names both sides
   Fixture g(kk::Package::Nondet);
   kk::RankRun mixed = f.run;

@@ -198,7 +198,8 @@ TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt) {
   std::vector<int64_t> cu{0};
   for (int64_t l : c.lens) cu.push_back(cu.back() + l);
   const int NS = static_cast<int>(c.lens.size());
-  auto be = kk::make_cpu_backend();
+  const std::unique_ptr<kk::Backend> own = opt.backend ? nullptr : kk::make_cpu_backend();
+  const kk::Backend* be = opt.backend ? opt.backend : own.get();
 
   // ---- plan the ranks: pieces (clipped sequences) and even segments ----
   std::vector<RankState> R(W);
@@ -292,7 +293,12 @@ TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt) {
   };
 
   // ---- forward ----
-  for (int r = 0; r < W; ++r) kk::rank_forward_begin(*be, R[r].run, R[r].sum_M.data(), R[r].sum_h.data());
+  // A rank computes the summaries it sends: forward when its last piece continues on a later
+  // rank, backward when its first piece continues from an earlier one.
+  for (int r = 0; r < W; ++r) {
+    const bool sends = !R[r].layout.pieces().back().ends_sequence;
+    kk::rank_forward_begin(*be, R[r].run, sends ? R[r].sum_M.data() : nullptr, sends ? R[r].sum_h.data() : nullptr);
+  }
   for (int r = 0; r < W; ++r) {
     RankState& rs = R[r];
     std::vector<float> incoming;
@@ -311,7 +317,10 @@ TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt) {
   }
 
   // ---- backward ----
-  for (int r = 0; r < W; ++r) kk::rank_backward_begin(*be, R[r].run, R[r].sum_Mt.data(), R[r].sum_dh.data());
+  for (int r = 0; r < W; ++r) {
+    const bool sends = !R[r].layout.pieces().front().starts_sequence;
+    kk::rank_backward_begin(*be, R[r].run, sends ? R[r].sum_Mt.data() : nullptr, sends ? R[r].sum_dh.data() : nullptr);
+  }
   for (int r = 0; r < W; ++r) {
     RankState& rs = R[r];
     std::vector<float> exit_grad;

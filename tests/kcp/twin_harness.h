@@ -70,6 +70,7 @@ struct TwinOptions {
   kk::Package package = kk::Package::Det;
   int threads = 1;
   bool repoison_between = true;       // NaN the workspace between forward and backward
+  const kk::Backend* backend = nullptr;  // host-memory backend to run; null: a fresh CPU twin
 };
 TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt);
 
