@@ -109,8 +109,10 @@ std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std:
 
 // Runs the rows in the launch mode at hand: under mpirun every process is one rank (rows of
 // another world size are recorded as skipped); otherwise each row gets its W ranks as threads.
+// after_row (may be empty) sees the outcome so far after each row of the threads launch.
 RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, const std::string& comm_kind,
-                        int threads_flag, const kernels::Backend& backend, RunContext& ctx) {
+                        int threads_flag, const kernels::Backend& backend, RunContext& ctx,
+                        const std::function<void(const RunOutcome&)>& after_row) {
   const bool use_mpi = mpi_available() && mpi_launched() && comm_kind != "local";
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   RunOutcome total;
@@ -169,6 +171,7 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
       });
       ctx.world = std::max(ctx.world, W);
       merge(std::move(part));
+      if (after_row) after_row(total);
     }
     ctx.devices.assign(ctx.world, backend.name());
   }
@@ -290,17 +293,24 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     DeadlineWatchdog watchdog(o->deadline);
     Dumper dumper(o->dump);
     if (dumper.enabled()) opt.dumper = &dumper;
-    RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx);
+    // The JSON is rewritten after every row of a threads launch (summary.complete false until the
+    // end), so a run cut short (a deadline, a killed job) keeps the rows it finished.
+    auto write_results = [&](const RunOutcome& t, bool complete) {
+      nlohmann::json doc;
+      doc["context"] = context_block(ctx);
+      doc["entries"] = t.entries;
+      doc["summary"] = {{"passed", t.passed}, {"failed", t.failed}, {"skipped", t.skipped},
+                        {"contract_broken", t.contract_broken}, {"complete", complete}};
+      write_json_atomic(o->json, doc);
+    };
+    std::function<void(const RunOutcome&)> after_row;
+    if (!o->json.empty()) after_row = [&](const RunOutcome& t) { write_results(t, false); };
+    RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx, after_row);
     dumper.write_manifest(context_block(ctx));
     const bool rank0 = !use_mpi || mpi_world_rank() == 0;
     if (rank0) {
       if (!o->json.empty()) {
-        nlohmann::json doc;
-        doc["context"] = context_block(ctx);
-        doc["entries"] = total.entries;
-        doc["summary"] = {{"passed", total.passed}, {"failed", total.failed}, {"skipped", total.skipped},
-                          {"contract_broken", total.contract_broken}};
-        write_json_atomic(o->json, doc);
+        write_results(total, true);
         log::info0("wrote {}", o->json);
       }
       std::printf("%d passed, %d failed, %d skipped\n", total.passed, total.failed + total.contract_broken, total.skipped);

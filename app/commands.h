@@ -34,7 +34,8 @@ std::string version_text();
 std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std::string>& patterns);
 // comm_kind: "local", "mpi" or "nccl" (the communicator the ranks use).
 RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, const std::string& comm_kind,
-                        int threads_flag, const kernels::Backend& backend, RunContext& ctx);
+                        int threads_flag, const kernels::Backend& backend, RunContext& ctx,
+                        const std::function<void(const RunOutcome&)>& after_row = {});
 int gpu_count();   // CUDA devices visible (0 without a CUDA build or a driver); backend_select.cpp
 std::string default_cache_dir();
 std::unique_ptr<kernels::Backend> select_backend(const std::string& name);  // backend_select.cpp

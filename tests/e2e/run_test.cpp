@@ -4,6 +4,7 @@
 // calibrate derives.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -76,6 +77,7 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
   EXPECT_GE(skip, 4) << "C1's forced forms are skipped by the all_ranks_plan_p1 rule";
   EXPECT_GE(det_checks, 30);
   EXPECT_EQ(j["summary"]["passed"], pass);
+  EXPECT_EQ(j["summary"]["complete"], true);
 }
 
 TEST(Run, InjectedFaultsFailTheirRowAtTheBoundary) {
@@ -163,6 +165,20 @@ TEST(Run, DeadlineTurnsAHangIntoExitFiveNamingRankRowAndPhase) {
   EXPECT_NE(r.out.find("[r2] deadline of 2 s passed: row B1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("in phase 'det/full/planned injected hang'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("in phase 'det/full/planned forward exchange'"), std::string::npos) << r.out;
+}
+
+// The JSON is rewritten after every row, so a run the deadline cuts short keeps the rows it
+// finished (A2 has one rank, so the hang on rank 2 cannot be placed there; B1 then hangs).
+TEST(Run, ACutShortRunKeepsItsFinishedRowsInTheJson) {
+  const std::string out = tmp("cut_short.json");
+  std::remove(out.c_str());
+  auto r = run_kcpbench("-q run --rows int1 --row A2 --row B1 --package det --saved full --cache none --inject hang "
+                        "--inject-rank 2 --deadline 2 --json " + out);
+  EXPECT_EQ(r.code, 5) << r.out;
+  const json j = read_json(out);
+  EXPECT_EQ(j["summary"]["complete"], false);
+  ASSERT_FALSE(j["entries"].empty());
+  for (const json& e : j["entries"]) EXPECT_EQ(e["row"], "A2") << e.dump();
 }
 
 TEST(Run, AFaultThePlanCannotTakeIsASkipNotAnError) {
