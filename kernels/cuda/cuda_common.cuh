@@ -338,6 +338,14 @@ struct Tile16 {
   // f(r, x) -> the dtype value stored for element x of row r (zero rows hold f(r, 0)).
   template <class DT, class F>
   __device__ __forceinline__ void store(uint16_t* dst, int ld, F&& f) const {
+    store_by_iter<DT>(dst, ld, [&](int, int r, float x) { return f(r, x); });
+  }
+  // The row this thread's i-th 16-byte load covers (for per-row factors fetched with the tile).
+  static __device__ __forceinline__ int row_of(int i) { return int(threadIdx.x + i * kThreads) / V8; }
+  // f(i, r, x): as above, with the load index i (a compile-time constant after unrolling, so a
+  // per-row factor can live in a register array indexed by i).
+  template <class DT, class F>
+  __device__ __forceinline__ void store_by_iter(uint16_t* dst, int ld, F&& f) const {
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int e = threadIdx.x + i * kThreads, r = e / V8, c = (e % V8) * 8;
@@ -346,7 +354,7 @@ struct Tile16 {
       uint32_t o[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u)
-        o[u] = DT::pack(f(r, DT::from_raw(uint16_t(w[u] & 0xffffu))), f(r, DT::from_raw(uint16_t(w[u] >> 16))));
+        o[u] = DT::pack(f(i, r, DT::from_raw(uint16_t(w[u] & 0xffffu))), f(i, r, DT::from_raw(uint16_t(w[u] >> 16))));
       *reinterpret_cast<uint4*>(dst + r * ld + c) = make_uint4(o[0], o[1], o[2], o[3]);
     }
   }

@@ -283,6 +283,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams
   Tile<kC, kBV> tO;
   Tile16<kC, kBV> tD;
   float gpre = 0.0f;
+  // The gates of the rows this thread stages of q: qs is formed while q is stored to shared
+  // memory (one exp2 per row and thread, no extra pass or barrier).
+  float gq[decltype(tQ)::ITERS];
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
     tK.load(as16(p.k) + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
@@ -291,6 +294,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams
     tO.load(p.dO + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     tD.load(as16(p.dv_local) + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
+#pragma unroll
+    for (int it = 0; it < decltype(tQ)::ITERS; ++it) {
+      const int r = decltype(tQ)::row_of(it);
+      gq[it] = r < c.len ? p.gcum[(c.begin + r) * HV + j] : 0.0f;
+    }
   };
   if (seg.chunk_end > seg.chunk_begin) issue(seg.chunk_end - 1);
   for (int64_t n = seg.chunk_end - 1; n >= seg.chunk_begin; --n) {
@@ -300,14 +308,17 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams
     __syncthreads();
     tK.template store<DT>(sk, Sm::kKld);
     tW.template store<DT>(sW, Sm::kKld);
-    tQ.template store<DT>(sQs, Sm::kKld);
+    {  // qs = dtype((q scale) exp2(g_r))
+      float eq[decltype(tQ)::ITERS];
+#pragma unroll
+      for (int it = 0; it < decltype(tQ)::ITERS; ++it) eq[it] = exp2f(gq[it]);
+      tQ.template store_by_iter<DT>(sQs, Sm::kKld, [&](int it, int, float x) { return DT::rnd((x * scale) * eq[it]); });
+    }
     tO.template store<DT>(sdO, Sm::kTld);
     tD.template store<DT>(sdl, Sm::kTld);
     if (threadIdx.x < kC) sG[threadIdx.x] = gpre;
     __syncthreads();
     if (n > seg.chunk_begin) issue(n - 1);
-    // qs = dtype((q scale) exp2(g_r)) in place (used after the next two barriers)
-    map_rows<DT, K>(sQs, Sm::kKld, L, [&](int r, float x) { return DT::rnd((x * scale) * exp2f(sG[r])); });
     const float gL = sG[L - 1];
     const float Gam = exp2f(gL);
     const int kend = (L + 15) & ~15;
