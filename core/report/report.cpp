@@ -10,6 +10,7 @@
 
 #include "core/util/error.h"
 #include "kcp/config.h"
+#include "kcp/git_info.h"
 
 namespace kcp {
 
