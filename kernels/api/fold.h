@@ -19,9 +19,11 @@
 //
 // Arithmetic (det and nondet alike, since a fold is a chain): (op(A) X)[a][c] accumulated in
 // fp32 over the inner index in increasing order, then + b; composed likewise.
-// Backends skip work nobody reads, with the same bits as the full chain: X_n is not formed when
-// x_final and composed are null, and with x0 null (X_0 = 0) X_1 = 0 + b_0 without reading A_0
-// (the sum of zero products is +0). A_0 is still read for composed.
+// Backends skip work nobody reads, with the same bits as the full chain when every A_i is finite
+// (an Inf or NaN in A_0 times X_0 = 0 would give NaN; the segment summaries are finite, and those
+// nobody reads are zeros, kernels/api/summary_needs.h): X_n is not formed when x_final is null
+// (and, on the CPU twin, composed too), and with x0 null (X_0 = 0) X_1 = 0 + b_0 without reading
+// A_0 for the states (the sum of zero products is +0). A_0 is still read for composed.
 #pragma once
 
 #include <cstdint>

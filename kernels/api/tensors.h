@@ -202,6 +202,13 @@ inline uint64_t layout_fingerprint(const Problem& p, const LayoutView& L) {
 }
 
 namespace detail {
+// Arenas start on a 16-byte boundary: the tensors are carved at 256-byte offsets from it, and the
+// CUDA kernels read them with 16-byte vector loads.
+inline void check_arena(const float* arena, const char* who) {
+  if (!arena) throw std::invalid_argument(std::string("kcp kernels: ") + who + ": arena is null");
+  if (reinterpret_cast<uintptr_t>(arena) % 16 != 0)
+    throw std::invalid_argument(std::string("kcp kernels: ") + who + ": arena is not 16-byte aligned");
+}
 inline float* carve(float*& cur, int64_t n) {
   if (n == 0) return nullptr;
   float* r = cur;
@@ -211,11 +218,11 @@ inline float* carve(float*& cur, int64_t n) {
 }  // namespace detail
 
 // Carves a float arena of at least saved_sizes(p, L, kind).total_floats() floats. Throws
-// std::invalid_argument when the arena is null or too small.
+// std::invalid_argument when the arena is null, not 16-byte aligned or too small.
 inline SavedTensors bind_saved(float* arena, int64_t arena_floats, const Problem& p, const LayoutView& L,
                                SavedKind kind, Package package) {
   const SavedSizes s = saved_sizes(p, L, kind);
-  if (!arena) throw std::invalid_argument("kcp kernels: bind_saved: arena is null");
+  detail::check_arena(arena, "bind_saved");
   if (arena_floats < s.total_floats())
     throw std::invalid_argument("kcp kernels: bind_saved: arena holds " + std::to_string(arena_floats) +
                                 " floats, the " + to_string(kind) + " saved set needs " +
@@ -239,7 +246,7 @@ inline SavedTensors bind_saved(float* arena, int64_t arena_floats, const Problem
 inline WorkspaceTensors bind_workspace(float* arena, int64_t arena_floats, const Problem& p, const LayoutView& L,
                                        Package package, int64_t extra_floats = 0) {
   const WorkspaceSizes s = workspace_sizes(p, L, extra_floats);
-  if (!arena) throw std::invalid_argument("kcp kernels: bind_workspace: arena is null");
+  detail::check_arena(arena, "bind_workspace");
   if (arena_floats < s.total_floats())
     throw std::invalid_argument("kcp kernels: bind_workspace: arena holds " + std::to_string(arena_floats) +
                                 " floats, the workspace needs " + std::to_string(s.total_floats()));

@@ -13,7 +13,7 @@
 // CUDA-internal 16-bit storage (docs/perf-notes.md v5, v6). The workspace is opaque,
 // backend-sized memory, and the saved set, though caller-owned, is read only by this backend's
 // kernels (the driver and the engine pass its pointers through; the folds read only the fp32
-// seg_* tensors and `incoming`). Nine "dtype" tensors are therefore stored as raw 16-bit dtype
+// seg_* tensors and `incoming`). Ten "dtype" tensors are therefore stored as raw 16-bit dtype
 // values (bf16 or fp16, the problem's dtype), element e at byte 2 e of the tensor's region, i.e.
 // in the first half of the floats that kernels/api/tensors.h carves for it:
 //   saved q, k  [T, H, K]        written by prep; read by every later phase
@@ -27,7 +27,7 @@
 // they were stored, so the conversion is exact and every output is the same as with fp32
 // storage. Every other tensor (inputs, outputs, gradients, rstd, gcum, incoming, dq_hv / dk_hv /
 // dlam, the fp32 seg_* tensors) is float as tensors.h says. A caller that reads one of the
-// nine back (tests/gpu/gpu_harness.h, unpack16) must convert; one that supplies them (the phase
+// ten back (tests/gpu/gpu_harness.h, unpack16) must convert; one that supplies them (the phase
 // tests) must pack.
 #include "kernels/cuda/cuda_backend.h"
 

@@ -273,6 +273,7 @@ struct Tiling {
 // read from memory (they may be poison or another chunk). COLS % 4 == 0, rows 16-byte aligned.
 template <int ROWS, int COLS>
 struct Tile {
+  static_assert(COLS % 4 == 0, "16-byte loads of 4 floats");
   static constexpr int V4 = COLS / 4, TOTAL = ROWS * V4, ITERS = (TOTAL + kThreads - 1) / kThreads;
   float4 v[ITERS];
   __device__ __forceinline__ void load(const float* src, int64_t src_stride, int rows_valid) {
@@ -316,6 +317,7 @@ __device__ __forceinline__ void st16x2(uint16_t* dst, float lo, float hi) {
 // COLS % 8 == 0, source rows and the destination rows 16-byte aligned.
 template <int ROWS, int COLS>
 struct Tile16 {
+  static_assert(COLS % 8 == 0, "16-byte loads of 8 16-bit values");
   static constexpr int V8 = COLS / 8, TOTAL = ROWS * V8, ITERS = (TOTAL + kThreads - 1) / kThreads;
   uint4 v[ITERS];
   __device__ __forceinline__ void load(const uint16_t* src, int64_t src_stride, int rows_valid) {
@@ -412,7 +414,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // Block-wide sum in a fixed order (warp sums, then warp 0 adds the warp partials in order);
-// every thread gets the result. red: kWarps floats of shared memory.
+// every thread gets the result. red: kWarps floats of shared memory. It starts with a barrier,
+// which callers rely on (gdn_bwd_dqk_kernel reuses a tile every warp has finished reading).
 __device__ __forceinline__ float block_sum(float v, float* red) {
   v = warp_sum(v);
   __syncthreads();

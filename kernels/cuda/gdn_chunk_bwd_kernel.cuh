@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
   using Sm = DqkSmem<V>;
   using T64 = Tiling<kC, kKS>;  // every product of the block is 64 x 64
   static_assert(K % kKS == 0 && T64::WM == 4 && T64::MT == 1, "row partials need WM = 4");
+  static_assert(KS <= 2, "the gate partials have two places: dlam and dlam_hi");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* s16 = reinterpret_cast<uint16_t*>(smem_raw);
   uint16_t* sS = s16;

@@ -71,8 +71,8 @@ struct WalkSmem {
 template <class DT, int K, int V, bool STATES>
 __global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams p) {
   using Sm = WalkSmem<K>;
-  using TS = Tiling<K, kBV>;   // the K x 64 state / transfer tile
-  using TC = Tiling<kC, kBV>;  // 64 x 64 chunk products
+  using TS = Tiling<K, kBV>;   // the K x 32 state / transfer tile
+  using TC = Tiling<kC, kBV>;  // 64 x 32 chunk products
   constexpr int NVT = V / kBV;
   constexpr int NTILES = STATES ? NVT : NVT + K / kBV;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams
   float gpre = 0.0f;
   // The gates of the rows this thread stages of q: qs is formed while q is stored to shared
   // memory (one exp2 per row and thread, no extra pass or barrier).
-  float gq[decltype(tQ)::ITERS];
+  float gq[decltype(tQ)::ITERS] = {};
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
     tK.load(as16(p.k) + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);

@@ -264,6 +264,15 @@ TEST(BadArgs, DriverRulesAndTags) {
   EXPECT_MESSAGE_HAS(kk::bind_saved(f.saved.data(), 10, f.run.problem, f.run.layout, kk::SavedKind::Full,
                                     kk::Package::Det),
                      "bind_saved: arena holds 10 floats");
+  // an arena off the 16-byte boundary the CUDA kernels' vector loads need (one float in)
+  const float* base = f.saved.data();
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(base) % 16, 0u);
+  EXPECT_MESSAGE_HAS(kk::bind_saved(f.saved.data() + 1, int64_t(f.saved.size()) - 1, f.run.problem, f.run.layout,
+                                    kk::SavedKind::Full, kk::Package::Det),
+                     "bind_saved: arena is not 16-byte aligned");
+  EXPECT_MESSAGE_HAS(f.be->bind_workspace_for(f.ws.data() + 1, int64_t(f.ws.size()) - 1, f.run.problem, f.run.layout,
+                                              kk::Package::Det),
+                     "bind_workspace: arena is not 16-byte aligned");
 }
 
 }  // namespace
