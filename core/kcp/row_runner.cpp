@@ -25,6 +25,11 @@ ReferenceCache& ReferenceStore::for_row(const RowConfig& row, const std::string&
   return *c;
 }
 
+void ReferenceStore::release(const std::string& digest) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  caches_.erase(digest);
+}
+
 std::vector<Form> expand_forms(const RowConfig& row, const RunOptions& opt) {
   const auto packages = opt.packages.empty() ? row.forms.packages : opt.packages;
   const auto saved = opt.saved.empty() ? row.forms.saved : opt.saved;
@@ -197,11 +202,23 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     const kernels::Status backend_status = backend.can_implement(kernel_problem(row));
     const bool runnable = backend_status.ok;
     set_phase("FP64 reference");
-    const auto my_refs = runnable ? rank_references(my, cache) : std::vector<std::shared_ptr<const SequenceReference>>{};
-    const RankReference my_ref = runnable ? reference_for_rank(row, my, my_refs) : RankReference{};
+    std::vector<std::shared_ptr<const SequenceReference>> param_refs;  // per piece: dA_log, ddt_bias only
+    RankReference my_ref;
+    if (runnable) {
+      const auto my_refs = rank_references(my, cache);
+      my_ref = reference_for_rank(row, my, my_refs);
+      for (const auto& sr : my_refs) {
+        auto small = std::make_shared<SequenceReference>();
+        small->seq = sr->seq;
+        small->dA_log = sr->dA_log;
+        small->ddt_bias = sr->ddt_bias;
+        param_refs.push_back(std::move(small));
+      }
+    }  // this rank's hold on the sequences' full FP64 results ends here
     const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
     if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, shard, my_ref, r);
     comm.barrier();
+    refs.release(sel.digest);  // every rank of this process has its slice: the row's cache goes
 
     RunOptions row_opt = opt;
     if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(planned);
@@ -256,7 +273,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_ref, r);
       if (opt.dumper) dump_result(*opt.dumper, row, form, plan.ranks[r], res, r);
       reduce_metrics(ms, comm);
-      for (auto& m : compare_parameter_grads(row, plan.ranks[r], res, my_refs, comm)) ms.push_back(m);
+      for (auto& m : compare_parameter_grads(row, plan.ranks[r], res, param_refs, comm)) ms.push_back(m);
       judge(ms, row);
       const Verdict v = summarize(ms);
 

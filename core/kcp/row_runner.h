@@ -48,6 +48,9 @@ class ReferenceStore {
  public:
   ReferenceStore(std::string cache_dir, int threads) : dir_(std::move(cache_dir)), threads_(threads) {}
   ReferenceCache& for_row(const RowConfig& row, const std::string& digest);
+  // Frees a row's references once every rank of this process has taken its slice (idempotent):
+  // a run of many rows then holds one row's FP64 results at a time, not all of them.
+  void release(const std::string& digest);
 
  private:
   std::string dir_;
