@@ -231,15 +231,31 @@ void need_op_tensors(const PhaseCtx& c, const char* ph, const float* k, const fl
   else need(kg, ph, "kg");
 }
 
-}  // namespace
-
-void fwd_summaries(const FwdSummaryArgs& a) {
-  const char* ph = op_name(a.ctx, "gdn fwd_summaries", "kda fwd_summaries");
+// The context and inputs every walk of a direction needs (A: the phase's args).
+template <class A>
+void need_fwd_walk(const A& a, const char* ph) {
   check_ctx(a.ctx, ph);
   need_op_tensors(a.ctx, ph, a.k, a.kg);
   need(a.gcum, ph, "gcum");
   need(a.W, ph, "W");
   need(a.U, ph, "U");
+}
+template <class A>
+void need_bwd_walk(const A& a, const char* ph) {
+  check_ctx(a.ctx, ph);
+  need(a.q, ph, "q");
+  need_op_tensors(a.ctx, ph, a.k, a.kg);
+  need(a.gcum, ph, "gcum");
+  need(a.W, ph, "W");
+  need(a.dO, ph, "dO");
+  need(a.dv_local, ph, "dv_local");
+}
+
+}  // namespace
+
+void fwd_summaries(const FwdSummaryArgs& a) {
+  const char* ph = op_name(a.ctx, "gdn fwd_summaries", "kda fwd_summaries");
+  need_fwd_walk(a, ph);
   need(a.seg_h_ext, ph, "seg_h_ext");
   need(a.seg_Mt, ph, "seg_Mt");
   const Dims d(a.ctx);
@@ -265,11 +281,7 @@ void fwd_summaries(const FwdSummaryArgs& a) {
 
 void fwd_states(const FwdStateArgs& a) {
   const char* ph = op_name(a.ctx, "gdn fwd_states", "kda fwd_states");
-  check_ctx(a.ctx, ph);
-  need_op_tensors(a.ctx, ph, a.k, a.kg);
-  need(a.gcum, ph, "gcum");
-  need(a.W, ph, "W");
-  need(a.U, ph, "U");
+  need_fwd_walk(a, ph);
   need(a.seg_entry, ph, "seg_entry");
   need(a.h, ph, "h");
   need(a.v_new, ph, "v_new");
@@ -332,13 +344,7 @@ void bwd_local_dv(const BwdLocalDvArgs& a) {
 
 void bwd_summaries(const BwdSummaryArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_summaries", "kda bwd_summaries");
-  check_ctx(a.ctx, ph);
-  need(a.q, ph, "q");
-  need_op_tensors(a.ctx, ph, a.k, a.kg);
-  need(a.gcum, ph, "gcum");
-  need(a.W, ph, "W");
-  need(a.dO, ph, "dO");
-  need(a.dv_local, ph, "dv_local");
+  need_bwd_walk(a, ph);
   need(a.seg_dh_ext, ph, "seg_dh_ext");
   const Dims d(a.ctx);
   const BwdWalk bw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.q, a.k, a.gcum, a.W, a.kg, a.dO, a.dv_local,
@@ -357,13 +363,7 @@ void bwd_summaries(const BwdSummaryArgs& a) {
 
 void bwd_states(const BwdStateArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_states", "kda bwd_states");
-  check_ctx(a.ctx, ph);
-  need(a.q, ph, "q");
-  need_op_tensors(a.ctx, ph, a.k, a.kg);
-  need(a.gcum, ph, "gcum");
-  need(a.W, ph, "W");
-  need(a.dO, ph, "dO");
-  need(a.dv_local, ph, "dv_local");
+  need_bwd_walk(a, ph);
   need(a.seg_exit, ph, "seg_exit");
   need(a.dh, ph, "dh");
   need(a.dv2, ph, "dv2");

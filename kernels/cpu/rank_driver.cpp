@@ -64,14 +64,35 @@ void run_prep_wy(const Backend& be, const RankRun& r, bool with_prep) {
   be.wy(w);
 }
 
-void run_fwd_summaries(const Backend& be, const RankRun& r) {
-  FwdSummaryArgs a;
+// The inputs the forward walks (summaries and states) share.
+template <class A>
+A fwd_walk_args(const RankRun& r) {
+  A a;
   a.ctx = ctx_of(r);
   a.k = r.saved.k;
   a.gcum = r.saved.gcum;
   a.W = r.ws.W;
   a.U = r.ws.U;
   a.kg = r.ws.kg;
+  return a;
+}
+// The inputs the backward walks (summaries and states) share.
+template <class A>
+A bwd_walk_args(const RankRun& r) {
+  A a;
+  a.ctx = ctx_of(r);
+  a.q = r.saved.q;
+  a.k = r.saved.k;
+  a.gcum = r.saved.gcum;
+  a.W = r.ws.W;
+  a.kg = r.ws.kg;
+  a.dO = r.in.dO;
+  a.dv_local = r.ws.dv_local;
+  return a;
+}
+
+void run_fwd_summaries(const Backend& be, const RankRun& r) {
+  FwdSummaryArgs a = fwd_walk_args<FwdSummaryArgs>(r);
   a.seg_h_ext = r.ws.seg_h_ext;
   a.seg_Mt = seg_Mt_mut(r);
   be.fwd_summaries(a);
@@ -128,13 +149,7 @@ void entry_states(const Backend& be, const RankRun& r, float* ht) {
 }
 
 void run_fwd_states(const Backend& be, const RankRun& r, float* ht) {
-  FwdStateArgs a;
-  a.ctx = ctx_of(r);
-  a.k = r.saved.k;
-  a.gcum = r.saved.gcum;
-  a.W = r.ws.W;
-  a.U = r.ws.U;
-  a.kg = r.ws.kg;
+  FwdStateArgs a = fwd_walk_args<FwdStateArgs>(r);
   a.seg_entry = seg_entry_of(r);
   a.h = r.ws.h;
   a.v_new = r.ws.v_new;
@@ -210,15 +225,7 @@ void rank_backward_begin(const Backend& be, const RankRun& r, float* summary_Mt,
   l.dv_local = r.ws.dv_local;
   be.bwd_local_dv(l);
   // reverse summaries
-  BwdSummaryArgs s;
-  s.ctx = ctx_of(r);
-  s.q = r.saved.q;
-  s.k = r.saved.k;
-  s.gcum = r.saved.gcum;
-  s.W = r.ws.W;
-  s.kg = r.ws.kg;
-  s.dO = r.in.dO;
-  s.dv_local = r.ws.dv_local;
+  BwdSummaryArgs s = bwd_walk_args<BwdSummaryArgs>(r);
   s.seg_dh_ext = r.ws.seg_dh_ext;
   be.bwd_summaries(s);
   if (summary_Mt || summary_dh_ext) fold_piece(be, r, 0, true, nullptr, nullptr, summary_dh_ext, summary_Mt);
@@ -239,15 +246,7 @@ void rank_backward_end(const Backend& be, const RankRun& r, const float* exit_gr
     float* xf = (gr.dh0 && pc.seg_end == pc.seg_begin) ? gr.dh0 + p * hvkv(r.problem) : nullptr;
     fold_piece(be, r, p, true, y0, r.ws.seg_exit, xf, nullptr);
   }
-  BwdStateArgs s;
-  s.ctx = ctx_of(r);
-  s.q = r.saved.q;
-  s.k = r.saved.k;
-  s.gcum = r.saved.gcum;
-  s.W = r.ws.W;
-  s.kg = r.ws.kg;
-  s.dO = r.in.dO;
-  s.dv_local = r.ws.dv_local;
+  BwdStateArgs s = bwd_walk_args<BwdStateArgs>(r);
   s.seg_exit = r.ws.seg_exit;
   s.dh = r.ws.dh;
   s.dv2 = r.ws.dv2;

@@ -95,6 +95,26 @@ void check_ctx(const PhaseCtx& c, const char* phase) {
   if (!st.ok) arg_fail(phase, st.reason);
 }
 
+// The context and inputs every walk of a direction needs (Args: the phase's args).
+template <class Args>
+void need_fwd_walk(const Args& a, const char* ph) {
+  check_ctx(a.ctx, ph);
+  need(a.k, ph, "k");
+  need(a.gcum, ph, "gcum");
+  need(a.W, ph, "W");
+  need(a.U, ph, "U");
+}
+template <class Args>
+void need_bwd_walk(const Args& a, const char* ph) {
+  check_ctx(a.ctx, ph);
+  need(a.q, ph, "q");
+  need(a.k, ph, "k");
+  need(a.gcum, ph, "gcum");
+  need(a.W, ph, "W");
+  need(a.dO, ph, "dO");
+  need(a.dv_local, ph, "dv_local");
+}
+
 bool same(const PieceDesc& a, const PieceDesc& b) {
   return a.begin == b.begin && a.end == b.end && a.chunk_begin == b.chunk_begin && a.n_chunks == b.n_chunks &&
          a.seg_begin == b.seg_begin && a.seg_end == b.seg_end && a.starts_sequence == b.starts_sequence &&
@@ -226,11 +246,7 @@ class CudaBackend final : public Backend {
 
   void fwd_summaries(const FwdSummaryArgs& a) const override {
     const char* ph = "gdn fwd_summaries";
-    check_ctx(a.ctx, ph);
-    need(a.k, ph, "k");
-    need(a.gcum, ph, "gcum");
-    need(a.W, ph, "W");
-    need(a.U, ph, "U");
+    need_fwd_walk(a, ph);
     need(a.seg_h_ext, ph, "seg_h_ext");
     need(a.seg_Mt, ph, "seg_Mt");
     cuda::launch_fwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
@@ -255,11 +271,7 @@ class CudaBackend final : public Backend {
 
   void fwd_states(const FwdStateArgs& a) const override {
     const char* ph = "gdn fwd_states";
-    check_ctx(a.ctx, ph);
-    need(a.k, ph, "k");
-    need(a.gcum, ph, "gcum");
-    need(a.W, ph, "W");
-    need(a.U, ph, "U");
+    need_fwd_walk(a, ph);
     need(a.seg_entry, ph, "seg_entry");
     need(a.h, ph, "h");
     need(a.v_new, ph, "v_new");
@@ -292,26 +304,14 @@ class CudaBackend final : public Backend {
 
   void bwd_summaries(const BwdSummaryArgs& a) const override {
     const char* ph = "gdn bwd_summaries";
-    check_ctx(a.ctx, ph);
-    need(a.q, ph, "q");
-    need(a.k, ph, "k");
-    need(a.gcum, ph, "gcum");
-    need(a.W, ph, "W");
-    need(a.dO, ph, "dO");
-    need(a.dv_local, ph, "dv_local");
+    need_bwd_walk(a, ph);
     need(a.seg_dh_ext, ph, "seg_dh_ext");
     cuda::launch_bwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_states(const BwdStateArgs& a) const override {
     const char* ph = "gdn bwd_states";
-    check_ctx(a.ctx, ph);
-    need(a.q, ph, "q");
-    need(a.k, ph, "k");
-    need(a.gcum, ph, "gcum");
-    need(a.W, ph, "W");
-    need(a.dO, ph, "dO");
-    need(a.dv_local, ph, "dv_local");
+    need_bwd_walk(a, ph);
     need(a.seg_exit, ph, "seg_exit");
     need(a.dh, ph, "dh");
     need(a.dv2, ph, "dv2");

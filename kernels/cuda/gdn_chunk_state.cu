@@ -39,46 +39,47 @@ void dispatch_bwd(const Problem& pb, const BwdWalkParams& p, cudaStream_t st) {
   else fp16 ? run_bwd_walk<Fp16, 128, STATES>(p, st) : run_bwd_walk<Bf16, 128, STATES>(p, st);
 }
 
-FwdWalkParams fwd_params(const PhaseCtx& c, const DevLayout& L) {
-  FwdWalkParams p{};
-  p.sh = shape_of(c.problem, L);
+// The layout tables, flags and inputs every walk of a direction reads (Args: the phase's args).
+template <class Params, class Args>
+Params walk_params(const Args& a, const DevLayout& L) {
+  Params p{};
+  p.sh = shape_of(a.ctx.problem, L);
   p.chunks = L.chunks;
   p.segments = L.segments;
   p.pieces = L.pieces;
-  p.has_h0 = c.problem.has_h0;
-  p.has_dht = c.problem.has_dht;
+  p.has_h0 = a.ctx.problem.has_h0;
+  p.has_dht = a.ctx.problem.has_dht;
+  p.k = a.k;
+  p.gcum = a.gcum;
+  p.W = a.W;
   return p;
 }
-BwdWalkParams bwd_params(const PhaseCtx& c, const DevLayout& L) {
-  BwdWalkParams p{};
-  p.sh = shape_of(c.problem, L);
-  p.chunks = L.chunks;
-  p.segments = L.segments;
-  p.pieces = L.pieces;
-  p.has_h0 = c.problem.has_h0;
-  p.has_dht = c.problem.has_dht;
+template <class Args>
+FwdWalkParams fwd_params(const Args& a, const DevLayout& L) {
+  FwdWalkParams p = walk_params<FwdWalkParams>(a, L);
+  p.U = a.U;
+  return p;
+}
+template <class Args>
+BwdWalkParams bwd_params(const Args& a, const DevLayout& L) {
+  BwdWalkParams p = walk_params<BwdWalkParams>(a, L);
+  p.q = a.q;
+  p.dO = a.dO;
+  p.dv_local = a.dv_local;
   return p;
 }
 
 }  // namespace
 
 void launch_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st) {
-  FwdWalkParams p = fwd_params(a.ctx, L);
-  p.k = a.k;
-  p.gcum = a.gcum;
-  p.W = a.W;
-  p.U = a.U;
+  FwdWalkParams p = fwd_params(a, L);
   p.seg_h_ext = a.seg_h_ext;
   p.seg_Mt = a.seg_Mt;
   dispatch_fwd<false>(a.ctx.problem, p, st);
 }
 
 void launch_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st) {
-  FwdWalkParams p = fwd_params(a.ctx, L);
-  p.k = a.k;
-  p.gcum = a.gcum;
-  p.W = a.W;
-  p.U = a.U;
+  FwdWalkParams p = fwd_params(a, L);
   p.seg_entry = a.seg_entry;
   p.h = a.h;
   p.v_new = a.v_new;
@@ -87,25 +88,13 @@ void launch_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t s
 }
 
 void launch_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st) {
-  BwdWalkParams p = bwd_params(a.ctx, L);
-  p.q = a.q;
-  p.k = a.k;
-  p.gcum = a.gcum;
-  p.W = a.W;
-  p.dO = a.dO;
-  p.dv_local = a.dv_local;
+  BwdWalkParams p = bwd_params(a, L);
   p.seg_dh_ext = a.seg_dh_ext;
   dispatch_bwd<false>(a.ctx.problem, p, st);
 }
 
 void launch_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st) {
-  BwdWalkParams p = bwd_params(a.ctx, L);
-  p.q = a.q;
-  p.k = a.k;
-  p.gcum = a.gcum;
-  p.W = a.W;
-  p.dO = a.dO;
-  p.dv_local = a.dv_local;
+  BwdWalkParams p = bwd_params(a, L);
   p.seg_exit = a.seg_exit;
   p.dh = a.dh;
   p.dv2 = a.dv2;
