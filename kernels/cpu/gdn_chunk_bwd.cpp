@@ -114,13 +114,7 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
       const float* ph = a.Phi + d.cc(t0 + r, j);
       for (int32_t s = 0; s < L; ++s) Phi(r, s) = ph[s];
     }
-    for (int32_t r = 0; r < L; ++r)
-      for (int32_t s = 0; s < r; ++s) {
-        float acc = 0.0f;
-        for (int32_t x = 0; x < K; ++x) acc += dW(r, x) * Xb(s, x);
-        for (int32_t e = 0; e < V; ++e) acc += dvn(r)[e] * Yb(s, e);
-        dPhi(r, s) = acc;
-      }
+    dphi_lower(dW, Xb, Yb, dvn, L, dPhi);
     std::vector<float> dX(K), dY(V);
     for (int32_t r = 0; r < L; ++r) {
       // dX = Phi^T dw, dY = Phi^T dv2 (row r): sums over m >= r in increasing order.

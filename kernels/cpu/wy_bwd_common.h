@@ -17,6 +17,20 @@ struct Mat {
   float operator()(int32_t r, int32_t c) const { return v[size_t(r) * cols + c]; }
 };
 
+// dPhi = dW Xb^T + dv2 Yb^T, strictly lower (fp32; the sum over K, then over V, in increasing
+// order). dv2(r): row r of dv2 (V floats).
+template <class Dv2>
+void dphi_lower(const Mat& dW, const Mat& Xb, const Mat& Yb, Dv2&& dv2, int32_t L, Mat& dPhi) {
+  const int32_t K = dW.cols, V = Yb.cols;
+  for (int32_t r = 0; r < L; ++r)
+    for (int32_t s = 0; s < r; ++s) {
+      float acc = 0.0f;
+      for (int32_t x = 0; x < K; ++x) acc += dW(r, x) * Xb(s, x);
+      for (int32_t e = 0; e < V; ++e) acc += dv2(r)[e] * Yb(s, e);
+      dPhi(r, s) = acc;
+    }
+}
+
 // dPi (pre-gate gradient w.r.t. Pi, strictly lower, fp32) from dPhi (fp32, only its strictly
 // lower part is used) and Phi (dtype), ALGORITHM B5:
 //   dPi = -stril(Phi^T dtype(stril(dPhi)) ... ) as two dtype-operand products:
