@@ -370,6 +370,23 @@ __device__ __forceinline__ void stage_rows16(uint16_t* dst, int ld, const uint16
   t.template store<DT>(dst, ld);
 }
 
+// Shared -> global copy of the first `rows` rows (COLS wide) of a 16-bit tile, 16 bytes per
+// store, XOR-ed with `flip` (0x80008000u negates every value: the sign bit of bf16 and fp16).
+// Tiles written from mma fragments go out through shared memory this way: a fragment row holds
+// 4 bytes per lane, so direct stores touch half sectors. Rows 16-byte aligned on both sides.
+template <int COLS>
+__device__ __forceinline__ void store_rows16(uint16_t* dst, int64_t dst_stride, const uint16_t* src, int ld, int rows,
+                                             uint32_t flip = 0u) {
+  static_assert(COLS % 8 == 0, "16-byte stores of 8 16-bit values");
+  constexpr int V8 = COLS / 8;
+  for (int e = threadIdx.x; e < rows * V8; e += blockDim.x) {
+    const int r = e / V8, c = (e % V8) * 8;
+    uint4 v = *reinterpret_cast<const uint4*>(src + r * ld + c);
+    v.x ^= flip; v.y ^= flip; v.z ^= flip; v.w ^= flip;
+    *reinterpret_cast<uint4*>(dst + r * dst_stride + c) = v;
+  }
+}
+
 // One-shot staging (load, then store) of a tile into 16-bit shared memory.
 template <class DT, int ROWS, int COLS>
 __device__ __forceinline__ void stage_rows(uint16_t* dst, int ld, const float* src, int64_t src_stride, int rows_valid) {

@@ -7,9 +7,10 @@
 //   Gate activation in fp32, chunk-local inclusive cumsum by one thread in token order (the
 //   twin's order), times kRcpLn2; K K^T on tensor cores (dtype k, fp32 accumulation); Pi gated
 //   in fp32 with masked entries selected as 0 (ALGORITHM 7.1); Phi = (I + Pi)^-1 by the 16x16
-//   block method of F2 in fp32 (one thread per column of a diagonal block, then the block
-//   merges); Phi stored rounded to dtype (16-bit storage) with zeros above the diagonal and
-//   beyond the chunk.
+//   block method of F2 in fp32 (diagonal blocks by forward substitution, a half-warp per block
+//   column; then the block merges, 2 x 2 elements per thread); Phi stored rounded to dtype
+//   (16-bit storage) with zeros above the diagonal and beyond the chunk. Each Phi element sums
+//   the twin's terms in the twin's order (v8 only changed who computes what: the same bits).
 //   Shared memory: k 64 x (K+8) 16-bit, Pi and Phi 64 x 65 fp32, merge scratch 3 x 16 x 16.
 #pragma once
 
@@ -118,64 +119,115 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
   }
   stage_rows16<DT, kC, K>(sk, Sm::kLd, as16(p.k) + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
   __syncthreads();
+
+  // K K^T (64 x 64, k = K) on tensor cores; thread 0 forms the cumsum meanwhile (the products do
+  // not need the gates). Activations are zero beyond the chunk, so the loop runs to 64 without
+  // changing the partial sums of rows < L; 16 loads are issued before their dependent adds.
+  using T64 = Tiling<kC, kC>;
+  float acc[T64::MT][T64::NT][4];
   if (tid == 0) {
-    float acc = 0.0f;
-    for (int r = 0; r < L; ++r) {
-      acc += sA[r];
-      sG[r] = acc * kRcpLn2;
+    float run = 0.0f;
+#pragma unroll
+    for (int r0 = 0; r0 < kC; r0 += 16) {
+      float a[16];
+#pragma unroll
+      for (int u = 0; u < 16; u += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(sA + r0 + u);
+        a[u] = f.x; a[u + 1] = f.y; a[u + 2] = f.z; a[u + 3] = f.w;
+      }
+#pragma unroll
+      for (int u = 0; u < 16; ++u) {
+        run += a[u];
+        sG[r0 + u] = r0 + u < L ? run * kRcpLn2 : 0.0f;
+      }
     }
-    for (int r = L; r < kC; ++r) sG[r] = 0.0f;
   }
+  T64::zero(acc);
+  T64::template mma<DT>(acc, AView<uint16_t, true>{sk, Sm::kLd}, BView<uint16_t, true>{sk, Sm::kLd}, 0, K);
   __syncthreads();
   if (tid < L) p.gcum[(t0 + tid) * HV + j] = sG[tid];
-
-  // K K^T (64 x 64, k = K) on tensor cores, then Pi in fp32.
-  using T64 = Tiling<kC, kC>;
-  {
-    float acc[T64::MT][T64::NT][4];
-    T64::zero(acc);
-    T64::template mma<DT>(acc, AView<uint16_t, true>{sk, Sm::kLd}, BView<uint16_t, true>{sk, Sm::kLd}, 0, K);
-    T64::each(acc, [&](int r, int s, float& v) {
-      sPi[r * Sm::kPld + s] = (s < r && r < L) ? (sB[r] * v) * exp2f(sG[r] - sG[s]) : 0.0f;
-    });
-  }
-  for (int e = tid; e < kC * Sm::kPld; e += kThreads) sPhi[e] = 0.0f;
+  // Pi in fp32.
+  T64::each(acc, [&](int r, int s, float& v) {
+    sPi[r * Sm::kPld + s] = (s < r && r < L) ? (sB[r] * v) * exp2f(sG[r] - sG[s]) : 0.0f;
+  });
   __syncthreads();
 
-  // (a) diagonal 16x16 blocks: thread (b, c) owns column c of block b (rows depend only on the
-  //     same column of earlier rows), X[i][c] = -Pi[i][c] + sum_{m=c+1}^{i-1} (-Pi[i][m]) X[m][c].
-  if (tid < kC) {
-    const int b = (tid / 16) * 16, c = tid % 16;
-    sPhi[(b + c) * Sm::kPld + b + c] = 1.0f;
-    for (int r = c + 1; r < 16; ++r) {
-      float acc = 0.0f;
-      for (int m = c + 1; m < r; ++m) acc += -sPi[(b + r) * Sm::kPld + b + m] * sPhi[(b + m) * Sm::kPld + b + c];
-      sPhi[(b + r) * Sm::kPld + b + c] = -sPi[(b + r) * Sm::kPld + b + c] + acc;
+  // (a) diagonal 16x16 blocks, X[r][c] = -Pi[r][c] + sum_{m=c+1}^{r-1} (-Pi[r][m]) X[m][c], by
+  //     columns: lane r of a half-warp owns row r of one block column; at step m the finished
+  //     X[m][c] is shuffled to the later rows, which add their term. Every X[r][c] adds the same
+  //     terms in the same order (m ascending) as the row-by-row loop of the twin: the same bits.
+  //     Thread (warp w, half h) solves the columns c = w, w + 8 of the blocks h and 2 + h; it
+  //     writes whole block columns (1 on the diagonal, 0 above), so sPhi needs no zero fill.
+  {
+    const int r = lane_id() & 15, h = lane_id() >> 4, w = warp_id();
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pic[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int c = w + 8 * (u >> 1), b = 16 * (2 * (u & 1) + h);
+      pic[u] = sPi[(b + r) * Sm::kPld + b + c];
+    }
+#pragma unroll
+    for (int m = 1; m < 15; ++m) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int c = w + 8 * (u >> 1), b = 16 * (2 * (u & 1) + h);
+        if (m > c) {  // uniform over the warp
+          const float xm = __shfl_sync(0xffffffffu, -pic[u] + sum[u], (h << 4) | m);
+          if (r > m) sum[u] += -sPi[(b + r) * Sm::kPld + b + m] * xm;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int c = w + 8 * (u >> 1), b = 16 * (2 * (u & 1) + h);
+      sPhi[(b + r) * Sm::kPld + b + c] = r == c ? 1.0f : (r > c ? -pic[u] + sum[u] : 0.0f);
     }
   }
   __syncthreads();
   // (b) off-diagonal blocks X_ij = -X_ii (sum_{m=j}^{i-1} Pi_im X_mj), stage by stage:
-  //     {(1,0), (2,1), (3,2)}, {(2,0), (3,1)}, {(3,0)}.
+  //     {(1,0), (2,1), (3,2)}, {(2,0), (3,1)}, {(3,0)}. A thread computes rows {r, r + 8} x
+  //     columns {c, c + 8} of a block (each loaded value feeds two products; shared-memory reads
+  //     bound this kernel), every element with the sums and order of the one-element form.
   for (int d = 1; d <= 3; ++d) {
     const int nb = 4 - d;  // blocks in this stage: (d + q, q) for q < nb
-    for (int e = tid; e < nb * 256; e += kThreads) {
-      const int q = e / 256, r = (e % 256) / 16, c = e % 16;
-      const int bi = (d + q) * 16, bj = q * 16;
-      float sum = 0.0f;
+    const int q = tid / 64, r = (tid % 64) / 8, c = tid % 8;
+    const int bi = (d + q) * 16, bj = q * 16;
+    if (q < nb) {
+      float sum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
       for (int m = q; m < d + q; ++m) {
-        float acc = 0.0f;
-        for (int x = 0; x < 16; ++x) acc += sPi[(bi + r) * Sm::kPld + m * 16 + x] * sPhi[(m * 16 + x) * Sm::kPld + bj + c];
-        sum += acc;
+        float acc2[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+        for (int x = 0; x < 16; ++x) {
+          const float* pr = sPi + (bi + r) * Sm::kPld + m * 16 + x;
+          const float* pc = sPhi + (m * 16 + x) * Sm::kPld + bj + c;
+          const float a0 = pr[0], a1 = pr[8 * Sm::kPld], b0 = pc[0], b1 = pc[8];
+          acc2[0][0] += a0 * b0;
+          acc2[0][1] += a0 * b1;
+          acc2[1][0] += a1 * b0;
+          acc2[1][1] += a1 * b1;
+        }
+#pragma unroll
+        for (int y = 0; y < 4; ++y) sum[y >> 1][y & 1] += acc2[y >> 1][y & 1];
       }
-      sTmp[e] = sum;
+#pragma unroll
+      for (int y = 0; y < 4; ++y) sTmp[q * 256 + (r + 8 * (y >> 1)) * 16 + c + 8 * (y & 1)] = sum[y >> 1][y & 1];
     }
     __syncthreads();
-    for (int e = tid; e < nb * 256; e += kThreads) {
-      const int q = e / 256, r = (e % 256) / 16, c = e % 16;
-      const int bi = (d + q) * 16, bj = q * 16;
-      float acc = 0.0f;
-      for (int x = 0; x < 16; ++x) acc += sPhi[(bi + r) * Sm::kPld + bi + x] * sTmp[q * 256 + x * 16 + c];
-      sPhi[(bi + r) * Sm::kPld + bj + c] = -acc;
+    if (q < nb) {
+      float acc2[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+      for (int x = 0; x < 16; ++x) {
+        const float* pr = sPhi + (bi + r) * Sm::kPld + bi + x;
+        const float* pc = sTmp + q * 256 + x * 16 + c;
+        const float a0 = pr[0], a1 = pr[8 * Sm::kPld], b0 = pc[0], b1 = pc[8];
+        acc2[0][0] += a0 * b0;
+        acc2[0][1] += a0 * b1;
+        acc2[1][0] += a1 * b0;
+        acc2[1][1] += a1 * b1;
+      }
+#pragma unroll
+      for (int y = 0; y < 4; ++y)
+        sPhi[(bi + r + 8 * (y >> 1)) * Sm::kPld + bj + c + 8 * (y & 1)] = -acc2[y >> 1][y & 1];
     }
     __syncthreads();
   }

@@ -3,7 +3,8 @@
 // gdn_wy_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256 threads.
 //   Operands rounded as the twin does ([W1]): xb = dtype((k * beta) * exp2(g)), ub =
 //   dtype(v * beta); W = Phi xb, U = Phi ub on tensor cores (dtype Phi, fp32 accumulation),
-//   stored rounded to dtype for the chunk's L rows. Shared memory (16-bit): Phi 64 x 72,
+//   stored rounded to dtype for the chunk's L rows (through shared memory: coalesced 16-byte
+//   row stores instead of the fragments' 4-byte ones, v8). Shared memory (16-bit): Phi 64 x 72,
 //   xb 64 x (K+8), ub 64 x (V+8).
 #pragma once
 
@@ -30,7 +31,7 @@ struct WySmem {
 };
 
 template <class DT, int K, int V>
-__global__ void __launch_bounds__(kThreads) gdn_wy_kernel(WyParams p) {
+__global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
   using Sm = WySmem<K, V>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* sPhi = reinterpret_cast<uint16_t*>(smem_raw);
@@ -66,13 +67,16 @@ __global__ void __launch_bounds__(kThreads) gdn_wy_kernel(WyParams p) {
   }
   __syncthreads();
   const int kend = (L + 15) & ~15;  // Phi columns beyond the chunk are zero
+  // Each product's dtype result replaces its own operand tile in shared memory (after a barrier:
+  // every warp has read the operand) and leaves in 16-byte row stores.
   {
     using TW = Tiling<kC, K>;
     float acc[TW::MT][TW::NT][4];
     TW::zero(acc);
     TW::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sX, Sm::kXld}, 0, kend);
+    __syncthreads();
     TW::pairs(acc, [&](int r, int c, float& v0, float& v1) {
-      if (r < L) st16x2<DT>(as16(p.W) + ((t0 + r) * HV + j) * K + c, v0, v1);
+      *reinterpret_cast<uint32_t*>(sX + r * Sm::kXld + c) = DT::pack(v0, v1);
     });
   }
   {
@@ -80,10 +84,14 @@ __global__ void __launch_bounds__(kThreads) gdn_wy_kernel(WyParams p) {
     float acc[TU::MT][TU::NT][4];
     TU::zero(acc);
     TU::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sU, Sm::kUld}, 0, kend);
+    __syncthreads();
     TU::pairs(acc, [&](int r, int c, float& v0, float& v1) {
-      if (r < L) st16x2<DT>(as16(p.U) + ((t0 + r) * HV + j) * V + c, v0, v1);
+      *reinterpret_cast<uint32_t*>(sU + r * Sm::kUld + c) = DT::pack(v0, v1);
     });
   }
+  __syncthreads();
+  store_rows16<K>(as16(p.W) + (t0 * HV + j) * K, int64_t(HV) * K, sX, Sm::kXld, L);
+  store_rows16<V>(as16(p.U) + (t0 * HV + j) * V, int64_t(HV) * V, sU, Sm::kUld, L);
 }
 
 }  // namespace kcp::kernels::cuda
