@@ -37,8 +37,10 @@ struct Bf16 {
   static __device__ __forceinline__ float rnd(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
   static __device__ __forceinline__ uint16_t raw(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
   static __device__ __forceinline__ float from_raw(uint16_t u) { return __bfloat162float(__ushort_as_bfloat16(u)); }
+  // One paired conversion (cvt.rn.bf16x2.f32), the same bits as two raw() calls.
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    return uint32_t(raw(lo)) | (uint32_t(raw(hi)) << 16);
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+    return *reinterpret_cast<const uint32_t*>(&v);
   }
   static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     asm volatile(
@@ -53,7 +55,8 @@ struct Fp16 {
   static __device__ __forceinline__ uint16_t raw(float x) { return __half_as_ushort(__float2half_rn(x)); }
   static __device__ __forceinline__ float from_raw(uint16_t u) { return __half2float(__ushort_as_half(u)); }
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    return uint32_t(raw(lo)) | (uint32_t(raw(hi)) << 16);
+    const __half2 v = __floats2half2_rn(lo, hi);  // .x (low half) = lo
+    return *reinterpret_cast<const uint32_t*>(&v);
   }
   static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     asm volatile(

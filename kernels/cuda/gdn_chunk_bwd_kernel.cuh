@@ -171,6 +171,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
     float w[1][T64::NT][4];
     T64::zero(w);
     T64::template mma<DT>(w, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
+    // Stored from the fragments: staging through shared memory for 16-byte stores (two more
+    // barriers) measured slower, 4.17 -> 4.24 ms bwd_grads at T = 32768 (docs/perf-notes.md, v8).
     T64::pairs(w, [&](int r, int x, float& v0, float& v1) {
       if (r < L) st16x2<DT>(as16(p.dW16) + ((t0 + r) * HV + j) * K + x0 + x, -v0, -v1);
     });
@@ -295,12 +297,12 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     tk.template store<DT>(sk, Sm::kKld);
     tW.template store<DT>(sdW, Sm::kKld);
     tD.template store<DT>(sdv2, Sm::kVld);
-    tv.template store<DT>(sYb, Sm::kVld, [&](int r, float x) { return DT::rnd(x * sBeta[r]); });  // v itself is
+    tv.template store<DT>(sYb, Sm::kVld, [&](int r, float x) { return x * sBeta[r]; });  // v itself is
     tP.template store<DT>(sPhi, Sm::kPld);  // not kept: dY's epilogue reads its few elements from memory
   }
   Row2 rwy, rgl, rdb;
   __syncthreads();
-  map_rows_to<DT, K>(sXb, sk, Sm::kKld, kC, [&](int r, float kx) { return DT::rnd((kx * sBeta[r]) * exp2f(sG[r])); });
+  map_rows_to<DT, K>(sXb, sk, Sm::kKld, kC, [&](int r, float kx) { return (kx * sBeta[r]) * exp2f(sG[r]); });
   __syncthreads();
   {  // dPhi = dW Xb^T + dv2 Yb^T (strictly lower part, rounded)
     float a[1][T64::NT][4];
@@ -345,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     });
   }
   __syncthreads();  // dPhi visible; Xb, Yb, dW free
-  map_rows_to<DT, K>(sKb, sk, Sm::kKld, kC, [&](int r, float kx) { return DT::rnd(kx * sBeta[r]); });
+  map_rows_to<DT, K>(sKb, sk, Sm::kKld, kC, [&](int r, float kx) { return kx * sBeta[r]; });
   {  // T1 = dtype(dPhi Phi^T), strictly lower
     float a[1][T64::NT][4];
     T64::zero(a);

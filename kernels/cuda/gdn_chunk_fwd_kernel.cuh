@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
     T64::zero(acc);
     T64::template mma<DT>(acc, AView<uint16_t, true>{sq, Sm::kKld}, BView<uint16_t, true>{sk, Sm::kKld}, 0, K);
     T64::pairs(acc, [&](int r, int s, float& v0, float& v1) {
-      const float p0 = (s <= r && r < L) ? DT::rnd(v0 * exp2f(sG[r] - sG[s])) : 0.0f;
-      const float p1 = (s + 1 <= r && r < L) ? DT::rnd(v1 * exp2f(sG[r] - sG[s + 1])) : 0.0f;
+      const float p0 = (s <= r && r < L) ? v0 * exp2f(sG[r] - sG[s]) : 0.0f;
+      const float p1 = (s + 1 <= r && r < L) ? v1 * exp2f(sG[r] - sG[s + 1]) : 0.0f;
       *reinterpret_cast<uint32_t*>(sP + r * Sm::kPld + s) = DT::pack(p0, p1);
     });
   }
@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
     T64::zero(acc);
     T64::template mma<DT>(acc, AView<uint16_t, true>{sq, Sm::kKld}, BView<uint16_t, true>{sk, Sm::kKld}, 0, K);
     T64::pairs(acc, [&](int r, int s, float& v0, float& v1) {
-      const float p0 = (s <= r && r < L) ? DT::rnd(v0 * exp2f(sG[r] - sG[s]) * scale) : 0.0f;
-      const float p1 = (s + 1 <= r && r < L) ? DT::rnd(v1 * exp2f(sG[r] - sG[s + 1]) * scale) : 0.0f;
+      const float p0 = (s <= r && r < L) ? v0 * exp2f(sG[r] - sG[s]) * scale : 0.0f;
+      const float p1 = (s + 1 <= r && r < L) ? v1 * exp2f(sG[r] - sG[s + 1]) * scale : 0.0f;
       *reinterpret_cast<uint32_t*>(sP + r * Sm::kPld + s) = DT::pack(p0, p1);
     });
   }
@@ -140,9 +140,14 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
   // dv_local[s] = sum_r P'[r][s] dO[r]: A(m = s, k = r) = P'[r][s].
   TO::template mma<DT>(acc, AView<uint16_t, false>{sP, Sm::kPld}, BView<uint16_t, false>{sdO, Sm::kVld}, 0,
                        (L + 15) & ~15);
+  // Staged in the dO tile so the rows leave in 16-byte stores (a fragment's 4-byte stores fill
+  // half of each 32-byte sector).
+  __syncthreads();
   TO::pairs(acc, [&](int s, int c, float& v0, float& v1) {
-    if (s < L) st16x2<DT>(as16(p.out) + ((t0 + s) * HV + j) * V + c, v0, v1);
+    *reinterpret_cast<uint32_t*>(sdO + s * Sm::kVld + c) = DT::pack(v0, v1);
   });
+  __syncthreads();
+  store_rows16<V>(as16(p.out) + (t0 * HV + j) * V, int64_t(HV) * V, sdO, Sm::kVld, L);
 }
 
 }  // namespace kcp::kernels::cuda

@@ -136,15 +136,14 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams
     const float gL = sG[L - 1];
     const float Gam = exp2f(gL);
     if (mtile)  // Kt = dtype(k * exp2(gL - g_r)) in place (read before the next barrier's users)
-      map_rows<DT, K>(sk, Sm::kKld, L, [&](int r, float x) { return DT::rnd(x * exp2f(gL - sG[r])); });
+      map_rows<DT, K>(sk, Sm::kKld, L, [&](int r, float x) { return x * exp2f(gL - sG[r]); });
     const int kend = (L + 15) & ~15;
     if (!mtile) {
       // (1) Sb = dtype(S): operand of W Sb, and h[n].
       TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
-        const float b0 = DT::rnd(v0), b1 = DT::rnd(v1);
-        *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = DT::pack(b0, b1);
-        if constexpr (STATES)
-          st16x2<DT>(as16(p.h) + (n * HV + j) * KV + int64_t(a) * V + c0 + c, b0, b1);
+        const uint32_t b = DT::pack(v0, v1);
+        *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = b;
+        if constexpr (STATES) *reinterpret_cast<uint32_t*>(as16(p.h) + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = b;
       });
       __syncthreads();
       // (2) vr = U - W Sb; v_new; the update operand dtype(vr * exp2(gL - g_r)).
@@ -154,13 +153,14 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams
       TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
         float o0 = 0.0f, o1 = 0.0f;
         if (r < L) {
-          const float x0 = DT::from_raw(sU[r * Sm::kTld + c]) - v0;
-          const float x1 = DT::from_raw(sU[r * Sm::kTld + c + 1]) - v1;
+          const uint32_t u = *reinterpret_cast<const uint32_t*>(sU + r * Sm::kTld + c);
+          const float x0 = DT::from_raw(uint16_t(u & 0xffffu)) - v0;
+          const float x1 = DT::from_raw(uint16_t(u >> 16)) - v1;
           if constexpr (STATES)
             st16x2<DT>(as16(p.v_new) + ((t0 + r) * HV + j) * V + c0 + c, x0, x1);
           const float f = exp2f(gL - sG[r]);
-          o0 = DT::rnd(x0 * f);
-          o1 = DT::rnd(x1 * f);
+          o0 = x0 * f;  // rounded by the pack below
+          o1 = x1 * f;
         }
         *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(o0, o1);
       });
@@ -312,43 +312,42 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams
       float eq[decltype(tQ)::ITERS];
 #pragma unroll
       for (int it = 0; it < decltype(tQ)::ITERS; ++it) eq[it] = exp2f(gq[it]);
-      tQ.template store_by_iter<DT>(sQs, Sm::kKld, [&](int it, int, float x) { return DT::rnd((x * scale) * eq[it]); });
+      tQ.template store_by_iter<DT>(sQs, Sm::kKld, [&](int it, int, float x) { return (x * scale) * eq[it]; });
     }
     tO.template store<DT>(sdO, Sm::kTld);
     tD.template store<DT>(sdl, Sm::kTld);
     if (threadIdx.x < kC) sG[threadIdx.x] = gpre;
+    // (1) dSb = dtype(dS): operand of k dSb, and dh[n] (behind the tiles' barrier).
+    TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
+      const uint32_t b = DT::pack(v0, v1);
+      *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = b;
+      if constexpr (STATES) *reinterpret_cast<uint32_t*>(as16(p.dh) + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = b;
+    });
     __syncthreads();
     if (n > seg.chunk_begin) issue(n - 1);
     const float gL = sG[L - 1];
     const float Gam = exp2f(gL);
     const int kend = (L + 15) & ~15;
-    // (1) dSb = dtype(dS): operand of k dSb, and dh[n].
-    TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
-      const float b0 = DT::rnd(v0), b1 = DT::rnd(v1);
-      *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = DT::pack(b0, b1);
-      if constexpr (STATES)
-        st16x2<DT>(as16(p.dh) + (n * HV + j) * KV + int64_t(a) * V + c0 + c, b0, b1);
-    });
-    __syncthreads();
     // (2) dv2 = dtype((k dSb) f + dv_local); kept negated for the update.
     float acc2[TC::MT][TC::NT][4];
     TC::zero(acc2);
     TC::template mma<DT>(acc2, AView<uint16_t, true>{sk, Sm::kKld}, BView<uint16_t, false>{sX0, Sm::kTld}, 0, K);
     TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
-      float o0 = 0.0f, o1 = 0.0f;
+      uint32_t u = 0u;
       if (r < L) {
         const float f = exp2f(gL - sG[r]);
-        o0 = DT::rnd(v0 * f + DT::from_raw(sdl[r * Sm::kTld + c]));
-        o1 = DT::rnd(v1 * f + DT::from_raw(sdl[r * Sm::kTld + c + 1]));
-        if constexpr (STATES)
-          st16x2<DT>(as16(p.dv2) + ((t0 + r) * HV + j) * V + c0 + c, o0, o1);
+        const uint32_t d = *reinterpret_cast<const uint32_t*>(sdl + r * Sm::kTld + c);
+        u = DT::pack(v0 * f + DT::from_raw(uint16_t(d & 0xffffu)), v1 * f + DT::from_raw(uint16_t(d >> 16)));
+        if constexpr (STATES) *reinterpret_cast<uint32_t*>(as16(p.dv2) + ((t0 + r) * HV + j) * V + c0 + c) = u;
       }
-      *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(-o0, -o1);
+      // -dv2 by its sign bits (rows beyond the chunk: -0, as pack(-0, -0) gave).
+      *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = u ^ 0x80008000u;
     });
-    __syncthreads();
-    // (3) dS <- Gam dS + qs^T dO - W^T dv2.
+    // (3) dS <- Gam dS + qs^T dO - W^T dv2, in this order; the first two terms need no dv2, so
+    // they run before the barrier that waits for every warp's part of it.
     TS::each(acc, [&](int, int, float& v) { v *= Gam; });
     TS::template mma<DT>(acc, AView<uint16_t, false>{sQs, Sm::kKld}, BView<uint16_t, false>{sdO, Sm::kTld}, 0, kend);
+    __syncthreads();
     TS::template mma<DT>(acc, AView<uint16_t, false>{sW, Sm::kKld}, BView<uint16_t, false>{sY0, Sm::kTld}, 0, kend);
   }
 

@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
     tv.load(p.v + (t0 * HV + j) * V, int64_t(HV) * V, L);
     __syncthreads();  // beta, exp2(g)
     tP.template store<DT>(sPhi, Sm::kPld);
-    tk.template store<DT>(sX, Sm::kXld, [&](int r, float x) { return DT::rnd((x * sB[r]) * sE[r]); });  // [W1]
-    tv.template store<DT>(sU, Sm::kUld, [&](int r, float x) { return DT::rnd(x * sB[r]); });
+    tk.template store<DT>(sX, Sm::kXld, [&](int r, float x) { return (x * sB[r]) * sE[r]; });  // [W1]
+    tv.template store<DT>(sU, Sm::kUld, [&](int r, float x) { return x * sB[r]; });
   }
   __syncthreads();
   const int kend = (L + 15) & ~15;  // Phi columns beyond the chunk are zero
