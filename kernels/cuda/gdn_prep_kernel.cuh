@@ -84,6 +84,24 @@ struct IntraSmem {
   static constexpr size_t bytes = size_t(kC) * kLd * 2 + 2 * size_t(kC) * kPld * 4 + 3 * 256 * 4 + 3 * kC * 4;
 };
 
+// Rows {0, 8} x columns {0, 8} of a 16-deep product sum_x a[row][x] b[x][col] (fp32, x
+// ascending): each loaded value feeds two products (shared-memory reads bound the inverse).
+struct Block2x2 {
+  float v[2][2];
+};
+__device__ __forceinline__ Block2x2 product16_2x2(const float* a, int lda, const float* b, int ldb) {
+  Block2x2 acc = {{{0.0f, 0.0f}, {0.0f, 0.0f}}};
+#pragma unroll
+  for (int x = 0; x < 16; ++x) {
+    const float a0 = a[x], a1 = a[8 * lda + x], b0 = b[x * ldb], b1 = b[x * ldb + 8];
+    acc.v[0][0] += a0 * b0;
+    acc.v[0][1] += a0 * b1;
+    acc.v[1][0] += a1 * b0;
+    acc.v[1][1] += a1 * b1;
+  }
+  return acc;
+}
+
 template <class DT, int K>
 __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
   using Sm = IntraSmem<K>;
@@ -186,8 +204,8 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
   __syncthreads();
   // (b) off-diagonal blocks X_ij = -X_ii (sum_{m=j}^{i-1} Pi_im X_mj), stage by stage:
   //     {(1,0), (2,1), (3,2)}, {(2,0), (3,1)}, {(3,0)}. A thread computes rows {r, r + 8} x
-  //     columns {c, c + 8} of a block (each loaded value feeds two products; shared-memory reads
-  //     bound this kernel), every element with the sums and order of the one-element form.
+  //     columns {c, c + 8} of a block (product16_2x2), every element with the sums and order of
+  //     the one-element form.
   for (int d = 1; d <= 3; ++d) {
     const int nb = 4 - d;  // blocks in this stage: (d + q, q) for q < nb
     const int q = tid / 64, r = (tid % 64) / 8, c = tid % 8;
@@ -195,39 +213,20 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
     if (q < nb) {
       float sum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
       for (int m = q; m < d + q; ++m) {
-        float acc2[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        const Block2x2 acc2 =
+            product16_2x2(sPi + (bi + r) * Sm::kPld + m * 16, Sm::kPld, sPhi + m * 16 * Sm::kPld + bj + c, Sm::kPld);
 #pragma unroll
-        for (int x = 0; x < 16; ++x) {
-          const float* pr = sPi + (bi + r) * Sm::kPld + m * 16 + x;
-          const float* pc = sPhi + (m * 16 + x) * Sm::kPld + bj + c;
-          const float a0 = pr[0], a1 = pr[8 * Sm::kPld], b0 = pc[0], b1 = pc[8];
-          acc2[0][0] += a0 * b0;
-          acc2[0][1] += a0 * b1;
-          acc2[1][0] += a1 * b0;
-          acc2[1][1] += a1 * b1;
-        }
-#pragma unroll
-        for (int y = 0; y < 4; ++y) sum[y >> 1][y & 1] += acc2[y >> 1][y & 1];
+        for (int y = 0; y < 4; ++y) sum[y >> 1][y & 1] += acc2.v[y >> 1][y & 1];
       }
 #pragma unroll
       for (int y = 0; y < 4; ++y) sTmp[q * 256 + (r + 8 * (y >> 1)) * 16 + c + 8 * (y & 1)] = sum[y >> 1][y & 1];
     }
     __syncthreads();
     if (q < nb) {
-      float acc2[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-#pragma unroll
-      for (int x = 0; x < 16; ++x) {
-        const float* pr = sPhi + (bi + r) * Sm::kPld + bi + x;
-        const float* pc = sTmp + q * 256 + x * 16 + c;
-        const float a0 = pr[0], a1 = pr[8 * Sm::kPld], b0 = pc[0], b1 = pc[8];
-        acc2[0][0] += a0 * b0;
-        acc2[0][1] += a0 * b1;
-        acc2[1][0] += a1 * b0;
-        acc2[1][1] += a1 * b1;
-      }
+      const Block2x2 acc2 = product16_2x2(sPhi + (bi + r) * Sm::kPld + bi, Sm::kPld, sTmp + q * 256 + c, 16);
 #pragma unroll
       for (int y = 0; y < 4; ++y)
-        sPhi[(bi + r + 8 * (y >> 1)) * Sm::kPld + bj + c + 8 * (y & 1)] = -acc2[y >> 1][y & 1];
+        sPhi[(bi + r + 8 * (y >> 1)) * Sm::kPld + bj + c + 8 * (y & 1)] = -acc2.v[y >> 1][y & 1];
     }
     __syncthreads();
   }
