@@ -226,38 +226,12 @@ const char* op_name(const PhaseCtx& c, const char* gdn, const char* kda) {
   return c.problem.op == Op::Gdn ? gdn : kda;
 }
 
-void need_op_tensors(const PhaseCtx& c, const char* ph, const float* k, const float* kg) {
-  if (c.problem.op == Op::Gdn) need(k, ph, "k");
-  else need(kg, ph, "kg");
-}
-
-// The context and inputs every walk of a direction needs (A: the phase's args).
-template <class A>
-void need_fwd_walk(const A& a, const char* ph) {
-  check_ctx(a.ctx, ph);
-  need_op_tensors(a.ctx, ph, a.k, a.kg);
-  need(a.gcum, ph, "gcum");
-  need(a.W, ph, "W");
-  need(a.U, ph, "U");
-}
-template <class A>
-void need_bwd_walk(const A& a, const char* ph) {
-  check_ctx(a.ctx, ph);
-  need(a.q, ph, "q");
-  need_op_tensors(a.ctx, ph, a.k, a.kg);
-  need(a.gcum, ph, "gcum");
-  need(a.W, ph, "W");
-  need(a.dO, ph, "dO");
-  need(a.dv_local, ph, "dv_local");
-}
-
 }  // namespace
 
 void fwd_summaries(const FwdSummaryArgs& a) {
   const char* ph = op_name(a.ctx, "gdn fwd_summaries", "kda fwd_summaries");
-  need_fwd_walk(a, ph);
-  need(a.seg_h_ext, ph, "seg_h_ext");
-  need(a.seg_Mt, ph, "seg_Mt");
+  check_problem_layout(a.ctx, ph);
+  check_fwd_summaries_args(a, ph);
   const Dims d(a.ctx);
   const FwdWalk fw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k, a.gcum, a.W, a.U, a.kg, nullptr, nullptr};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
@@ -281,10 +255,8 @@ void fwd_summaries(const FwdSummaryArgs& a) {
 
 void fwd_states(const FwdStateArgs& a) {
   const char* ph = op_name(a.ctx, "gdn fwd_states", "kda fwd_states");
-  need_fwd_walk(a, ph);
-  need(a.seg_entry, ph, "seg_entry");
-  need(a.h, ph, "h");
-  need(a.v_new, ph, "v_new");
+  check_problem_layout(a.ctx, ph);
+  check_fwd_states_args(a, ph);
   const Dims d(a.ctx);
   const FwdWalk fw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k, a.gcum, a.W, a.U, a.kg, a.h, a.v_new};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
@@ -301,17 +273,9 @@ void fwd_states(const FwdStateArgs& a) {
 
 void bwd_local_dv(const BwdLocalDvArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_local_dv", "kda bwd_local_dv");
-  check_ctx(a.ctx, ph);
+  check_problem_layout(a.ctx, ph);
+  check_bwd_local_dv_args(a, ph);
   const bool kda = a.ctx.problem.op == Op::Kda;
-  if (kda) {
-    need(a.Aqk, ph, "Aqk");
-  } else {
-    need(a.q, ph, "q");
-    need(a.k, ph, "k");
-    need(a.gcum, ph, "gcum");
-  }
-  need(a.dO, ph, "dO");
-  need(a.dv_local, ph, "dv_local");
   const Dims d(a.ctx);
   parallel_for(d.NT * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const ChunkDesc& ch = a.ctx.layout.chunks[w / d.HV];
@@ -344,8 +308,8 @@ void bwd_local_dv(const BwdLocalDvArgs& a) {
 
 void bwd_summaries(const BwdSummaryArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_summaries", "kda bwd_summaries");
-  need_bwd_walk(a, ph);
-  need(a.seg_dh_ext, ph, "seg_dh_ext");
+  check_problem_layout(a.ctx, ph);
+  check_bwd_summaries_args(a, ph);
   const Dims d(a.ctx);
   const BwdWalk bw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.q, a.k, a.gcum, a.W, a.kg, a.dO, a.dv_local,
                    nullptr, nullptr};
@@ -363,10 +327,8 @@ void bwd_summaries(const BwdSummaryArgs& a) {
 
 void bwd_states(const BwdStateArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_states", "kda bwd_states");
-  need_bwd_walk(a, ph);
-  need(a.seg_exit, ph, "seg_exit");
-  need(a.dh, ph, "dh");
-  need(a.dv2, ph, "dv2");
+  check_problem_layout(a.ctx, ph);
+  check_bwd_states_args(a, ph);
   const Dims d(a.ctx);
   const BwdWalk bw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.q, a.k, a.gcum, a.W, a.kg, a.dO, a.dv_local,
                    a.dh, a.dv2};

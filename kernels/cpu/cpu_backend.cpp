@@ -23,16 +23,8 @@ void CpuBackend::prep(const PrepArgs& args) const { cpu::prep(args); }
 
 void CpuBackend::wy(const WyArgs& a) const {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn wy" : "kda wy";
-  cpu::check_ctx(a.ctx, ph);
-  cpu::need(a.k, ph, "k");
-  cpu::need(a.v, ph, "v");
-  cpu::need(a.beta, ph, "beta");
-  cpu::need(a.gcum, ph, "gcum");
-  cpu::need(a.Phi, ph, "Phi");
-  cpu::need(a.W, ph, "W");
-  cpu::need(a.U, ph, "U");
-  if (a.ctx.problem.op == Op::Kda) cpu::need(a.kg, ph, "kg");
-  else cpu::forbid(a.kg, ph, "kg", "GDN gates k inside the state kernels");
+  check_problem_layout(a.ctx, ph);
+  check_wy_args(a, ph);
   cpu::wy(a);
 }
 
@@ -43,20 +35,10 @@ void CpuBackend::fwd_states(const FwdStateArgs& args) const { cpu::fwd_states(ar
 void CpuBackend::fwd_output(const FwdOutputArgs& a) const {
   const bool kda = a.ctx.problem.op == Op::Kda;
   const char* ph = kda ? "kda fwd_output" : "gdn fwd_output";
-  cpu::check_ctx(a.ctx, ph);
-  cpu::need(a.q, ph, "q");
-  cpu::need(a.gcum, ph, "gcum");
-  cpu::need(a.h, ph, "h");
-  cpu::need(a.v_new, ph, "v_new");
-  cpu::need(a.o, ph, "o");
-  if (kda) {
-    cpu::need(a.Aqk, ph, "Aqk");
-    cpu::kda_output(a);
-  } else {
-    cpu::need(a.k, ph, "k");
-    cpu::forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
-    cpu::gdn_output(a);
-  }
+  check_problem_layout(a.ctx, ph);
+  check_fwd_output_args(a, ph);
+  if (kda) cpu::kda_output(a);
+  else cpu::gdn_output(a);
 }
 
 void CpuBackend::bwd_local_dv(const BwdLocalDvArgs& args) const { cpu::bwd_local_dv(args); }
@@ -66,23 +48,8 @@ void CpuBackend::bwd_states(const BwdStateArgs& args) const { cpu::bwd_states(ar
 void CpuBackend::bwd_grads(const BwdGradArgs& a) const {
   const bool kda = a.ctx.problem.op == Op::Kda;
   const char* ph = kda ? "kda bwd_grads" : "gdn bwd_grads";
-  cpu::check_ctx(a.ctx, ph);
-  cpu::need(a.q, ph, "q");
-  cpu::need(a.k, ph, "k");
-  cpu::need(a.v, ph, "v");
-  cpu::need(a.beta, ph, "beta");
-  cpu::need(a.gcum, ph, "gcum");
-  cpu::need(a.Phi, ph, "Phi");
-  cpu::need(a.h, ph, "h");
-  cpu::need(a.v_new, ph, "v_new");
-  cpu::need(a.dh, ph, "dh");
-  cpu::need(a.dv2, ph, "dv2");
-  cpu::need(a.dO, ph, "dO");
-  cpu::need(a.dq_hv, ph, "dq_hv");
-  cpu::need(a.dk_hv, ph, "dk_hv");
-  cpu::need(a.dv, ph, "dv");
-  cpu::need(a.dbeta, ph, "dbeta");
-  cpu::need(a.dlam, ph, "dlam");
+  check_problem_layout(a.ctx, ph);
+  check_bwd_grads_args(a, ph);
   if (kda) cpu::kda_bwd_grads(a);
   else cpu::gdn_bwd_grads(a);
 }
@@ -90,17 +57,17 @@ void CpuBackend::bwd_grads(const BwdGradArgs& a) const {
 void CpuBackend::bwd_finalize(const BwdFinalizeArgs& args) const { cpu::bwd_finalize(args); }
 
 void CpuBackend::copy_floats(float* dst, const float* src, int64_t n, const Exec&) const {
-  if (n < 0) cpu::arg_fail("copy_floats", "n (" + std::to_string(n) + ") must be >= 0");
+  if (n < 0) arg_fail("copy_floats", "n (" + std::to_string(n) + ") must be >= 0");
   if (n == 0) return;
-  cpu::need(dst, "copy_floats", "dst");
-  cpu::need(src, "copy_floats", "src");
+  need(dst, "copy_floats", "dst");
+  need(src, "copy_floats", "src");
   std::memmove(dst, src, size_t(n) * sizeof(float));
 }
 
 void CpuBackend::fill_floats(float* dst, float value, int64_t n, const Exec&) const {
-  if (n < 0) cpu::arg_fail("fill_floats", "n (" + std::to_string(n) + ") must be >= 0");
+  if (n < 0) arg_fail("fill_floats", "n (" + std::to_string(n) + ") must be >= 0");
   if (n == 0) return;
-  cpu::need(dst, "fill_floats", "dst");
+  need(dst, "fill_floats", "dst");
   for (int64_t i = 0; i < n; ++i) dst[i] = value;
 }
 
@@ -122,7 +89,7 @@ class HostTimer final : public PhaseTimer {
 }  // namespace
 
 float* CpuBackend::alloc_floats(int64_t n) const {
-  if (n < 0) cpu::arg_fail("alloc_floats", "n (" + std::to_string(n) + ") must be >= 0");
+  if (n < 0) arg_fail("alloc_floats", "n (" + std::to_string(n) + ") must be >= 0");
   return new float[static_cast<size_t>(std::max<int64_t>(n, 1))];
 }
 void CpuBackend::free_floats(float* p) const { delete[] p; }

@@ -1,5 +1,6 @@
-// Internal helpers of the CPU twin: dimensions, indexing, argument checks, the deterministic
-// parallel loop, the chunk inverse, and the phase entry points implemented per file.
+// Internal helpers of the CPU twin: dimensions, indexing, the deterministic parallel loop, the
+// chunk inverse, and the phase entry points implemented per file. The argument checks are the
+// ones every backend shares (kernels/api/args_check.h).
 // Not part of the kernel API (include only from kernels/cpu/*.cpp).
 #pragma once
 
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/api/args_check.h"  // arg_fail, need, forbid, check_<phase>_args
 #include "kernels/api/backend.h"
 #include "kernels/api/numeric.h"
 
@@ -39,26 +41,6 @@ struct Dims {
   int64_t kv(int64_t n, int32_t j) const { return (n * HV + j) * int64_t(K) * V; }  // [*, HV, K, V]
   int64_t kk(int64_t n, int32_t j) const { return (n * HV + j) * int64_t(K) * K; }  // [*, HV, K, K]
 };
-
-// Argument checks: every message names the phase and the field.
-[[noreturn]] inline void arg_fail(const char* phase, const std::string& what) {
-  throw std::invalid_argument(std::string("kcp kernels: ") + phase + ": " + what);
-}
-inline void need(const void* p, const char* phase, const char* field) {
-  if (!p) arg_fail(phase, std::string("args.") + field + " is null");
-}
-inline void forbid(const void* p, const char* phase, const char* field, const char* why) {
-  if (p) arg_fail(phase, std::string("args.") + field + " must be null (" + why + ")");
-}
-// Validates problem and layout of a phase context.
-inline void check_ctx(const PhaseCtx& c, const char* phase) {
-  try {
-    validate_problem(c.problem);
-    validate_layout(c.layout, c.problem.chunk);
-  } catch (const std::invalid_argument& e) {
-    arg_fail(phase, e.what());
-  }
-}
 
 // Runs fn(i) for i in [0, n) on `threads` workers. Every i writes disjoint memory, so results
 // never depend on the thread count. The first exception is rethrown.

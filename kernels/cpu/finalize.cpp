@@ -18,33 +18,9 @@ namespace kcp::kernels::cpu {
 
 void bwd_finalize(const BwdFinalizeArgs& a) {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn bwd_finalize" : "kda bwd_finalize";
-  check_ctx(a.ctx, ph);
+  check_problem_layout(a.ctx, ph);
+  check_bwd_finalize_args(a, ph);
   const Problem& p = a.ctx.problem;
-  need(a.dq_hv, ph, "dq_hv");
-  need(a.dk_hv, ph, "dk_hv");
-  need(a.dlam, ph, "dlam");
-  need(a.dq, ph, "dq");
-  need(a.dk, ph, "dk");
-  need(a.dg, ph, "dg");
-  if (p.qk_l2norm) {
-    need(a.q, ph, "q");
-    need(a.k, ph, "k");
-    need(a.rstd_q, ph, "rstd_q");
-    need(a.rstd_k, ph, "rstd_k");
-  }
-  if (p.gate != GateForm::Direct) need(a.g, ph, "g");
-  if (p.has_A_log) {
-    need(a.A_log, ph, "A_log");
-    need(a.dA_log, ph, "dA_log");
-  } else {
-    forbid(a.dA_log, ph, "dA_log", "problem.has_A_log is false");
-  }
-  if (p.has_dt_bias) {
-    need(a.dt_bias, ph, "dt_bias");
-    need(a.ddt_bias, ph, "ddt_bias");
-  } else {
-    forbid(a.ddt_bias, ph, "ddt_bias", "problem.has_dt_bias is false");
-  }
   const Dims d(a.ctx);
 
   // [F1]

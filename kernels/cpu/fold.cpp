@@ -8,15 +8,7 @@
 namespace kcp::kernels::cpu {
 
 void fold(const FoldArgs& a) {
-  const char* ph = "fold";
-  if (a.HV < 1 || a.K < 1 || a.V < 1)
-    arg_fail(ph, "args.HV/K/V (" + std::to_string(a.HV) + ", " + std::to_string(a.K) + ", " + std::to_string(a.V) +
-                     ") must be >= 1");
-  if (a.n < 0) arg_fail(ph, "args.n (" + std::to_string(a.n) + ") must be >= 0");
-  if (a.n > 0) {
-    need(a.A, ph, "A");
-    need(a.b, ph, "b");
-  }
+  check_fold_args(a, "fold");
   const int32_t K = a.K, V = a.V;
   const int64_t KV = int64_t(K) * V, KK = int64_t(K) * K;
   parallel_for(a.HV, a.exec.threads, [&](int64_t j) {

@@ -32,25 +32,10 @@ float activate(const Problem& p, float graw, float A_log, float bias) {
 
 void prep(const PrepArgs& a) {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn prep" : "kda prep";
-  check_ctx(a.ctx, ph);
+  check_problem_layout(a.ctx, ph);
+  check_prep_args(a, ph);
   const Problem& p = a.ctx.problem;
   const Dims d(a.ctx);
-  need(a.q, ph, "q");
-  need(a.k, ph, "k");
-  need(a.g, ph, "g");
-  need(a.beta, ph, "beta");
-  if (p.has_A_log) need(a.A_log, ph, "A_log");
-  if (p.has_dt_bias) need(a.dt_bias, ph, "dt_bias");
-  need(a.q_out, ph, "q_out");
-  need(a.k_out, ph, "k_out");
-  need(a.gcum, ph, "gcum");
-  need(a.Phi, ph, "Phi");
-  if (p.qk_l2norm) {
-    need(a.rstd_q, ph, "rstd_q");
-    need(a.rstd_k, ph, "rstd_k");
-  }
-  if (p.op == Op::Kda) need(a.Aqk, ph, "Aqk");
-  else forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
 
   // [P1] q/k after prep, per (t, i) row of length K.
   parallel_for(d.T, a.ctx.exec.threads, [&](int64_t t) {

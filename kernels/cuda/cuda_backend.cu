@@ -1,6 +1,6 @@
 // CudaBackend: the kernels/api/backend.h interface on an NVIDIA GPU (GDN; KDA is a later issue).
-// Host code: Args checks (the same messages as the CPU twin), the device copies of the layout
-// tables, dispatch to the launchers of cuda_launch.h, memory helpers and timers.
+// Host code: Args checks (kernels/api/args_check.h, shared with the CPU twin), the device copies
+// of the layout tables, dispatch to the launchers of cuda_launch.h, memory helpers and timers.
 //
 // Layout tables arrive in host memory (LayoutView). They are uploaded once per distinct layout
 // into a device buffer owned by the backend (a small cache keyed by the table contents, guarded
@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/api/args_check.h"
 #include "kernels/cuda/cuda_launch.h"
 
 namespace kcp::kernels {
@@ -61,16 +62,6 @@ namespace {
 
 using cuda::DevLayout;
 
-[[noreturn]] void arg_fail(const char* phase, const std::string& what) {
-  throw std::invalid_argument(std::string("kcp kernels: ") + phase + ": " + what);
-}
-void need(const void* p, const char* phase, const char* field) {
-  if (!p) arg_fail(phase, std::string("args.") + field + " is null");
-}
-void forbid(const void* p, const char* phase, const char* field, const char* why) {
-  if (p) arg_fail(phase, std::string("args.") + field + " must be null (" + why + ")");
-}
-
 Status support(const Problem& p) {
   try {
     validate_problem(p);
@@ -84,35 +75,12 @@ Status support(const Problem& p) {
   return Status::success();
 }
 
+// The context check of every phase: the shared one (args_check.h), then what CUDA cannot run
+// (after it, ctx.problem is GDN with K = V in {64, 128}).
 void check_ctx(const PhaseCtx& c, const char* phase) {
-  try {
-    validate_problem(c.problem);
-    validate_layout(c.layout, c.problem.chunk);
-  } catch (const std::invalid_argument& e) {
-    arg_fail(phase, e.what());
-  }
+  check_problem_layout(c, phase);
   const Status st = support(c.problem);
   if (!st.ok) arg_fail(phase, st.reason);
-}
-
-// The context and inputs every walk of a direction needs (Args: the phase's args).
-template <class Args>
-void need_fwd_walk(const Args& a, const char* ph) {
-  check_ctx(a.ctx, ph);
-  need(a.k, ph, "k");
-  need(a.gcum, ph, "gcum");
-  need(a.W, ph, "W");
-  need(a.U, ph, "U");
-}
-template <class Args>
-void need_bwd_walk(const Args& a, const char* ph) {
-  check_ctx(a.ctx, ph);
-  need(a.q, ph, "q");
-  need(a.k, ph, "k");
-  need(a.gcum, ph, "gcum");
-  need(a.W, ph, "W");
-  need(a.dO, ph, "dO");
-  need(a.dv_local, ph, "dv_local");
 }
 
 bool same(const PieceDesc& a, const PieceDesc& b) {
@@ -211,132 +179,73 @@ class CudaBackend final : public Backend {
   void prep(const PrepArgs& a) const override {
     const char* ph = "gdn prep";
     check_ctx(a.ctx, ph);
-    const Problem& p = a.ctx.problem;
-    need(a.q, ph, "q");
-    need(a.k, ph, "k");
-    need(a.g, ph, "g");
-    need(a.beta, ph, "beta");
-    if (p.has_A_log) need(a.A_log, ph, "A_log");
-    if (p.has_dt_bias) need(a.dt_bias, ph, "dt_bias");
-    need(a.q_out, ph, "q_out");
-    need(a.k_out, ph, "k_out");
-    need(a.gcum, ph, "gcum");
-    need(a.Phi, ph, "Phi");
-    if (p.qk_l2norm) {
-      need(a.rstd_q, ph, "rstd_q");
-      need(a.rstd_k, ph, "rstd_k");
-    }
-    forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
+    check_prep_args(a, ph);
     cuda::launch_prep(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void wy(const WyArgs& a) const override {
     const char* ph = "gdn wy";
     check_ctx(a.ctx, ph);
-    need(a.k, ph, "k");
-    need(a.v, ph, "v");
-    need(a.beta, ph, "beta");
-    need(a.gcum, ph, "gcum");
-    need(a.Phi, ph, "Phi");
-    need(a.W, ph, "W");
-    need(a.U, ph, "U");
-    forbid(a.kg, ph, "kg", "GDN gates k inside the state kernels");
+    check_wy_args(a, ph);
     cuda::launch_wy(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void fwd_summaries(const FwdSummaryArgs& a) const override {
     const char* ph = "gdn fwd_summaries";
-    need_fwd_walk(a, ph);
-    need(a.seg_h_ext, ph, "seg_h_ext");
-    need(a.seg_Mt, ph, "seg_Mt");
+    check_ctx(a.ctx, ph);
+    check_fwd_summaries_args(a, ph);
     cuda::launch_fwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void fold(const FoldArgs& a) const override {
-    const char* ph = "fold";
-    if (a.HV < 1 || a.K < 1 || a.V < 1)
-      arg_fail(ph, "args.HV/K/V (" + std::to_string(a.HV) + ", " + std::to_string(a.K) + ", " + std::to_string(a.V) +
-                       ") must be >= 1");
-    if (a.K % 32 != 0 || a.V % 32 != 0 || a.K > 128)
-      arg_fail(ph, "args.K/V (" + std::to_string(a.K) + ", " + std::to_string(a.V) +
-                       ") unsupported on CUDA (multiples of 32, K <= 128)");
-    if (a.n < 0) arg_fail(ph, "args.n (" + std::to_string(a.n) + ") must be >= 0");
-    if (a.n > 0) {
-      need(a.A, ph, "A");
-      need(a.b, ph, "b");
-    }
+    check_fold_args(a, "fold", [](const FoldArgs& f, const char* ph) {
+      if (f.K % 32 != 0 || f.V % 32 != 0 || f.K > 128)
+        arg_fail(ph, "args.K/V (" + std::to_string(f.K) + ", " + std::to_string(f.V) +
+                         ") unsupported on CUDA (multiples of 32, K <= 128)");
+    });
     bind();
     cuda::launch_fold(a, stream(a.exec));
   }
 
   void fwd_states(const FwdStateArgs& a) const override {
     const char* ph = "gdn fwd_states";
-    need_fwd_walk(a, ph);
-    need(a.seg_entry, ph, "seg_entry");
-    need(a.h, ph, "h");
-    need(a.v_new, ph, "v_new");
+    check_ctx(a.ctx, ph);
+    check_fwd_states_args(a, ph);
     cuda::launch_fwd_states(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void fwd_output(const FwdOutputArgs& a) const override {
     const char* ph = "gdn fwd_output";
     check_ctx(a.ctx, ph);
-    need(a.q, ph, "q");
-    need(a.k, ph, "k");
-    need(a.gcum, ph, "gcum");
-    need(a.h, ph, "h");
-    need(a.v_new, ph, "v_new");
-    need(a.o, ph, "o");
-    forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
+    check_fwd_output_args(a, ph);
     cuda::launch_fwd_output(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_local_dv(const BwdLocalDvArgs& a) const override {
     const char* ph = "gdn bwd_local_dv";
     check_ctx(a.ctx, ph);
-    need(a.q, ph, "q");
-    need(a.k, ph, "k");
-    need(a.gcum, ph, "gcum");
-    need(a.dO, ph, "dO");
-    need(a.dv_local, ph, "dv_local");
+    check_bwd_local_dv_args(a, ph);
     cuda::launch_bwd_local_dv(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_summaries(const BwdSummaryArgs& a) const override {
     const char* ph = "gdn bwd_summaries";
-    need_bwd_walk(a, ph);
-    need(a.seg_dh_ext, ph, "seg_dh_ext");
+    check_ctx(a.ctx, ph);
+    check_bwd_summaries_args(a, ph);
     cuda::launch_bwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_states(const BwdStateArgs& a) const override {
     const char* ph = "gdn bwd_states";
-    need_bwd_walk(a, ph);
-    need(a.seg_exit, ph, "seg_exit");
-    need(a.dh, ph, "dh");
-    need(a.dv2, ph, "dv2");
+    check_ctx(a.ctx, ph);
+    check_bwd_states_args(a, ph);
     cuda::launch_bwd_states(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_grads(const BwdGradArgs& a) const override {
     const char* ph = "gdn bwd_grads";
     check_ctx(a.ctx, ph);
-    need(a.q, ph, "q");
-    need(a.k, ph, "k");
-    need(a.v, ph, "v");
-    need(a.beta, ph, "beta");
-    need(a.gcum, ph, "gcum");
-    need(a.Phi, ph, "Phi");
-    need(a.h, ph, "h");
-    need(a.v_new, ph, "v_new");
-    need(a.dh, ph, "dh");
-    need(a.dv2, ph, "dv2");
-    need(a.dO, ph, "dO");
-    need(a.dq_hv, ph, "dq_hv");
-    need(a.dk_hv, ph, "dk_hv");
-    need(a.dv, ph, "dv");
-    need(a.dbeta, ph, "dbeta");
-    need(a.dlam, ph, "dlam");
+    check_bwd_grads_args(a, ph);
     need_scratch(a.ctx, ph);
     const ScratchParts sp = scratch_parts(a.ctx.problem, a.ctx.layout);
     float* dlam_hi = a.ctx.problem.K > 64 ? a.ctx.scratch + sp.dlam_hi : nullptr;
@@ -346,32 +255,7 @@ class CudaBackend final : public Backend {
   void bwd_finalize(const BwdFinalizeArgs& a) const override {
     const char* ph = "gdn bwd_finalize";
     check_ctx(a.ctx, ph);
-    const Problem& p = a.ctx.problem;
-    need(a.dq_hv, ph, "dq_hv");
-    need(a.dk_hv, ph, "dk_hv");
-    need(a.dlam, ph, "dlam");
-    need(a.dq, ph, "dq");
-    need(a.dk, ph, "dk");
-    need(a.dg, ph, "dg");
-    if (p.qk_l2norm) {
-      need(a.q, ph, "q");
-      need(a.k, ph, "k");
-      need(a.rstd_q, ph, "rstd_q");
-      need(a.rstd_k, ph, "rstd_k");
-    }
-    if (p.gate != GateForm::Direct) need(a.g, ph, "g");
-    if (p.has_A_log) {
-      need(a.A_log, ph, "A_log");
-      need(a.dA_log, ph, "dA_log");
-    } else {
-      forbid(a.dA_log, ph, "dA_log", "problem.has_A_log is false");
-    }
-    if (p.has_dt_bias) {
-      need(a.dt_bias, ph, "dt_bias");
-      need(a.ddt_bias, ph, "ddt_bias");
-    } else {
-      forbid(a.ddt_bias, ph, "ddt_bias", "problem.has_dt_bias is false");
-    }
+    check_bwd_finalize_args(a, ph);
     need_scratch(a.ctx, ph);
     cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec));
   }
