@@ -96,6 +96,7 @@ struct RunCli {
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
+  bool phase_times = false;
   bool no_det_checks = false;
 };
 
@@ -218,8 +219,11 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   sub->add_option("--warmup", o->warmup, "Untimed forward+backward runs per form before the timed ones")->capture_default_str();
   sub->add_option("--repeats", o->repeats, "Timed forward+backward runs per form (median/min/max/p90 in the JSON)")
       ->capture_default_str();
-  sub->add_flag("--bench", o->bench, "Benchmark mode: --warmup 3 --repeats 20 unless given (kernels only; results are "
-                                     "still judged)");
+  sub->add_flag("--bench", o->bench, "Benchmark mode: --warmup 3 --repeats 20 unless given, and --phase-times "
+                                     "(kernels only; results are still judged)");
+  sub->add_flag("--phase-times", o->phase_times, "After the timed runs, as many runs again with each backend phase "
+                                                 "timed: per-phase median/min/max in the JSON (timings_ms.phases), "
+                                                 "medians in the table");
   sub->add_flag("--no-det-checks", o->no_det_checks, "Skip the det package's rerun and full-vs-light bitwise checks");
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
@@ -265,6 +269,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                 o->repeats);
     opt.warmup = o->bench && sub->count("--warmup") == 0 ? 3 : o->warmup;
     opt.repeats = o->bench && sub->count("--repeats") == 0 ? 20 : o->repeats;
+    opt.phase_times = o->bench || o->phase_times;
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
     KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi" || o->comm == "nccl",
                 "--comm: expected local, mpi, nccl or auto, got \"{}\"", o->comm);

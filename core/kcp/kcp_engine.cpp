@@ -10,6 +10,7 @@
 #include "core/kcp/device_array.h"
 #include "core/kcp/fault_backend.h"
 #include "core/kcp/fault_site.h"
+#include "core/kcp/phase_timing_backend.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
 #include "core/util/phase.h"
@@ -135,7 +136,9 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
   const int fault_segment = faulted_here && fk == FaultKind::DropSegmentEntry ? site.segment : -1;
   const int64_t fault_tile = faulted_here && fk == FaultKind::SkipOutputTile ? site.local_token : -1;
   const bool drop_incoming = faulted_here && fk == FaultKind::DropRankIncoming;
-  FaultInjectingBackend backend(real_backend, fault_segment, fault_tile);
+  const FaultInjectingBackend faulty(real_backend, fault_segment, fault_tile);
+  // Every phase call goes through the timing decorator; it records only on the phase-timed runs.
+  PhaseTimingBackend backend(faulty);
 
   const kernels::Status st = backend.can_implement(problem);
   if (!st.ok) KCP_THROW(ConfigError, "backend {} cannot run row {}: {}", backend.name(), row.name, st.reason);
@@ -251,8 +254,12 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
 
   auto t_fwd_local = backend.make_timer(), t_fwd_rest = backend.make_timer(), t_bwd_local = backend.make_timer(),
        t_bwd_rest = backend.make_timer();
-  const int repeats = std::max(1, opt.warmup + opt.repeats);
-  for (int rep = 0; rep < repeats; ++rep) {
+  // Runs: warm-up, timed (forward / backward totals), then with --phase-times as many again with
+  // a timer pair around each phase call (separate runs: those timers add gaps between launches).
+  const int timed_end = std::max(1, opt.warmup + opt.repeats);
+  const int runs = timed_end + (opt.phase_times ? opt.repeats : 0);
+  for (int rep = 0; rep < runs; ++rep) {
+    const bool phase_timed = rep >= timed_end;
     // Poison everything the kernels write (DESIGN.md 5): an unwritten element shows as NaN.
     for (const DeviceArray* a : {&saved_arena, &ws_arena, &d_o, &d_ht, &d_dq, &d_dk, &d_dv, &d_dg, &d_dbeta, &d_dA_log,
                                  &d_ddt_bias, &d_dh0})
@@ -267,6 +274,7 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     // ---- forward ----
     const auto w0 = std::chrono::steady_clock::now();
     d_send.fill(0.0f, exec);
+    backend.set_timing(phase_timed, "forward");
     t_fwd_local->start(exec);
     set_phase(form.label() + " forward summary");
     // A rank that sends nothing asks for no summary (the kernels skip what nobody reads) and
@@ -281,7 +289,9 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // only the deadline ends this
     }
     set_phase(form.label() + " forward exchange");
+    backend.set_timing(false);
     exchange(sends_fwd);
+    backend.set_timing(phase_timed, "forward");
     t_fwd_rest->start(exec);
     if (receives && rp.pre_ranks > 0) {
       // X = h0(seq) or 0; for q = r - pre .. r - 1: X <- M_q X + h_ext_q (ALGORITHM.md 4.2). The
@@ -294,6 +304,7 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     set_phase(form.label() + " forward");
     call_backend("forward", [&] { kernels::rank_forward_end(backend, run, receives ? d_incoming.get() : nullptr, out); });
     t_fwd_rest->stop(exec);
+    backend.set_timing(false);
     backend.synchronize(exec);
     const double fwd_wall = ms_since(w0);
 
@@ -313,6 +324,7 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     comm.barrier();
     const auto w1 = std::chrono::steady_clock::now();
     d_send.fill(0.0f, exec);
+    backend.set_timing(phase_timed, "backward");
     t_bwd_local->start(run.exec);
     set_phase(form.label() + " backward summary");
     call_backend("backward summary", [&] {
@@ -320,7 +332,9 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     });
     t_bwd_local->stop(run.exec);
     set_phase(form.label() + " backward exchange");
+    backend.set_timing(false);
     exchange(receives);  // the first piece's reverse summary goes to earlier ranks
+    backend.set_timing(phase_timed, "backward");
     t_bwd_rest->start(run.exec);
     if (sends_fwd && rp.post_ranks > 0) {
       // Y = dht(seq) or 0; for q = r + post down to r + 1: Y <- M_q^T Y + dh_ext_q (ALGORITHM.md 4.3);
@@ -330,9 +344,16 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
     set_phase(form.label() + " backward");
     call_backend("backward", [&] { kernels::rank_backward_end(backend, run, sends_fwd ? d_exit.get() : nullptr, gr); });
     t_bwd_rest->stop(run.exec);
+    backend.set_timing(false);
     backend.synchronize(run.exec);
     const double bwd_wall = ms_since(w1);
-    if (rep >= opt.warmup) {
+    if (phase_timed) {
+      const std::map<std::string, double> ms = backend.collect();
+      for (const std::string& name : engine_phase_names()) {
+        auto it = ms.find(name);
+        if (it != ms.end()) res.phase_kernel_ms[name].push_back(it->second);
+      }
+    } else if (rep >= opt.warmup) {
       res.forward_kernel_ms.push_back(t_fwd_local->elapsed_ms() + t_fwd_rest->elapsed_ms());
       res.backward_kernel_ms.push_back(t_bwd_local->elapsed_ms() + t_bwd_rest->elapsed_ms());
       res.forward_wall_ms.push_back(fwd_wall);

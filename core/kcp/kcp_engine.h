@@ -15,6 +15,7 @@
 // unwritten element or a backward that reads forward scratch shows as a non-finite value.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,10 @@ struct RankResult {
   // Per timed repeat: kernel time (backend timers around the phases, exchange excluded) and host
   // wall time (exchange included) of this rank's forward and backward.
   std::vector<double> forward_kernel_ms, backward_kernel_ms, forward_wall_ms, backward_wall_ms;
+  // With EngineOptions::phase_times, per phase ("forward.prep", "backward.wy": the backward
+  // recomputes wy and the forward states) and per phase-timed run: its calls' kernel time summed.
+  // Only phases this rank called.
+  std::map<std::string, std::vector<double>> phase_kernel_ms;
   int64_t device_bytes = 0;                     // everything the form allocated in the backend's memory
   int faulted_segment = -1;                     // where an injected fault was applied (-1 none)
   int64_t faulted_token = -1;                   // global token of the fault boundary (-1 none)
@@ -73,6 +78,7 @@ struct EngineOptions {
   int threads = 1;   // CPU twin worker threads per rank
   int warmup = 0;    // untimed forward+backward runs before the timed ones
   int repeats = 1;   // timed runs; the results of the last one are returned
+  bool phase_times = false;  // then `repeats` more runs with every phase call timed (phase_kernel_ms)
   Fault fault;
 };
 

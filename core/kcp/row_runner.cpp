@@ -9,6 +9,7 @@
 
 #include "core/compare/compare.h"
 #include "core/inputs/inputs.h"
+#include "core/kcp/phase_timing_backend.h"
 #include "core/plan/segment_plan.h"
 #include "core/report/npy_dump.h"
 #include "core/report/plan_json.h"
@@ -109,7 +110,38 @@ Verdict summarize(const std::vector<TensorMetrics>& ms) {
 }
 
 // Median, min, max, p90 and count of per-repeat times, each the slowest rank's (collective).
-nlohmann::json timing_stats(const RankResult& res, Communicator& comm) {
+// Median / min / max / p90 / count of a sample (null when empty).
+nlohmann::json sample_stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size();
+  if (m == 0) return nlohmann::json(nullptr);
+  const double med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+  return nlohmann::json{{"median", med}, {"min", v.front()}, {"max", v.back()},
+                        {"p90", v[std::min(m - 1, static_cast<size_t>(0.9 * double(m)))]}, {"count", m}};
+}
+
+// Per phase (engine_phase_names order) and per phase-timed run, the slowest rank; phases no rank
+// called are left out. Every rank takes part (the all-reduces), rank 0 uses the result.
+nlohmann::json phase_stats(const RankResult& res, Communicator& comm, int runs) {
+  const std::vector<std::string>& names = engine_phase_names();
+  const size_t n = static_cast<size_t>(runs);
+  std::vector<double> ms(names.size() * n, 0.0), called(names.size(), 0.0);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = res.phase_kernel_ms.find(names[i]);
+    if (it == res.phase_kernel_ms.end()) continue;
+    KCP_CHECK(it->second.size() == n, "phase {}: {} timed runs, expected {}", names[i], it->second.size(), n);
+    std::copy(it->second.begin(), it->second.end(), ms.begin() + i * n);
+    called[i] = 1.0;
+  }
+  comm.allreduce(ms.data(), ms.size(), ReduceOp::Max);
+  comm.allreduce(called.data(), called.size(), ReduceOp::Max);
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t i = 0; i < names.size(); ++i)
+    if (called[i] > 0.0) out[names[i]] = sample_stats(std::vector<double>(ms.begin() + i * n, ms.begin() + (i + 1) * n));
+  return out;
+}
+
+nlohmann::json timing_stats(const RankResult& res, Communicator& comm, bool phase_times, int repeats) {
   const size_t n = res.forward_kernel_ms.size();
   std::vector<double> f(res.forward_kernel_ms), b(res.backward_kernel_ms), fw(res.forward_wall_ms), bw(res.backward_wall_ms);
   for (auto* v : {&f, &b, &fw, &bw})
@@ -119,17 +151,30 @@ nlohmann::json timing_stats(const RankResult& res, Communicator& comm) {
     t[i] = f[i] + b[i];
     tw[i] = fw[i] + bw[i];
   }
-  auto stats = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size();
-    if (m == 0) return nlohmann::json(nullptr);
-    const double med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
-    return nlohmann::json{{"median", med}, {"min", v.front()}, {"max", v.back()},
-                          {"p90", v[std::min(m - 1, static_cast<size_t>(0.9 * double(m)))]}, {"count", m}};
-  };
-  return {{"forward", stats(f)}, {"backward", stats(b)}, {"total", stats(t)}, {"wall_total", stats(tw)},
-          {"what", "forward/backward/total: backend timers around the kernel phases (CUDA events on a GPU), "
-                   "the exchange excluded; wall_total: host clock, exchange included; each the slowest rank"}};
+  nlohmann::json j = {{"forward", sample_stats(f)}, {"backward", sample_stats(b)}, {"total", sample_stats(t)},
+                      {"wall_total", sample_stats(tw)},
+                      {"what", "forward/backward/total: backend timers around the kernel phases (CUDA events on a GPU), "
+                               "the exchange excluded; wall_total: host clock, exchange included; each the slowest rank"}};
+  if (phase_times) {
+    j["phases"] = phase_stats(res, comm, repeats);
+    j["phases_what"] =
+        "per backend phase (kernels/api/backend.h) of the forward and of the backward (which recomputes wy and the "
+        "forward states): the kernel time of its calls in one run, summed, the slowest rank; measured on as many "
+        "separate runs as the totals, with a timer pair around each call";
+  }
+  return j;
+}
+
+// The table's per-phase lines of an entry: median ms per phase, one line per section.
+void log_phase_medians(const nlohmann::json& phases) {
+  for (const char* section : {"forward", "backward"}) {
+    std::string line;
+    const std::string prefix = std::string(section) + ".";
+    for (const std::string& name : engine_phase_names())
+      if (name.rfind(prefix, 0) == 0 && phases.contains(name))
+        line += fmt::format("  {} {:.3f}", name.substr(prefix.size()), phases[name]["median"].get<double>());
+    if (!line.empty()) log::info0("      {:<8} phases, median ms:{}", section, line);
+  }
 }
 
 // --dump: the rank's inputs and reference once per row, the backend's tensors once per form.
@@ -269,6 +314,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       eo.fault = opt.fault;
       eo.warmup = opt.warmup;
       eo.repeats = opt.repeats;
+      eo.phase_times = opt.phase_times;
       const RankResult res = run_form(row, plan, form, shard, comm, backend, eo);
       std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_ref, r);
       if (opt.dumper) dump_result(*opt.dumper, row, form, plan.ranks[r], res, r);
@@ -296,7 +342,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
         }
       }
       // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
-      const nlohmann::json timings = timing_stats(res, comm);
+      const nlohmann::json timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
       std::vector<double> mem_all(W);
       const double mem_mine = double(res.device_bytes);
       comm.allgather(&mem_mine, mem_all.data(), 1);
@@ -324,6 +370,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
                    v.worst_ratio ? v.worst_ratio->ratio_max : 0.0, v.worst_ratio ? v.worst_ratio->name : "",
                    v.worst_rms ? v.worst_rms->rms_ratio : 0.0, v.worst_rms ? v.worst_rms->name : "", timings["total"]["median"].get<double>(),
                    status == "pass" ? std::string("PASS") : status == "fail" ? "FAIL: " + v.reason : std::string("CONTRACT BROKEN"));
+        if (timings.contains("phases")) log_phase_medians(timings["phases"]);
         outcome.entries.push_back(entry);
       }
       // The faulting rank's location, for every rank's entry (only rank 0 writes the JSON).

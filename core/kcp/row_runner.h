@@ -36,7 +36,8 @@ struct RunOptions {
   std::string cache_dir;             // reference cache ("" = none)
   bool determinism_checks = true;
   int warmup = 0;                    // untimed runs per form before the timed ones
-  int repeats = 1;                   // timed runs per form    // det: rerun and full-vs-light bitwise
+  int repeats = 1;                   // timed runs per form
+  bool phase_times = false;          // then `repeats` runs with every backend phase timed (per-phase stats)
   Fault fault;
   Dumper* dumper = nullptr;     // --dump: inputs, reference and backend tensors as .npy
   int progress_offset = 0;            // rows before these in the whole run (for "[i/n]" lines)

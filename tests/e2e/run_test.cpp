@@ -203,3 +203,42 @@ TEST(Run, ReferenceDiskCacheGivesTheSameMetrics) {
   ASSERT_EQ(run_kcpbench("-q run --rows int1 --row D1 --package det --saved full --cache " + cache + " --json " + b).code, 0);
   EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
 }
+
+TEST(Run, BenchTimesEveryPhaseEachRankRanInTheJsonAndTheTable) {
+  // Four ranks (threads) of row A3, planned P: every rank folds, so both sections hold every phase
+  // the driver calls; each is timed on its own runs (--repeats of them).
+  const std::string out = tmp("bench_phases.json");
+  auto r = run_kcpbench("run --rows int1 --row A3 --package nondet --saved full --P planned --bench --warmup 1 "
+                        "--repeats 5 --cache none --json " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("forward  phases, median ms:  prep "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backward phases, median ms:  wy "), std::string::npos) << r.out;
+  const json j = read_json(out);
+  ASSERT_EQ(j["entries"].size(), 1u);
+  const json& t = j["entries"][0]["timings_ms"];
+  EXPECT_EQ(t["total"]["count"], 5);
+  const std::set<std::string> want = {
+      "forward.prep",          "forward.wy",          "forward.fwd_summaries", "forward.fold",
+      "forward.fwd_states",    "forward.fwd_output",  "backward.wy",           "backward.fold",
+      "backward.fwd_states",   "backward.bwd_local_dv", "backward.bwd_summaries", "backward.bwd_states",
+      "backward.bwd_grads",    "backward.bwd_finalize"};
+  std::set<std::string> got;
+  double sum[2] = {0.0, 0.0};
+  for (const auto& [name, st] : t["phases"].items()) {
+    got.insert(name);
+    EXPECT_EQ(st["count"], 5) << name;
+    EXPECT_GT(st["min"].get<double>(), 0.0) << name;
+    EXPECT_LE(st["min"].get<double>(), st["median"].get<double>()) << name;
+    EXPECT_LE(st["median"].get<double>(), st["max"].get<double>()) << name;
+    sum[name.rfind("backward.", 0) == 0] += st["median"].get<double>();
+  }
+  for (const std::string& name : want) EXPECT_TRUE(got.count(name)) << "no timing for " << name << ": " << t.dump(1);
+  // The phases make up the section: their medians add to about its total (slowest rank per phase
+  // vs per run, and the timers' gaps, keep it from being exact).
+  const char* sections[2] = {"forward", "backward"};
+  for (int s = 0; s < 2; ++s) {
+    const double total = t[sections[s]]["median"].get<double>();
+    EXPECT_GT(sum[s], 0.5 * total) << sections[s];
+    EXPECT_LT(sum[s], 2.0 * total) << sections[s];
+  }
+}

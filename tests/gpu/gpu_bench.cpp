@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/kcp/phase_timing_backend.h"
 #include "kernels/api/numeric.h"
 #include "kernels/cpu/rank_driver.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -27,75 +28,6 @@
 namespace kk = kcp::kernels;
 
 namespace {
-
-// Forwards every call to `inner`, timing each phase call with the inner backend's timers.
-class TimingBackend final : public kk::Backend {
- public:
-  explicit TimingBackend(const kk::Backend& inner) : in_(inner) {}
-  const char* name() const override { return in_.name(); }
-  kk::Status can_implement(const kk::Problem& p) const override { return in_.can_implement(p); }
-  int64_t extra_workspace_floats(const kk::Problem& p, const kk::LayoutView& l) const override {
-    return in_.extra_workspace_floats(p, l);
-  }
-  void prep(const kk::PrepArgs& a) const override { timed("prep", a.ctx.exec, [&] { in_.prep(a); }); }
-  void wy(const kk::WyArgs& a) const override { timed("wy", a.ctx.exec, [&] { in_.wy(a); }); }
-  void fwd_summaries(const kk::FwdSummaryArgs& a) const override {
-    timed("fwd_summaries", a.ctx.exec, [&] { in_.fwd_summaries(a); });
-  }
-  void fold(const kk::FoldArgs& a) const override { timed("fold", a.exec, [&] { in_.fold(a); }); }
-  void fwd_states(const kk::FwdStateArgs& a) const override {
-    timed("fwd_states", a.ctx.exec, [&] { in_.fwd_states(a); });
-  }
-  void fwd_output(const kk::FwdOutputArgs& a) const override {
-    timed("fwd_output", a.ctx.exec, [&] { in_.fwd_output(a); });
-  }
-  void bwd_local_dv(const kk::BwdLocalDvArgs& a) const override {
-    timed("bwd_local_dv", a.ctx.exec, [&] { in_.bwd_local_dv(a); });
-  }
-  void bwd_summaries(const kk::BwdSummaryArgs& a) const override {
-    timed("bwd_summaries", a.ctx.exec, [&] { in_.bwd_summaries(a); });
-  }
-  void bwd_states(const kk::BwdStateArgs& a) const override {
-    timed("bwd_states", a.ctx.exec, [&] { in_.bwd_states(a); });
-  }
-  void bwd_grads(const kk::BwdGradArgs& a) const override { timed("bwd_grads", a.ctx.exec, [&] { in_.bwd_grads(a); }); }
-  void bwd_finalize(const kk::BwdFinalizeArgs& a) const override {
-    timed("bwd_finalize", a.ctx.exec, [&] { in_.bwd_finalize(a); });
-  }
-  void copy_floats(float* d, const float* s, int64_t n, const kk::Exec& e) const override {
-    timed("copy/fill", e, [&] { in_.copy_floats(d, s, n, e); });
-  }
-  void fill_floats(float* d, float v, int64_t n, const kk::Exec& e) const override {
-    timed("copy/fill", e, [&] { in_.fill_floats(d, v, n, e); });
-  }
-  void synchronize(const kk::Exec& e) const override { in_.synchronize(e); }
-  float* alloc_floats(int64_t n) const override { return in_.alloc_floats(n); }
-  void free_floats(float* p) const override { in_.free_floats(p); }
-  void upload(float* d, const float* s, int64_t n, const kk::Exec& e) const override { in_.upload(d, s, n, e); }
-  void download(float* d, const float* s, int64_t n, const kk::Exec& e) const override { in_.download(d, s, n, e); }
-  std::unique_ptr<kk::PhaseTimer> make_timer() const override { return in_.make_timer(); }
-  std::string device_name() const override { return in_.device_name(); }
-
-  bool enabled = false;
-  // Adds the pending timings to `acc` (ms per phase) and clears them.
-  void collect(std::map<std::string, double>& acc) const {
-    for (auto& [name, t] : pending_) acc[name] += t->elapsed_ms();
-    pending_.clear();
-  }
-
- private:
-  template <class F>
-  void timed(const char* name, const kk::Exec& e, F&& f) const {
-    if (!enabled) return f();
-    auto t = in_.make_timer();
-    t->start(e);
-    f();
-    t->stop(e);
-    pending_.push_back({name, std::move(t)});
-  }
-  const kk::Backend& in_;
-  mutable std::vector<std::pair<std::string, std::unique_ptr<kk::PhaseTimer>>> pending_;
-};
 
 struct Rng {
   uint64_t s;
@@ -128,7 +60,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   auto real = kk::make_cuda_backend(0);
-  TimingBackend be(*real);
+  kcp::PhaseTimingBackend be(*real);
 
   kk::Problem p;
   p.H = H;
@@ -191,7 +123,7 @@ int main(int argc, char** argv) {
   auto t_fwd = be.make_timer(), t_bwd = be.make_timer();
   const int warmup = 2;
   for (int rep = 0; rep < warmup + repeats; ++rep) {
-    be.enabled = rep >= warmup;
+    be.set_timing(rep >= warmup);
     t_fwd->start(ex);
     kk::run_rank_forward(be, run, nullptr, out);
     t_fwd->stop(ex);
@@ -202,7 +134,7 @@ int main(int argc, char** argv) {
     if (rep >= warmup) {
       fwd_ms.push_back(t_fwd->elapsed_ms());
       bwd_ms.push_back(t_bwd->elapsed_ms());
-      be.collect(phase_ms);
+      for (const auto& [name, ms] : be.collect()) phase_ms[name] += ms;
     }
   }
   // Check the last results are finite (a cheap guard; accuracy is the tests' job).
@@ -220,7 +152,7 @@ int main(int argc, char** argv) {
   // Again without per-phase events (they add gaps between launches).
   fwd_ms.clear();
   bwd_ms.clear();
-  be.enabled = false;
+  be.set_timing(false);
   for (int rep = 0; rep < repeats; ++rep) {
     t_fwd->start(ex);
     kk::run_rank_forward(be, run, nullptr, out);

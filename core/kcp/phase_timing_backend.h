@@ -1,0 +1,77 @@
+// A Backend decorator that times every phase call while enabled, so `kcpbench run --bench` (and
+// kcp_gpu_bench) can report per-phase kernel times with the kernels and the engine's data flow
+// untouched. Each call gets a pair of the inner backend's timers (CUDA events on a GPU) around
+// it; the timers are kept and reused across repeats. A timer pair between launches adds a small
+// gap, so the engine measures forward / backward totals on repeats with timing off.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/api/backend.h"
+
+namespace kcp {
+
+class PhaseTimingBackend final : public kernels::Backend {
+ public:
+  explicit PhaseTimingBackend(const kernels::Backend& inner) : inner_(inner) {}
+
+  // Timing on or off; while on, each phase call is recorded as "<section>.<phase>" ("forward.wy")
+  // or as "<phase>" when the section is empty.
+  void set_timing(bool on, const std::string& section = "") {
+    on_ = on;
+    section_ = section;
+  }
+  // Milliseconds per recorded name since the last collect(), summed over the name's calls (waits
+  // for the work); then forgets them.
+  std::map<std::string, double> collect();
+
+  const char* name() const override { return inner_.name(); }
+  kernels::Status can_implement(const kernels::Problem& p) const override { return inner_.can_implement(p); }
+  int64_t extra_workspace_floats(const kernels::Problem& p, const kernels::LayoutView& l) const override {
+    return inner_.extra_workspace_floats(p, l);
+  }
+  void prep(const kernels::PrepArgs& a) const override;
+  void wy(const kernels::WyArgs& a) const override;
+  void fwd_summaries(const kernels::FwdSummaryArgs& a) const override;
+  void fold(const kernels::FoldArgs& a) const override;
+  void fwd_states(const kernels::FwdStateArgs& a) const override;
+  void fwd_output(const kernels::FwdOutputArgs& a) const override;
+  void bwd_local_dv(const kernels::BwdLocalDvArgs& a) const override;
+  void bwd_summaries(const kernels::BwdSummaryArgs& a) const override;
+  void bwd_states(const kernels::BwdStateArgs& a) const override;
+  void bwd_grads(const kernels::BwdGradArgs& a) const override;
+  void bwd_finalize(const kernels::BwdFinalizeArgs& a) const override;
+  void copy_floats(float* d, const float* s, int64_t n, const kernels::Exec& e) const override;
+  void fill_floats(float* d, float v, int64_t n, const kernels::Exec& e) const override;
+  void synchronize(const kernels::Exec& e) const override { inner_.synchronize(e); }
+  float* alloc_floats(int64_t n) const override { return inner_.alloc_floats(n); }
+  void free_floats(float* p) const override { inner_.free_floats(p); }
+  void upload(float* d, const float* s, int64_t n, const kernels::Exec& e) const override { inner_.upload(d, s, n, e); }
+  void download(float* d, const float* s, int64_t n, const kernels::Exec& e) const override { inner_.download(d, s, n, e); }
+  std::unique_ptr<kernels::PhaseTimer> make_timer() const override { return inner_.make_timer(); }
+  std::string device_name() const override { return inner_.device_name(); }
+
+ private:
+  struct Call {
+    std::string name;
+    std::unique_ptr<kernels::PhaseTimer> timer;
+  };
+  template <class F>
+  void timed(const char* phase, const kernels::Exec& e, F&& run) const;
+
+  const kernels::Backend& inner_;
+  bool on_ = false;
+  std::string section_;
+  // Phases are const (backend.h); the record is the decorator's own bookkeeping.
+  mutable std::vector<Call> calls_;
+  mutable size_t used_ = 0;
+};
+
+// The names a PhaseTimingBackend records in the engine's sections, in the order of the phases
+// (backend.h): "forward.prep" ... "backward.copy/fill". The engine reports them in this order.
+const std::vector<std::string>& engine_phase_names();
+
+}  // namespace kcp
