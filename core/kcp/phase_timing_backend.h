@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "kernels/api/backend.h"
+#include "core/kcp/backend_decorator.h"
 
 namespace kcp {
 
-class PhaseTimingBackend final : public kernels::Backend {
+class PhaseTimingBackend final : public BackendDecorator {
  public:
-  explicit PhaseTimingBackend(const kernels::Backend& inner) : inner_(inner) {}
+  explicit PhaseTimingBackend(const kernels::Backend& inner) : BackendDecorator(inner) {}
 
   // Timing on or off; while on, each phase call is recorded as "<section>.<phase>" ("forward.wy")
   // or as "<phase>" when the section is empty.
@@ -28,11 +28,6 @@ class PhaseTimingBackend final : public kernels::Backend {
   // for the work); then forgets them.
   std::map<std::string, double> collect();
 
-  const char* name() const override { return inner_.name(); }
-  kernels::Status can_implement(const kernels::Problem& p) const override { return inner_.can_implement(p); }
-  int64_t extra_workspace_floats(const kernels::Problem& p, const kernels::LayoutView& l) const override {
-    return inner_.extra_workspace_floats(p, l);
-  }
   void prep(const kernels::PrepArgs& a) const override;
   void wy(const kernels::WyArgs& a) const override;
   void fwd_summaries(const kernels::FwdSummaryArgs& a) const override;
@@ -46,13 +41,6 @@ class PhaseTimingBackend final : public kernels::Backend {
   void bwd_finalize(const kernels::BwdFinalizeArgs& a) const override;
   void copy_floats(float* d, const float* s, int64_t n, const kernels::Exec& e) const override;
   void fill_floats(float* d, float v, int64_t n, const kernels::Exec& e) const override;
-  void synchronize(const kernels::Exec& e) const override { inner_.synchronize(e); }
-  float* alloc_floats(int64_t n) const override { return inner_.alloc_floats(n); }
-  void free_floats(float* p) const override { inner_.free_floats(p); }
-  void upload(float* d, const float* s, int64_t n, const kernels::Exec& e) const override { inner_.upload(d, s, n, e); }
-  void download(float* d, const float* s, int64_t n, const kernels::Exec& e) const override { inner_.download(d, s, n, e); }
-  std::unique_ptr<kernels::PhaseTimer> make_timer() const override { return inner_.make_timer(); }
-  std::string device_name() const override { return inner_.device_name(); }
 
  private:
   struct Call {
@@ -62,7 +50,6 @@ class PhaseTimingBackend final : public kernels::Backend {
   template <class F>
   void timed(const char* phase, const kernels::Exec& e, F&& run) const;
 
-  const kernels::Backend& inner_;
   bool on_ = false;
   std::string section_;
   // Phases are const (backend.h); the record is the decorator's own bookkeeping.
