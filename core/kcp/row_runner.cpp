@@ -10,6 +10,7 @@
 #include "core/compare/compare.h"
 #include "core/inputs/inputs.h"
 #include "core/kcp/phase_timing_backend.h"
+#include "core/kcp/result_digest.h"
 #include "core/plan/segment_plan.h"
 #include "core/report/npy_dump.h"
 #include "core/report/plan_json.h"
@@ -64,20 +65,21 @@ std::vector<int> auto_sweep_P(const SegmentPlan& planned) {
 
 namespace {
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+// Frees the tensors of a result whose metrics, dump and digest are taken (timings stay).
+void release_tensors(RankResult& r) {
+  for (std::vector<float>* v : {&r.o, &r.ht, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.dA_log, &r.ddt_bias, &r.dh0})
+    std::vector<float>().swap(*v);
 }
-// Bitwise equality of every tensor a rank produced (NaN payloads included).
-bool same_bits(const RankResult& a, const RankResult& b) {
-  return same_bits(a.o, b.o) && same_bits(a.ht, b.ht) && same_bits(a.dq, b.dq) && same_bits(a.dk, b.dk) &&
-         same_bits(a.dv, b.dv) && same_bits(a.dg, b.dg) && same_bits(a.dbeta, b.dbeta) &&
-         same_bits(a.dA_log, b.dA_log) && same_bits(a.ddt_bias, b.ddt_bias) && same_bits(a.dh0, b.dh0);
-}
-// True on every rank when it holds on every rank.
-bool all_ranks(Communicator& comm, bool mine) {
-  int64_t bad = mine ? 0 : 1;
-  comm.allreduce(&bad, 1, ReduceOp::Max);
-  return bad == 0;
+
+// The tensors whose bits differ between two results on any rank (every rank gets the same list).
+std::vector<std::string> differing_tensors(Communicator& comm, const ResultDigest& a, const ResultDigest& b) {
+  std::vector<int64_t> differ(a.size());
+  for (size_t i = 0; i < a.size(); ++i) differ[i] = a[i] != b[i];
+  comm.allreduce(differ.data(), differ.size(), ReduceOp::Max);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < differ.size(); ++i)
+    if (differ[i]) names.push_back(kResultTensors[i]);
+  return names;
 }
 
 std::string p_text(const SegmentPlan& plan) {
@@ -268,7 +270,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     RunOptions row_opt = opt;
     if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(planned);
     const std::vector<Form> forms = expand_forms(row, row_opt);
-    std::map<int, RankResult> det_full;  // per schedule: the det/full result, for the bitwise checks
+    std::map<int, ResultDigest> det_full;  // per schedule: the det/full result's digest, for the bitwise checks
     for (size_t fi = 0; fi < forms.size(); ++fi) {
       const Form& form = forms[fi];
       nlohmann::json entry;
@@ -315,7 +317,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       eo.warmup = opt.warmup;
       eo.repeats = opt.repeats;
       eo.phase_times = opt.phase_times;
-      const RankResult res = run_form(row, plan, form, shard, comm, backend, eo);
+      RankResult res = run_form(row, plan, form, shard, comm, backend, eo);
       std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_ref, r);
       if (opt.dumper) dump_result(*opt.dumper, row, form, plan.ranks[r], res, r);
       reduce_metrics(ms, comm);
@@ -324,23 +326,29 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       const Verdict v = summarize(ms);
 
       // Determinism contract of the det package (DESIGN.md 5): a rerun gives the same bits, and
-      // light gives the bits of full.
+      // light gives the bits of full. Compared by digest; the tensors are freed before the rerun.
+      const ResultDigest bits = digest(res);
+      release_tensors(res);
       nlohmann::json det = nullptr;
-      bool contract_ok = true;
+      std::string det_reason;
       if (form.package == Package::Det && opt.determinism_checks && opt.fault.kind == FaultKind::None) {
         det = nlohmann::json::object();
+        std::vector<std::string> differ;
         if (form.saved == SavedKind::Full) {
-          const RankResult again = run_form(row, plan, form, shard, comm, backend, eo);
-          const bool same = all_ranks(comm, same_bits(res, again));
-          det["rerun_identical"] = same;
-          contract_ok = contract_ok && same;
-          det_full[form.forced_P] = res;
+          const ResultDigest again = digest(run_form(row, plan, form, shard, comm, backend, eo));
+          differ = differing_tensors(comm, bits, again);
+          det["rerun_identical"] = differ.empty();
+          if (!differ.empty()) det_reason = fmt::format("det package: a rerun differs in {}", fmt::join(differ, ", "));
+          det_full[form.forced_P] = bits;
         } else if (auto it = det_full.find(form.forced_P); it != det_full.end()) {
-          const bool same = all_ranks(comm, same_bits(res, it->second));
-          det["full_vs_light_identical"] = same;
-          contract_ok = contract_ok && same;
+          differ = differing_tensors(comm, it->second, bits);
+          det["full_vs_light_identical"] = differ.empty();
+          if (!differ.empty())
+            det_reason = fmt::format("det package: light differs from full in {}", fmt::join(differ, ", "));
         }
+        if (!differ.empty()) det["differing"] = differ;
       }
+      const bool contract_ok = det_reason.empty();
       // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
       const nlohmann::json timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
       std::vector<double> mem_all(W);
@@ -353,7 +361,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       if (rank0) {
         entry["status"] = status;
         if (!v.pass) entry["reason"] = v.reason;
-        if (!contract_ok) entry["reason"] = "det package: bits differ between runs or between full and light";
+        if (!contract_ok) entry["reason"] = det_reason;
         entry["tensors"] = nlohmann::json::object();
         for (const auto& m : ms) entry["tensors"][m.name] = metrics_json(m);
         entry["worst"] = {{"ratio_max", v.worst_ratio ? v.worst_ratio->ratio_max : 0.0},
