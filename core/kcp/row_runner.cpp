@@ -243,11 +243,18 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     const RankPlan& my = planned.ranks[r];
     const RowInputs shard = make_inputs(row, sel.digest, my.global_begin, my.global_end);
     ReferenceCache& cache = refs.for_row(row, sel.digest);
-    const auto t_ref = std::chrono::steady_clock::now();
     // A row the backend cannot run is recorded as skipped in every form, with its reason, and
     // needs no reference.
     const kernels::Status backend_status = backend.can_implement(kernel_problem(row));
     const bool runnable = backend_status.ok;
+    // Rows whose state work (tokens x value heads x K x V) passes 2^30 take a while per step on a
+    // CPU (int3 row B4 on 2 cores: 21 s of FP64 reference, ~50 s per form), so their steps are
+    // announced; int1-sized rows stay one line per entry.
+    const bool announce = double(row.total_tokens()) * row.HV * row.K * row.V > double(1 << 30);
+    if (announce && runnable)
+      log::progress0("[{}/{}] {}: FP64 reference of {} tokens, {} value heads ...", row_no, row_total, row.name,
+                     row.total_tokens(), row.HV);
+    const auto t_ref = std::chrono::steady_clock::now();
     set_phase("FP64 reference");
     std::vector<std::shared_ptr<const SequenceReference>> param_refs;  // per piece: dA_log, ddt_bias only
     RankReference my_ref;
@@ -263,6 +270,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       }
     }  // this rank's hold on the sequences' full FP64 results ends here
     const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
+    if (announce && runnable) log::progress0("[{}/{}] {}: FP64 reference ready ({:.1f} s)", row_no, row_total, row.name, ref_s);
     if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, shard, my_ref, r);
     comm.barrier();
     refs.release(sel.digest);  // every rank of this process has its slice: the row's cache goes
@@ -317,6 +325,12 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       eo.warmup = opt.warmup;
       eo.repeats = opt.repeats;
       eo.phase_times = opt.phase_times;
+      if (announce)
+        log::progress0("[{}/{}] {} {}: running{} ...", row_no, row_total, row.name, form.label(),
+                       form.package == Package::Det && form.saved == SavedKind::Full && opt.determinism_checks &&
+                               opt.fault.kind == FaultKind::None
+                           ? " (and a det rerun)"
+                           : "");
       RankResult res = run_form(row, plan, form, shard, comm, backend, eo);
       std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_ref, r);
       if (opt.dumper) dump_result(*opt.dumper, row, form, plan.ranks[r], res, r);
