@@ -242,3 +242,22 @@ TEST(Run, BenchTimesEveryPhaseEachRankRanInTheJsonAndTheTable) {
     EXPECT_LT(sum[s], 2.0 * total) << sections[s];
   }
 }
+
+TEST(Run, LargeRowsAnnounceTheirReferenceAndFormsOnStderrSmallOnesDoNot) {
+  // 8192 tokens x 9 value heads x 128 x 128 state elements: just above the 2^30 threshold. No
+  // budgets (the entry fails "no budget"); this test is about the progress lines only.
+  const std::string rows = tmp("large_row.json");
+  std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "large", "rows": [
+    {"name": "L1", "op": "gdn", "H": 3, "HV": 9, "K": 128, "V": 128, "seqlens": [8192], "world": 1,
+     "plan_device": "cpu", "forms": {"packages": ["nondet"], "saved": ["full"]}}]})";
+  const CmdResult big = run_kcpbench("run --rows " + rows + " --cache none");
+  EXPECT_NE(big.out.find("[1/1] L1: FP64 reference of 8192 tokens, 9 value heads ..."), std::string::npos) << big.out;
+  EXPECT_NE(big.out.find("[1/1] L1: FP64 reference ready ("), std::string::npos) << big.out;
+  EXPECT_NE(big.out.find("[1/1] L1 nondet/full/planned: running ..."), std::string::npos) << big.out;
+  const CmdResult quiet = run_kcpbench("-q run --rows " + rows + " --cache none");
+  EXPECT_EQ(quiet.out.find("FP64 reference of"), std::string::npos) << quiet.out;
+  const CmdResult small = run_kcpbench("run --rows int1 --row A1 --package nondet --saved full --cache none");
+  EXPECT_EQ(small.code, 0) << small.out;
+  EXPECT_EQ(small.out.find("FP64 reference"), std::string::npos) << small.out;
+  EXPECT_EQ(small.out.find(": running"), std::string::npos) << small.out;
+}
