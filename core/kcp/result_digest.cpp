@@ -1,7 +1,6 @@
 #include "core/kcp/result_digest.h"
 
 #include <cstring>
-#include <iterator>
 
 namespace kcp {
 
@@ -26,9 +25,8 @@ uint64_t digest_bits(const std::vector<float>& v) {
 }
 
 ResultDigest digest(const RankResult& r) {
-  const std::vector<float>* t[] = {&r.o, &r.ht, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.dA_log, &r.ddt_bias, &r.dh0};
-  static_assert(std::size(t) == std::size(kResultTensors) && std::size(t) == std::tuple_size<ResultDigest>::value,
-                "one digest per named tensor");
+  const auto t = result_tensors(r);
+  static_assert(std::tuple_size<decltype(t)>::value == std::tuple_size<ResultDigest>::value, "one digest per tensor");
   ResultDigest d{};
   for (size_t i = 0; i < d.size(); ++i) d[i] = digest_bits(*t[i]);
   return d;

@@ -67,8 +67,7 @@ namespace {
 
 // Frees the tensors of a result whose metrics, dump and digest are taken (timings stay).
 void release_tensors(RankResult& r) {
-  for (std::vector<float>* v : {&r.o, &r.ht, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.dA_log, &r.ddt_bias, &r.dh0})
-    std::vector<float>().swap(*v);
+  for (std::vector<float>* v : result_tensors(r)) std::vector<float>().swap(*v);
 }
 
 // The tensors whose bits differ between two results on any rank (every rank gets the same list).
@@ -111,7 +110,6 @@ Verdict summarize(const std::vector<TensorMetrics>& ms) {
   return v;
 }
 
-// Median, min, max, p90 and count of per-repeat times, each the slowest rank's (collective).
 // Median / min / max / p90 / count of a sample (null when empty).
 nlohmann::json sample_stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -143,6 +141,8 @@ nlohmann::json phase_stats(const RankResult& res, Communicator& comm, int runs) 
   return out;
 }
 
+// Median, min, max, p90 and count of per-repeat times, each the slowest rank's, and with
+// phase_times the same per phase (collective).
 nlohmann::json timing_stats(const RankResult& res, Communicator& comm, bool phase_times, int repeats) {
   const size_t n = res.forward_kernel_ms.size();
   std::vector<double> f(res.forward_kernel_ms), b(res.backward_kernel_ms), fw(res.forward_wall_ms), bw(res.backward_wall_ms);
@@ -325,12 +325,11 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       eo.warmup = opt.warmup;
       eo.repeats = opt.repeats;
       eo.phase_times = opt.phase_times;
+      // The det package's bitwise checks (below): a rerun for det/full, a comparison for det/light.
+      const bool det_checks = form.package == Package::Det && opt.determinism_checks && opt.fault.kind == FaultKind::None;
       if (announce)
         log::progress0("[{}/{}] {} {}: running{} ...", row_no, row_total, row.name, form.label(),
-                       form.package == Package::Det && form.saved == SavedKind::Full && opt.determinism_checks &&
-                               opt.fault.kind == FaultKind::None
-                           ? " (and a det rerun)"
-                           : "");
+                       det_checks && form.saved == SavedKind::Full ? " (and a det rerun)" : "");
       RankResult res = run_form(row, plan, form, shard, comm, backend, eo);
       std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_ref, r);
       if (opt.dumper) dump_result(*opt.dumper, row, form, plan.ranks[r], res, r);
@@ -345,7 +344,7 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       release_tensors(res);
       nlohmann::json det = nullptr;
       std::string det_reason;
-      if (form.package == Package::Det && opt.determinism_checks && opt.fault.kind == FaultKind::None) {
+      if (det_checks) {
         det = nlohmann::json::object();
         std::vector<std::string> differ;
         if (form.saved == SavedKind::Full) {

@@ -287,7 +287,8 @@ struct Tile {
                                             : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
-  // f(r, x) -> the dtype value stored for element x of row r (zero rows stay zero).
+  // f(r, x) -> the value stored for element x of row r, rounded to dtype by the store (zero
+  // rows stay zero).
   template <class DT, class F>
   __device__ __forceinline__ void store(uint16_t* dst, int ld, F&& f) const {
 #pragma unroll
@@ -340,7 +341,8 @@ struct Tile16 {
       *reinterpret_cast<uint4*>(dst + r * ld + c) = v[i];
     }
   }
-  // f(r, x) -> the dtype value stored for element x of row r (zero rows hold f(r, 0)).
+  // f(r, x) -> the value stored for element x of row r, rounded to dtype by the store (zero
+  // rows hold f(r, 0)).
   template <class DT, class F>
   __device__ __forceinline__ void store(uint16_t* dst, int ld, F&& f) const {
     store_by_iter<DT>(dst, ld, [&](int, int r, float x) { return f(r, x); });
@@ -399,7 +401,7 @@ __device__ __forceinline__ void stage_rows(uint16_t* dst, int ld, const float* s
 }
 
 // dst = f(r, src) over the first `rows` rows (COLS wide) of two 16-bit tiles with the same ld
-// (f gives a dtype value); dst may be src (an in-place map).
+// (f's value is rounded to dtype by the store); dst may be src (an in-place map).
 template <class DT, int COLS, class F>
 __device__ __forceinline__ void map_rows_to(uint16_t* dst, const uint16_t* src, int ld, int rows, F&& f) {
   for (int e = threadIdx.x; e < rows * (COLS / 2); e += blockDim.x) {
