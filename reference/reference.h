@@ -17,16 +17,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "vocab/vocabulary.h"
+
 namespace kcp::ref {
 
-enum class Op { Gdn, Kda };
-
-// How the per-token log-decay a_t (natural log, <= 0) is formed from the gate input g:
+// The operator and the gate form (vocab/vocabulary.h): GDN or KDA; how the per-token log-decay
+// a_t (natural log, <= 0) is formed from the gate input g:
 //   Direct:     a = g
 //   Softplus:   a = -exp(A_log[j]) * softplus(g + dt_bias)        (GDN: dt_bias[j]; KDA: dt_bias[j, d])
 //   LowerBound: a = lb * sigmoid(exp(A_log[j]) * (g + dt_bias))   (KDA only; without A_log: lb * sigmoid(g + dt_bias))
 // A_log is required for Softplus; dt_bias is optional (zero when absent) for both raw forms.
-enum class GateForm { Direct, Softplus, LowerBound };
+using kcp::GateForm;
+using kcp::Op;
 
 struct Problem {
   Op op = Op::Gdn;

@@ -54,41 +54,40 @@ std::vector<std::shared_ptr<const SequenceReference>> rank_references(const Rank
 
 RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
                                  const std::vector<std::shared_ptr<const SequenceReference>>& refs) {
-  const int64_t H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
-  const int64_t T = rp.tokens(), N = static_cast<int64_t>(rp.pieces.size()), state = HV * K * V;
+  const int64_t T = rp.tokens(), N = static_cast<int64_t>(rp.pieces.size()), state = int64_t(row.HV) * row.K * row.V;
   RankReference rr;
   // Token tensors: each local token reads its own sequence's reference at its place in the sequence.
-  auto gather = [&](std::vector<double>& out, std::vector<double> SequenceReference::*field, int64_t per_token) {
+  auto gather = [&](ResultTensor t) {
+    const int64_t per_token = result_elements(row, t, 1, 0);
+    std::vector<double>& out = rr[t];
     out.assign(static_cast<size_t>(T * per_token), 0.0);
     for (int64_t p = 0; p < N; ++p) {
       const Piece& pc = rp.pieces[p];
-      const std::vector<double>& ref = (*refs[p]).*field;
+      const std::vector<double>& ref = (*refs[p])[t];
       std::copy_n(ref.begin() + pc.seq_offset * per_token, pc.length() * per_token,
                   out.begin() + pc.local_begin * per_token);
     }
   };
-  gather(rr.o, &SequenceReference::o, HV * V);
-  gather(rr.dq, &SequenceReference::dq, H * K);
-  gather(rr.dk, &SequenceReference::dk, H * K);
-  gather(rr.dv, &SequenceReference::dv, HV * V);
-  gather(rr.dg, &SequenceReference::dg, HV * gw);
-  gather(rr.dbeta, &SequenceReference::dbeta, HV);
   // States per piece: NaN where the piece has no final state (it continues) or no dh0.
-  rr.ht.assign(static_cast<size_t>(N * state), std::nan(""));
-  rr.dh0.assign(static_cast<size_t>(N * state), std::nan(""));
-  for (int64_t p = 0; p < N; ++p) {
-    if (row.final_state && !rp.pieces[p].to_next_rank) std::copy_n(refs[p]->ht.begin(), state, rr.ht.begin() + p * state);
-    if (row.initial_state && !rp.pieces[p].from_prev_rank)
-      std::copy_n(refs[p]->dh0.begin(), state, rr.dh0.begin() + p * state);
+  auto states = [&](ResultTensor t, bool Piece::*continues) {
+    std::vector<double>& out = rr[t];
+    out.assign(static_cast<size_t>(N * state), std::nan(""));
+    for (int64_t p = 0; p < N; ++p)
+      if (!(rp.pieces[p].*continues)) std::copy_n((*refs[p])[t].begin(), state, out.begin() + p * state);
+  };
+  for (int i = 0; i < kResultTensorCount; ++i) {
+    const ResultTensor t = result_tensor(i);
+    if (!row_has(row, t)) continue;
+    if (place_of(t) == TensorPlace::Token) gather(t);
+    if (t == ResultTensor::ht) states(t, &Piece::to_next_rank);
+    if (t == ResultTensor::dh0) states(t, &Piece::from_prev_rank);
   }
-  if (!row.final_state) rr.ht.clear();
-  if (!row.initial_state) rr.dh0.clear();
   return rr;
 }
 
 std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
                                         const RankReference& rr, int rank) {
-  const int64_t H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
+  const int64_t H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == Op::Kda ? K : 1;
   std::vector<TensorMetrics> out;
   std::vector<int> piece_of(static_cast<size_t>(rp.tokens()), 0);
   for (size_t p = 0; p < rp.pieces.size(); ++p)
@@ -132,14 +131,13 @@ std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp
     }
     out.push_back(a.done());
   };
-  token_tensor("o", res.o, rr.o, HV, V);
-  if (row.final_state) state_tensor("ht", res.ht, rr.ht);
-  token_tensor("dq", res.dq, rr.dq, H, K);
-  token_tensor("dk", res.dk, rr.dk, H, K);
-  token_tensor("dv", res.dv, rr.dv, HV, V);
-  token_tensor("dg", res.dg, rr.dg, HV, gw);
-  token_tensor("dbeta", res.dbeta, rr.dbeta, HV, 1);
-  if (row.initial_state) state_tensor("dh0", res.dh0, rr.dh0);
+  for (int i = 0; i < kResultTensorCount; ++i) {
+    const ResultTensor t = result_tensor(i);
+    if (!row_has(row, t)) continue;
+    const auto [heads, width] = token_dims(row, t);
+    if (place_of(t) == TensorPlace::Token) token_tensor(to_string(t), res[t], rr[t], heads, std::max<int64_t>(1, width));
+    if (place_of(t) == TensorPlace::State) state_tensor(to_string(t), res[t], rr[t]);
+  }
   return out;
 }
 
@@ -169,8 +167,8 @@ std::vector<TensorMetrics> compare_parameter_grads(const RowConfig& row, const R
     a.m.rel_rms = a.m.sum_ref2 > 0 ? std::sqrt(a.m.sum_err2 / a.m.sum_ref2) : (a.m.sum_err2 > 0 ? INFINITY : 0.0);
     out.push_back(a.done());
   };
-  if (row.A_log) one("dA_log", res.dA_log, &SequenceReference::dA_log);
-  if (row.dt_bias) one("ddt_bias", res.ddt_bias, &SequenceReference::ddt_bias);
+  if (row.A_log) one("dA_log", res[ResultTensor::dA_log], &SequenceReference::dA_log);
+  if (row.dt_bias) one("ddt_bias", res[ResultTensor::ddt_bias], &SequenceReference::ddt_bias);
   return out;
 }
 

@@ -52,7 +52,9 @@ std::vector<std::shared_ptr<const SequenceReference>> rank_references(const Rank
 // The reference of one rank's tokens and pieces, in the backend's layouts (kcp_engine.h
 // RankResult); ht / dh0 hold NaN for pieces without a final state / an initial state.
 struct RankReference {
-  std::vector<double> o, dq, dk, dv, dg, dbeta, ht, dh0;
+  std::array<std::vector<double>, kResultTensorCount> tensors;  // Token and State tensors; Param empty
+  std::vector<double>& operator[](ResultTensor t) { return tensors[static_cast<int>(t)]; }
+  const std::vector<double>& operator[](ResultTensor t) const { return tensors[static_cast<int>(t)]; }
 };
 RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
                                  const std::vector<std::shared_ptr<const SequenceReference>>& refs);

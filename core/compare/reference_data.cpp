@@ -21,7 +21,7 @@ std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), 
 
 ref::Problem ref_problem(const RowConfig& row, int64_t len) {
   ref::Problem p;
-  p.op = row.op == OpKind::Gdn ? ref::Op::Gdn : ref::Op::Kda;
+  p.op = row.op;
   p.H = row.H;
   p.HV = row.HV;
   p.K = row.K;
@@ -30,9 +30,7 @@ ref::Problem ref_problem(const RowConfig& row, int64_t len) {
   // The kernels use the scale as fp32 (K^-1/2 rounded); the reference uses the same value.
   p.scale = row.scale != 0 ? double(float(row.scale)) : double(1.0f / std::sqrt(float(row.K)));
   p.qk_l2norm = row.qk_l2norm;
-  p.gate = row.gate == GateForm::Direct ? ref::GateForm::Direct
-           : row.gate == GateForm::Softplus ? ref::GateForm::Softplus
-                                            : ref::GateForm::LowerBound;
+  p.gate = row.gate;
   p.lower_bound = double(float(row.lower_bound));
   p.has_A_log = row.A_log;
   p.has_dt_bias = row.dt_bias;
@@ -125,7 +123,7 @@ void store(const std::string& path, SequenceReference& r) {
 
 size_t expected_size(const RowConfig& row, int seq, int which) {
   const size_t len = static_cast<size_t>(row.seqlens[seq]), HV = row.HV, H = row.H, K = row.K, V = row.V;
-  const size_t gw = row.op == OpKind::Kda ? K : 1;
+  const size_t gw = row.op == Op::Kda ? K : 1;
   switch (which) {
     case 0: return len * HV * V;           // o
     case 1: case 2: return len * H * K;    // dq, dk

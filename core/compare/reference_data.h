@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/config/row_config.h"
+#include "core/kcp/rank_result.h"
 
 namespace kcp {
 
@@ -21,6 +22,17 @@ struct SequenceReference {
   std::vector<double> o, dq, dk, dv, dg, dbeta;  // [len, ...] token-major
   std::vector<double> ht, dh0;               // [HV, K, V]
   std::vector<double> dA_log, ddt_bias;      // this sequence's contribution
+  // The field of a result tensor (core/kcp/rank_result.h), by the table's names.
+  const std::vector<double>& operator[](ResultTensor t) const {
+    switch (t) {
+#define KCP_X(name, place, heads, width) \
+  case ResultTensor::name:               \
+    return name;
+      KCP_RESULT_TENSORS(KCP_X)
+#undef KCP_X
+    }
+    return o;
+  }
 };
 
 class ReferenceCache {

@@ -9,31 +9,22 @@
 #include <string>
 #include <vector>
 
+#include "core/config/result_tensors.h"
+#include "vocab/vocabulary.h"
+
 namespace kcp {
 
-enum class OpKind { Gdn, Kda };
-// Gate input forms (ALGORITHM.md 1.2): direct natural-log decay; raw softplus form with A_log
-// (and optional dt_bias); KDA lower-bound form lb * sigmoid(...).
-enum class GateForm { Direct, Softplus, LowerBound };
-enum class DType { BF16, FP16 };
-enum class Package { Det, Nondet };
-enum class SavedKind { Full, Light };
+// Op, GateForm, DType, Package, SavedKind and their to_string(): vocab/vocabulary.h.
 enum class KeyDist { Normal, Skewed };  // Skewed: 10 * randn - 50 (nearly parallel after L2 norm)
 // Which ranks may run a forced-P form: every rank must plan P = 1 (the seed's rule), or any row.
 enum class ForcedRule { AllRanksPlanP1, Always };
 
-const char* to_string(OpKind v);
-const char* to_string(GateForm v);
-const char* to_string(DType v);
-const char* to_string(Package v);
-const char* to_string(SavedKind v);
 const char* to_string(KeyDist v);
 const char* to_string(ForcedRule v);
 
 // The tensors a row is judged on. Which ones are present depends on the row's options.
 inline const std::vector<std::string>& all_tensor_names() {
-  static const std::vector<std::string> names = {"o",  "ht",    "dq",     "dk",       "dv",
-                                                 "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
+  static const std::vector<std::string> names(std::begin(kResultTensors), std::end(kResultTensors));
   return names;
 }
 
@@ -65,7 +56,7 @@ struct RowConfig {
   std::string file;         // the row file it came from
   int index = 0;            // position in rows[]
   // operator and shape
-  OpKind op = OpKind::Gdn;
+  Op op = Op::Gdn;
   int H = 1, HV = 1, K = 64, V = 64;
   std::vector<int64_t> seqlens;     // global sequence lengths (zero allowed)
   int world = 1;                    // W

@@ -161,12 +161,16 @@ class ObjectReader {
   std::set<std::string> used_;
 };
 
-const std::vector<std::pair<const char*, OpKind>> kOps = {{"gdn", OpKind::Gdn}, {"kda", OpKind::Kda}};
-const std::vector<std::pair<const char*, GateForm>> kGates = {
-    {"direct", GateForm::Direct}, {"softplus", GateForm::Softplus}, {"lower_bound", GateForm::LowerBound}};
-const std::vector<std::pair<const char*, DType>> kDtypes = {{"bf16", DType::BF16}, {"fp16", DType::FP16}};
-const std::vector<std::pair<const char*, Package>> kPackages = {{"det", Package::Det}, {"nondet", Package::Nondet}};
-const std::vector<std::pair<const char*, SavedKind>> kSaved = {{"full", SavedKind::Full}, {"light", SavedKind::Light}};
+// The shared words' name tables (vocab/vocabulary.h) as the readers take them.
+template <class E, size_t N>
+std::vector<std::pair<const char*, E>> table_of(const NameTable<E> (&names)[N]) {
+  return {std::begin(names), std::end(names)};
+}
+const auto kOps = table_of(kOpNames);
+const auto kGates = table_of(kGateFormNames);
+const auto kDtypes = table_of(kDTypeNames);
+const auto kPackages = table_of(kPackageNames);
+const auto kSaved = table_of(kSavedKindNames);
 const std::vector<std::pair<const char*, KeyDist>> kKeys = {{"normal", KeyDist::Normal}, {"skewed", KeyDist::Skewed}};
 const std::vector<std::pair<const char*, ForcedRule>> kRules = {
     {"all_ranks_plan_p1", ForcedRule::AllRanksPlanP1}, {"always", ForcedRule::Always}};
@@ -269,11 +273,6 @@ json canonical_problem(json row) {
 
 }  // namespace
 
-const char* to_string(OpKind v) { return name_of(kOps, v); }
-const char* to_string(GateForm v) { return name_of(kGates, v); }
-const char* to_string(DType v) { return name_of(kDtypes, v); }
-const char* to_string(Package v) { return name_of(kPackages, v); }
-const char* to_string(SavedKind v) { return name_of(kSaved, v); }
 const char* to_string(KeyDist v) { return name_of(kKeys, v); }
 const char* to_string(ForcedRule v) { return name_of(kRules, v); }
 
@@ -323,7 +322,7 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
     }
   }
   if (row.scale < 0) bad("scale", fmt::format("must be >= 0 (0 means K^-1/2), got {}", row.scale));
-  if (row.gate == GateForm::LowerBound && row.op != OpKind::Kda)
+  if (row.gate == GateForm::LowerBound && row.op != Op::Kda)
     bad("gate", "the lower_bound form exists for kda only, got it on a gdn row");
   if (row.gate == GateForm::LowerBound && !(row.lower_bound >= -5.0 && row.lower_bound < 0.0))
     bad("lower_bound", fmt::format("must be in [-5, 0), got {}", row.lower_bound));

@@ -86,7 +86,7 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   fill(in.v, "v", HV * V, normal);
   fill(in.dO, "dO", HV * V, normal);
   fill(in.beta, "beta", HV, [&](uint64_t key, uint64_t c) { return round_to(float(sigmoid(standard_normal(key, c))), rt); });
-  const int64_t gw = row.op == OpKind::Kda ? K : 1;
+  const int64_t gw = row.op == Op::Kda ? K : 1;
   if (row.gate == GateForm::Direct) {
     // a = logsigmoid(randn) / strength rounded to the input dtype, as public tests pass bf16 gates;
     // some positions forced to -1000 (extreme decay) or 0 (both exact in bf16 and fp16).

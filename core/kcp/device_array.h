@@ -1,8 +1,9 @@
 // A float array in a backend's memory space (host for the CPU twin, device for CUDA), owned
-// RAII-style, with host transfers. The engine keeps every tensor the kernels touch in these, so
-// one engine drives every backend.
+// RAII-style, with host transfers. The engine and the test harnesses keep every tensor the
+// kernels touch in these, so one engine drives every backend.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -14,7 +15,7 @@ class DeviceArray {
  public:
   DeviceArray() = default;
   DeviceArray(const kernels::Backend& be, int64_t n) : be_(&be), n_(n), p_(n > 0 ? be.alloc_floats(n) : nullptr) {}
-  DeviceArray(const kernels::Backend& be, const std::vector<float>& host, const kernels::Exec& ex)
+  DeviceArray(const kernels::Backend& be, const std::vector<float>& host, const kernels::Exec& ex = {})
       : DeviceArray(be, static_cast<int64_t>(host.size())) {
     if (n_ > 0) be.upload(p_, host.data(), n_, ex);
   }
@@ -30,16 +31,18 @@ class DeviceArray {
   }
   float* get() const { return p_; }
   int64_t size() const { return n_; }
-  void fill(float v, const kernels::Exec& ex) const {
+  void fill(float v, const kernels::Exec& ex = {}) const {
     if (n_ > 0) be_->fill_floats(p_, v, n_, ex);
   }
-  std::vector<float> to_host(const kernels::Exec& ex) const {
+  std::vector<float> to_host(const kernels::Exec& ex = {}) const {
     std::vector<float> h(static_cast<size_t>(n_));
     if (n_ > 0) be_->download(h.data(), p_, n_, ex);
     return h;
   }
-  void from_host(const std::vector<float>& h, const kernels::Exec& ex) const {
-    if (n_ > 0) be_->upload(p_, h.data(), n_, ex);
+  // The first min(size(), h.size()) elements from the host.
+  void from_host(const std::vector<float>& h, const kernels::Exec& ex = {}) const {
+    const int64_t n = std::min<int64_t>(n_, static_cast<int64_t>(h.size()));
+    if (n > 0) be_->upload(p_, h.data(), n, ex);
   }
 
  private:

@@ -2,7 +2,45 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
+#include "core/util/error.h"
+
 namespace kcp {
+
+namespace {
+const std::vector<std::pair<const char*, FaultKind>> kFaults = {
+    {"none", FaultKind::None},
+    {"drop-segment-entry", FaultKind::DropSegmentEntry},
+    {"drop-rank-incoming", FaultKind::DropRankIncoming},
+    {"skip-output-tile", FaultKind::SkipOutputTile},
+    {"saved-to-other-package", FaultKind::SavedToOtherPackage},
+    {"workspace-of-other-package", FaultKind::WorkspaceOfOtherPackage},
+    {"hang", FaultKind::Hang}};
+}  // namespace
+
+std::string Fault::name() const {
+  for (auto& [n, k] : kFaults)
+    if (k == kind) return n;
+  return "?";
+}
+
+FaultKind parse_fault(const std::string& name) {
+  std::string known;
+  for (auto& [n, k] : kFaults) {
+    if (name == n) return k;
+    known += (known.empty() ? "" : ", ") + std::string(n);
+  }
+  KCP_THROW(ConfigError, "--inject: unknown fault \"{}\" (known: {})", name, known);
+}
+
+std::vector<std::string> fault_names() {
+  std::vector<std::string> v;
+  for (auto& [n, k] : kFaults) v.push_back(n);
+  return v;
+}
+
+std::string fault_skip_reason(const Fault& fault, const SegmentPlan& plan) { return place_fault(fault, plan).why; }
 
 FaultSite place_fault(const Fault& fault, const SegmentPlan& plan) {
   FaultSite site;

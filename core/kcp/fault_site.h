@@ -1,14 +1,34 @@
-// Where an injected fault (--inject) lands in a plan: which rank, which segment or token. One
-// function decides it, so the engine applies the fault and the runner records a skip from the
+// Faults injected on purpose (--inject), to prove that the harness catches them, and where one
+// lands in a plan: which rank, which segment or token. One function decides it, so the engine
+// applies the fault (through core/kcp/fault_backend.h) and the runner records a skip from the
 // same rule. The rank is --inject-rank, else the last rank that can take the fault.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "core/kcp/kcp_engine.h"
+#include <vector>
+
+#include "core/plan/segment_plan.h"
 
 namespace kcp {
+
+enum class FaultKind {
+  None,
+  DropSegmentEntry,        // one segment's entry state replaced by zeros (the first segment after a cut)
+  DropRankIncoming,        // one rank's incoming state from earlier ranks replaced by zeros
+  SkipOutputTile,          // one 64-token x 1-head tile of o left unwritten (still NaN-poisoned)
+  SavedToOtherPackage,     // the forward's saved set handed to the other package's backward
+  WorkspaceOfOtherPackage, // the backward given a workspace tagged with the other package
+  Hang                     // one rank never reaches the forward exchange (tests the deadline)
+};
+struct Fault {
+  FaultKind kind = FaultKind::None;
+  int rank = -1;     // -1: the engine picks (the last rank that can take the fault)
+  std::string name() const;
+};
+FaultKind parse_fault(const std::string& name);  // throws ConfigError naming the known faults
+std::vector<std::string> fault_names();
 
 struct FaultSite {
   int rank = -1;             // the rank that takes the fault (-1: none can; see why)
@@ -18,5 +38,9 @@ struct FaultSite {
 };
 
 FaultSite place_fault(const Fault& fault, const SegmentPlan& plan);
+// Empty when the fault can be injected into this plan, else why not (the entry is then skipped:
+// e.g. drop-segment-entry needs a rank that cuts a piece, drop-rank-incoming a rank that
+// continues a sequence).
+std::string fault_skip_reason(const Fault& fault, const SegmentPlan& plan);
 
 }  // namespace kcp

@@ -8,20 +8,12 @@
 #include <iterator>
 #include <vector>
 
-#include "core/kcp/kcp_engine.h"
+#include "core/kcp/rank_result.h"
 
 namespace kcp {
 
-// The tensors of a RankResult, in ResultDigest order.
-inline constexpr const char* kResultTensors[] = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
-using ResultDigest = std::array<uint64_t, std::size(kResultTensors)>;
-
-// The tensors of r (RankResult or const RankResult), in kResultTensors order: one list for the
-// digest and for whoever frees them.
-template <class Result>
-auto result_tensors(Result& r) {
-  return std::array{&r.o, &r.ht, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.dA_log, &r.ddt_bias, &r.dh0};
-}
+// One digest per result tensor, in the table's order (core/kcp/rank_result.h, kResultTensors).
+using ResultDigest = std::array<uint64_t, kResultTensorCount>;
 
 // 64-bit digest of the bits of v (NaN payloads included) and its length. Each step is a bijection
 // of the state for a given 64-bit word, so a difference in any one word always changes the

@@ -67,7 +67,7 @@ namespace {
 
 // Frees the tensors of a result whose metrics, dump and digest are taken (timings stay).
 void release_tensors(RankResult& r) {
-  for (std::vector<float>* v : result_tensors(r)) std::vector<float>().swap(*v);
+  for (std::vector<float>& v : r.tensors) std::vector<float>().swap(v);
 }
 
 // The tensors whose bits differ between two results on any rank (every rank gets the same list).
@@ -181,7 +181,7 @@ void log_phase_medians(const nlohmann::json& phases) {
 
 // --dump: the rank's inputs and reference once per row, the backend's tensors once per form.
 void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInputs& in, const RankReference& ref, int r) {
-  const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
+  const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == Op::Kda ? K : 1;
   const int64_t N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
   auto in_ = [&](const char* n, const std::vector<float>& v, std::vector<int64_t> shape) { d.add(row.name, "row", r, "input", n, v, shape, b, e); };
   in_("q", in.q, {T, H, K});
@@ -190,33 +190,244 @@ void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInpu
   in_("g", in.g, {T, HV, gw});
   in_("beta", in.beta, {T, HV});
   in_("dO", in.dO, {T, HV, V});
-  auto rf = [&](const char* n, const std::vector<double>& v, std::vector<int64_t> shape) { d.add(row.name, "row", r, "reference", n, v, shape, b, e); };
-  rf("o", ref.o, {T, HV, V});
-  rf("dq", ref.dq, {T, H, K});
-  rf("dk", ref.dk, {T, H, K});
-  rf("dv", ref.dv, {T, HV, V});
-  rf("dg", ref.dg, {T, HV, gw});
-  rf("dbeta", ref.dbeta, {T, HV});
-  rf("ht", ref.ht, {N, HV, K, V});
-  rf("dh0", ref.dh0, {N, HV, K, V});
+  for (int i = 0; i < kResultTensorCount; ++i) {
+    const ResultTensor t = result_tensor(i);
+    if (place_of(t) != TensorPlace::Param)
+      d.add(row.name, "row", r, "reference", to_string(t), ref[t], result_shape(row, t, T, N), b, e);
+  }
 }
 
 void dump_result(Dumper& d, const RowConfig& row, const Form& form, const RankPlan& rp, const RankResult& res, int r) {
-  const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == OpKind::Kda ? K : 1;
-  const int64_t N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
-  auto out = [&](const char* n, const std::vector<float>& v, std::vector<int64_t> shape, bool tokens = true) {
-    d.add(row.name, form.label(), r, "backend", n, v, shape, tokens ? b : -1, tokens ? e : -1);
-  };
-  out("o", res.o, {T, HV, V});
-  out("dq", res.dq, {T, H, K});
-  out("dk", res.dk, {T, H, K});
-  out("dv", res.dv, {T, HV, V});
-  out("dg", res.dg, {T, HV, gw});
-  out("dbeta", res.dbeta, {T, HV});
-  out("ht", res.ht, {N, HV, K, V});
-  out("dh0", res.dh0, {N, HV, K, V});
-  out("dA_log", res.dA_log, {HV}, false);
-  out("ddt_bias", res.ddt_bias, {int64_t(res.ddt_bias.size())}, false);
+  const int64_t T = rp.tokens(), N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
+  for (int i = 0; i < kResultTensorCount; ++i) {
+    const ResultTensor t = result_tensor(i);
+    const bool tokens = place_of(t) != TensorPlace::Param;
+    std::vector<int64_t> shape = result_shape(row, t, T, N);
+    if (!tokens) shape = {int64_t(res[t].size())};
+    d.add(row.name, form.label(), r, "backend", to_string(t), res[t], shape, tokens ? b : -1, tokens ? e : -1);
+  }
+}
+
+// What every form of a row shares on this rank: the planned schedule, the rank's inputs and its
+// slice of the FP64 reference.
+struct RowContext {
+  const RowConfig& row;
+  const SelectedRow& sel;
+  PlanRequest req;
+  SegmentPlan planned;
+  RowInputs shard;
+  kernels::Status backend_status;
+  RankReference ref;                                                // Token and State tensors
+  std::vector<std::shared_ptr<const SequenceReference>> param_refs;  // per piece: dA_log, ddt_bias only
+  double ref_seconds = 0;
+  bool announce = false;  // long rows print their steps
+  size_t row_no = 0, row_total = 0;
+};
+
+// The planned schedule, the shard and the reference slice of one row on this rank (collective:
+// the row's reference cache is released once every rank of the process has its slice).
+RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicator& comm,
+                       const kernels::Backend& backend, ReferenceStore& refs, size_t row_no, size_t row_total) {
+  const RowConfig& row = *sel.row;
+  const int r = comm.rank(), W = comm.size();
+  if (W != row.world)
+    KCP_THROW(ConfigError, "row {} needs W = {} ranks, this run has {} (launch with mpirun -np {} or without mpirun)",
+              row.name, row.world, W, row.world);
+  RowContext c{row, sel, {}, {}, {}, {}, {}, {}};
+  c.row_no = row_no;
+  c.row_total = row_total;
+  c.req.world = W;
+  c.req.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
+  c.req.sm_count = opt.sm_count;
+  c.planned = make_plan(row, c.req);
+  const RankPlan& my = c.planned.ranks[r];
+  c.shard = make_inputs(row, sel.digest, my.global_begin, my.global_end);
+  ReferenceCache& cache = refs.for_row(row, sel.digest);
+  // A row the backend cannot run is recorded as skipped in every form, with its reason, and
+  // needs no reference.
+  c.backend_status = backend.can_implement(kernel_problem(row));
+  // Rows whose state work (tokens x value heads x K x V) passes 2^30 take a while per step on a
+  // CPU (int3 row B4 on 2 cores: 21 s of FP64 reference, ~50 s per form), so their steps are
+  // announced; int1-sized rows stay one line per entry.
+  c.announce = double(row.total_tokens()) * row.HV * row.K * row.V > double(1 << 30);
+  const bool runnable = c.backend_status.ok;
+  if (c.announce && runnable)
+    log::progress0("[{}/{}] {}: FP64 reference of {} tokens, {} value heads ...", row_no, row_total, row.name,
+                   row.total_tokens(), row.HV);
+  const auto t_ref = std::chrono::steady_clock::now();
+  set_phase("FP64 reference");
+  if (runnable) {
+    const auto my_refs = rank_references(my, cache);
+    c.ref = reference_for_rank(row, my, my_refs);
+    for (const auto& sr : my_refs) {
+      auto small = std::make_shared<SequenceReference>();
+      small->seq = sr->seq;
+      small->dA_log = sr->dA_log;
+      small->ddt_bias = sr->ddt_bias;
+      c.param_refs.push_back(std::move(small));
+    }
+  }  // this rank's hold on the sequences' full FP64 results ends here
+  c.ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
+  if (c.announce && runnable)
+    log::progress0("[{}/{}] {}: FP64 reference ready ({:.1f} s)", row_no, row_total, row.name, c.ref_seconds);
+  if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, c.shard, c.ref, r);
+  comm.barrier();
+  refs.release(sel.digest);  // every rank of this process has its slice: the row's cache goes
+  return c;
+}
+
+// The plan of a form (forced schedules: eligibility by the row's rule unless in a sweep, then a
+// plan of their own), or why the form is skipped.
+std::string plan_form(const RowContext& c, const Form& form, const RunOptions& opt, const kernels::Backend& backend,
+                      SegmentPlan& plan) {
+  plan = c.planned;
+  std::string skip;
+  if (form.forced_P > 0) {
+    if (!opt.sweep) skip = forced_p_skip_reason(c.row, c.planned, form.forced_P);
+    if (skip.empty()) {
+      PlanRequest fr = c.req;
+      fr.forced_P = form.forced_P;
+      skip = forced_p_unfit_reason(c.planned, form.forced_P);
+      if (skip.empty()) plan = make_plan(c.row, fr);
+    }
+  }
+  if (skip.empty()) skip = fault_skip_reason(opt.fault, plan);
+  if (skip.empty() && !c.backend_status.ok)
+    skip = fmt::format("backend {} cannot run this row: {}", backend.name(), c.backend_status.reason);
+  return skip;
+}
+
+// The fields every entry of a form has, run or skipped.
+nlohmann::json entry_head(const RowContext& c, const Form& form, const RunOptions& opt, const SegmentPlan& plan) {
+  nlohmann::json entry;
+  entry["id"] = c.row.name + "/" + form.label();
+  entry["row"] = c.row.name;
+  entry["row_digest"] = c.sel.digest;
+  if (!c.sel.json.empty()) entry["row_config"] = nlohmann::json::parse(c.sel.json);
+  entry["seed"] = c.row.seed;
+  entry["form"] = {{"package", to_string(form.package)}, {"saved", to_string(form.saved)},
+                   {"P", form.forced_P ? nlohmann::json(form.forced_P) : nlohmann::json("planned")}};
+  entry["fault"] = opt.fault.name();
+  if (opt.sweep) entry["sweep"] = true;
+  entry["planned_P"] = nlohmann::json::array();
+  for (const auto& rp : c.planned.ranks) entry["planned_P"].push_back(rp.P);
+  entry["plan"] = plan_json(plan, false);
+  return entry;
+}
+
+// The det package's bitwise checks (docs/design.md 5): a rerun of det/full gives the same bits,
+// and det/light the bits of det/full (compared by digest; det_full keeps one per schedule).
+// Returns the determinism JSON (null when no check applies) and sets `broken` to why not.
+nlohmann::json det_checks(const RowContext& c, const Form& form, const SegmentPlan& plan, const ResultDigest& bits,
+                          std::map<int, ResultDigest>& det_full, Communicator& comm, const kernels::Backend& backend,
+                          const EngineOptions& eo, std::string& broken) {
+  nlohmann::json det = nlohmann::json::object();
+  std::vector<std::string> differ;
+  if (form.saved == SavedKind::Full) {
+    const ResultDigest again = digest(run_form(c.row, plan, form, c.shard, comm, backend, eo));
+    differ = differing_tensors(comm, bits, again);
+    det["rerun_identical"] = differ.empty();
+    if (!differ.empty()) broken = fmt::format("det package: a rerun differs in {}", fmt::join(differ, ", "));
+    det_full[form.forced_P] = bits;
+  } else if (auto it = det_full.find(form.forced_P); it != det_full.end()) {
+    differ = differing_tensors(comm, it->second, bits);
+    det["full_vs_light_identical"] = differ.empty();
+    if (!differ.empty()) broken = fmt::format("det package: light differs from full in {}", fmt::join(differ, ", "));
+  }
+  if (!differ.empty()) det["differing"] = differ;
+  return det;
+}
+
+// Rank 0's entry fields of a run form, and its table line.
+void finish_entry(nlohmann::json& entry, const RowContext& c, const Form& form, const SegmentPlan& plan,
+                  const std::vector<TensorMetrics>& ms, const Verdict& v, const std::string& status,
+                  const std::string& broken, const nlohmann::json& det, const nlohmann::json& timings,
+                  const std::vector<double>& mem_all) {
+  entry["status"] = status;
+  if (!v.pass) entry["reason"] = v.reason;
+  if (!broken.empty()) entry["reason"] = broken;
+  entry["tensors"] = nlohmann::json::object();
+  for (const auto& m : ms) entry["tensors"][m.name] = metrics_json(m);
+  entry["worst"] = {{"ratio_max", v.worst_ratio ? v.worst_ratio->ratio_max : 0.0},
+                    {"ratio_max_tensor", v.worst_ratio ? v.worst_ratio->name : ""},
+                    {"rms_ratio", v.worst_rms ? v.worst_rms->rms_ratio : 0.0},
+                    {"rms_ratio_tensor", v.worst_rms ? v.worst_rms->name : ""}};
+  entry["determinism"] = det;
+  entry["timings_ms"] = timings;
+  entry["memory_bytes_per_rank"] = nlohmann::json::array();
+  for (double b : mem_all) entry["memory_bytes_per_rank"].push_back(int64_t(b));
+  entry["reference_seconds_rank0"] = c.ref_seconds;
+  log::info0("[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}", c.row_no,
+             c.row_total, c.row.name, form.label(), p_text(plan), v.worst_ratio ? v.worst_ratio->ratio_max : 0.0,
+             v.worst_ratio ? v.worst_ratio->name : "", v.worst_rms ? v.worst_rms->rms_ratio : 0.0,
+             v.worst_rms ? v.worst_rms->name : "", timings["total"]["median"].get<double>(),
+             status == "pass"   ? std::string("PASS")
+             : status == "fail" ? "FAIL: " + v.reason
+                                : std::string("CONTRACT BROKEN"));
+  if (timings.contains("phases")) log_phase_medians(timings["phases"]);
+}
+
+// The faulting rank's location, gathered from every rank (rank 0 writes it into the entry).
+void record_fault_at(nlohmann::json* entry, const RankResult& res, Communicator& comm) {
+  const int W = comm.size();
+  double loc[3] = {double(res.faulted_token >= 0 ? comm.rank() : -1), double(res.faulted_token),
+                   double(res.faulted_segment)};
+  std::vector<double> all(3 * W);
+  comm.allgather(loc, all.data(), 3);
+  if (!entry) return;
+  for (int q = 0; q < W; ++q)
+    if (all[3 * q + 1] >= 0)
+      (*entry)["fault_at"] = {{"rank", q}, {"token", int64_t(all[3 * q + 1])}, {"segment", int(all[3 * q + 2])}};
+}
+
+// Runs one form on every rank, judges it and counts it; rank 0 appends its entry.
+void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, Communicator& comm,
+                  const kernels::Backend& backend, std::map<int, ResultDigest>& det_full, RunOutcome& outcome) {
+  const int r = comm.rank();
+  SegmentPlan plan;
+  const std::string skip = plan_form(c, form, opt, backend, plan);
+  nlohmann::json entry = entry_head(c, form, opt, plan);
+  if (!skip.empty()) {
+    entry["status"] = "skip";
+    entry["reason"] = skip;
+    ++outcome.skipped;
+    if (r == 0) {
+      log::info0("[{}/{}] {} {}: skipped: {}", c.row_no, c.row_total, c.row.name, form.label(), skip);
+      outcome.entries.push_back(entry);
+    }
+    return;
+  }
+  EngineOptions eo;
+  eo.threads = opt.threads;
+  eo.fault = opt.fault;
+  eo.warmup = opt.warmup;
+  eo.repeats = opt.repeats;
+  eo.phase_times = opt.phase_times;
+  const bool checks = form.package == Package::Det && opt.determinism_checks && opt.fault.kind == FaultKind::None;
+  if (c.announce)
+    log::progress0("[{}/{}] {} {}: running{} ...", c.row_no, c.row_total, c.row.name, form.label(),
+                   checks && form.saved == SavedKind::Full ? " (and a det rerun)" : "");
+  RankResult res = run_form(c.row, plan, form, c.shard, comm, backend, eo);
+  std::vector<TensorMetrics> ms = compare_rank(c.row, plan.ranks[r], res, c.ref, r);
+  if (opt.dumper) dump_result(*opt.dumper, c.row, form, plan.ranks[r], res, r);
+  reduce_metrics(ms, comm);
+  for (auto& m : compare_parameter_grads(c.row, plan.ranks[r], res, c.param_refs, comm)) ms.push_back(m);
+  judge(ms, c.row);
+  const Verdict v = summarize(ms);
+  const ResultDigest bits = digest(res);
+  release_tensors(res);  // the tensors are freed before a det rerun
+  std::string broken;
+  const nlohmann::json det = checks ? det_checks(c, form, plan, bits, det_full, comm, backend, eo, broken) : nullptr;
+  // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
+  const nlohmann::json timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
+  std::vector<double> mem_all(comm.size());
+  const double mem_mine = double(res.device_bytes);
+  comm.allgather(&mem_mine, mem_all.data(), 1);
+  const std::string status = !broken.empty() ? "contract_broken" : v.pass ? "pass" : "fail";
+  ++(status == "pass" ? outcome.passed : status == "fail" ? outcome.failed : outcome.contract_broken);
+  if (r == 0) finish_entry(entry, c, form, plan, ms, v, status, broken, det, timings, mem_all);
+  if (opt.fault.kind != FaultKind::None) record_fault_at(r == 0 ? &entry : nullptr, res, comm);
+  if (r == 0) outcome.entries.push_back(entry);
 }
 
 }  // namespace
@@ -224,188 +435,15 @@ void dump_result(Dumper& d, const RowConfig& row, const Form& form, const RankPl
 RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,
                     const kernels::Backend& backend, ReferenceStore& refs) {
   RunOutcome outcome;
-  const int r = comm.rank(), W = comm.size();
-  const bool rank0 = r == 0;
   size_t row_no = static_cast<size_t>(opt.progress_offset);
   const size_t row_total = opt.progress_total > 0 ? static_cast<size_t>(opt.progress_total) : rows.size();
   for (const SelectedRow& sel : rows) {
-    const RowConfig& row = *sel.row;
-    ++row_no;
-    set_row(row.name);  // the deadline watchdog measures each row from here
-    PlanRequest req;
-    req.world = W;
-    req.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
-    req.sm_count = opt.sm_count;
-    if (W != row.world)
-      KCP_THROW(ConfigError, "row {} needs W = {} ranks, this run has {} (launch with mpirun -np {} or without mpirun)",
-                row.name, row.world, W, row.world);
-    const SegmentPlan planned = make_plan(row, req);
-    const RankPlan& my = planned.ranks[r];
-    const RowInputs shard = make_inputs(row, sel.digest, my.global_begin, my.global_end);
-    ReferenceCache& cache = refs.for_row(row, sel.digest);
-    // A row the backend cannot run is recorded as skipped in every form, with its reason, and
-    // needs no reference.
-    const kernels::Status backend_status = backend.can_implement(kernel_problem(row));
-    const bool runnable = backend_status.ok;
-    // Rows whose state work (tokens x value heads x K x V) passes 2^30 take a while per step on a
-    // CPU (int3 row B4 on 2 cores: 21 s of FP64 reference, ~50 s per form), so their steps are
-    // announced; int1-sized rows stay one line per entry.
-    const bool announce = double(row.total_tokens()) * row.HV * row.K * row.V > double(1 << 30);
-    if (announce && runnable)
-      log::progress0("[{}/{}] {}: FP64 reference of {} tokens, {} value heads ...", row_no, row_total, row.name,
-                     row.total_tokens(), row.HV);
-    const auto t_ref = std::chrono::steady_clock::now();
-    set_phase("FP64 reference");
-    std::vector<std::shared_ptr<const SequenceReference>> param_refs;  // per piece: dA_log, ddt_bias only
-    RankReference my_ref;
-    if (runnable) {
-      const auto my_refs = rank_references(my, cache);
-      my_ref = reference_for_rank(row, my, my_refs);
-      for (const auto& sr : my_refs) {
-        auto small = std::make_shared<SequenceReference>();
-        small->seq = sr->seq;
-        small->dA_log = sr->dA_log;
-        small->ddt_bias = sr->ddt_bias;
-        param_refs.push_back(std::move(small));
-      }
-    }  // this rank's hold on the sequences' full FP64 results ends here
-    const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
-    if (announce && runnable) log::progress0("[{}/{}] {}: FP64 reference ready ({:.1f} s)", row_no, row_total, row.name, ref_s);
-    if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, shard, my_ref, r);
-    comm.barrier();
-    refs.release(sel.digest);  // every rank of this process has its slice: the row's cache goes
-
+    set_row(sel.row->name);  // the deadline watchdog measures each row from here
+    const RowContext c = prepare_row(sel, opt, comm, backend, refs, ++row_no, row_total);
     RunOptions row_opt = opt;
-    if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(planned);
-    const std::vector<Form> forms = expand_forms(row, row_opt);
-    std::map<int, ResultDigest> det_full;  // per schedule: the det/full result's digest, for the bitwise checks
-    for (size_t fi = 0; fi < forms.size(); ++fi) {
-      const Form& form = forms[fi];
-      nlohmann::json entry;
-      entry["id"] = row.name + "/" + form.label();
-      entry["row"] = row.name;
-      entry["row_digest"] = sel.digest;
-      if (!sel.json.empty()) entry["row_config"] = nlohmann::json::parse(sel.json);
-      entry["seed"] = row.seed;
-      entry["form"] = {{"package", to_string(form.package)}, {"saved", to_string(form.saved)},
-                       {"P", form.forced_P ? nlohmann::json(form.forced_P) : nlohmann::json("planned")}};
-      entry["fault"] = opt.fault.name();
-      if (opt.sweep) entry["sweep"] = true;
-      entry["planned_P"] = nlohmann::json::array();
-      for (const auto& rp : planned.ranks) entry["planned_P"].push_back(rp.P);
-      // Forced schedules: eligibility by the row's rule (not in a sweep), then a plan of their own.
-      SegmentPlan plan = planned;
-      std::string skip;
-      if (form.forced_P > 0) {
-        if (!opt.sweep) skip = forced_p_skip_reason(row, planned, form.forced_P);
-        if (skip.empty()) {
-          PlanRequest fr = req;
-          fr.forced_P = form.forced_P;
-          skip = forced_p_unfit_reason(planned, form.forced_P);
-          if (skip.empty()) plan = make_plan(row, fr);
-        }
-      }
-      entry["plan"] = plan_json(plan, false);
-      if (skip.empty()) skip = fault_skip_reason(opt.fault, plan);
-      if (skip.empty() && !backend_status.ok)
-        skip = fmt::format("backend {} cannot run this row: {}", backend.name(), backend_status.reason);
-      if (!skip.empty()) {
-        entry["status"] = "skip";
-        entry["reason"] = skip;
-        ++outcome.skipped;
-        if (rank0) {
-          log::info0("[{}/{}] {} {}: skipped: {}", row_no, row_total, row.name, form.label(), skip);
-          outcome.entries.push_back(entry);
-        }
-        continue;
-      }
-      EngineOptions eo;
-      eo.threads = opt.threads;
-      eo.fault = opt.fault;
-      eo.warmup = opt.warmup;
-      eo.repeats = opt.repeats;
-      eo.phase_times = opt.phase_times;
-      // The det package's bitwise checks (below): a rerun for det/full, a comparison for det/light.
-      const bool det_checks = form.package == Package::Det && opt.determinism_checks && opt.fault.kind == FaultKind::None;
-      if (announce)
-        log::progress0("[{}/{}] {} {}: running{} ...", row_no, row_total, row.name, form.label(),
-                       det_checks && form.saved == SavedKind::Full ? " (and a det rerun)" : "");
-      RankResult res = run_form(row, plan, form, shard, comm, backend, eo);
-      std::vector<TensorMetrics> ms = compare_rank(row, plan.ranks[r], res, my_ref, r);
-      if (opt.dumper) dump_result(*opt.dumper, row, form, plan.ranks[r], res, r);
-      reduce_metrics(ms, comm);
-      for (auto& m : compare_parameter_grads(row, plan.ranks[r], res, param_refs, comm)) ms.push_back(m);
-      judge(ms, row);
-      const Verdict v = summarize(ms);
-
-      // Determinism contract of the det package (DESIGN.md 5): a rerun gives the same bits, and
-      // light gives the bits of full. Compared by digest; the tensors are freed before the rerun.
-      const ResultDigest bits = digest(res);
-      release_tensors(res);
-      nlohmann::json det = nullptr;
-      std::string det_reason;
-      if (det_checks) {
-        det = nlohmann::json::object();
-        std::vector<std::string> differ;
-        if (form.saved == SavedKind::Full) {
-          const ResultDigest again = digest(run_form(row, plan, form, shard, comm, backend, eo));
-          differ = differing_tensors(comm, bits, again);
-          det["rerun_identical"] = differ.empty();
-          if (!differ.empty()) det_reason = fmt::format("det package: a rerun differs in {}", fmt::join(differ, ", "));
-          det_full[form.forced_P] = bits;
-        } else if (auto it = det_full.find(form.forced_P); it != det_full.end()) {
-          differ = differing_tensors(comm, it->second, bits);
-          det["full_vs_light_identical"] = differ.empty();
-          if (!differ.empty())
-            det_reason = fmt::format("det package: light differs from full in {}", fmt::join(differ, ", "));
-        }
-        if (!differ.empty()) det["differing"] = differ;
-      }
-      const bool contract_ok = det_reason.empty();
-      // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
-      const nlohmann::json timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
-      std::vector<double> mem_all(W);
-      const double mem_mine = double(res.device_bytes);
-      comm.allgather(&mem_mine, mem_all.data(), 1);
-      std::string status = !contract_ok ? "contract_broken" : v.pass ? "pass" : "fail";
-      if (status == "pass") ++outcome.passed;
-      else if (status == "fail") ++outcome.failed;
-      else ++outcome.contract_broken;
-      if (rank0) {
-        entry["status"] = status;
-        if (!v.pass) entry["reason"] = v.reason;
-        if (!contract_ok) entry["reason"] = det_reason;
-        entry["tensors"] = nlohmann::json::object();
-        for (const auto& m : ms) entry["tensors"][m.name] = metrics_json(m);
-        entry["worst"] = {{"ratio_max", v.worst_ratio ? v.worst_ratio->ratio_max : 0.0},
-                          {"ratio_max_tensor", v.worst_ratio ? v.worst_ratio->name : ""},
-                          {"rms_ratio", v.worst_rms ? v.worst_rms->rms_ratio : 0.0},
-                          {"rms_ratio_tensor", v.worst_rms ? v.worst_rms->name : ""}};
-        entry["determinism"] = det;
-        entry["timings_ms"] = timings;
-        entry["memory_bytes_per_rank"] = nlohmann::json::array();
-        for (double b : mem_all) entry["memory_bytes_per_rank"].push_back(int64_t(b));
-        entry["reference_seconds_rank0"] = ref_s;
-        log::info0("[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}",
-                   row_no, row_total, row.name, form.label(), p_text(plan),
-                   v.worst_ratio ? v.worst_ratio->ratio_max : 0.0, v.worst_ratio ? v.worst_ratio->name : "",
-                   v.worst_rms ? v.worst_rms->rms_ratio : 0.0, v.worst_rms ? v.worst_rms->name : "", timings["total"]["median"].get<double>(),
-                   status == "pass" ? std::string("PASS") : status == "fail" ? "FAIL: " + v.reason : std::string("CONTRACT BROKEN"));
-        if (timings.contains("phases")) log_phase_medians(timings["phases"]);
-        outcome.entries.push_back(entry);
-      }
-      // The faulting rank's location, for every rank's entry (only rank 0 writes the JSON).
-      if (opt.fault.kind != FaultKind::None) {
-        double loc[3] = {double(res.faulted_token >= 0 ? r : -1), double(res.faulted_token), double(res.faulted_segment)};
-        std::vector<double> all(3 * W);
-        comm.allgather(loc, all.data(), 3);
-        if (rank0)
-          for (int q = 0; q < W; ++q)
-            if (all[3 * q + 1] >= 0)
-              outcome.entries.back()["fault_at"] = {{"rank", q}, {"token", int64_t(all[3 * q + 1])},
-                                                    {"segment", int(all[3 * q + 2])}};
-      }
-    }
+    if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(c.planned);
+    std::map<int, ResultDigest> det_full;  // per schedule: the det/full result's digest
+    for (const Form& form : expand_forms(*sel.row, row_opt)) run_one_form(c, form, opt, comm, backend, det_full, outcome);
   }
   clear_phase();
   return outcome;

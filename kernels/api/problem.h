@@ -13,39 +13,17 @@
 #include <stdexcept>
 #include <string>
 
+#include "vocab/vocabulary.h"
+
 namespace kcp::kernels {
 
-enum class Op : int32_t { Gdn = 0, Kda = 1 };
-
-// How the per-token natural-log decay a_t (<= 0) is formed from the gate input g (ALGORITHM 1.2):
-//   Direct:     a = g
-//   Softplus:   a = -exp(A_log[j]) * softplus(g + dt_bias)   (GDN dt_bias[j]; KDA dt_bias[j, d])
-//   LowerBound: a = lb * sigmoid(exp(A_log[j]) * (g + dt_bias)), or lb * sigmoid(g + dt_bias)
-//               without A_log (KDA only)
-// dt_bias is optional (zero when absent) for both raw forms.
-enum class GateForm : int32_t { Direct = 0, Softplus = 1, LowerBound = 2 };
-
-// Input dtype: every input tensor arrives as float holding a value of this type; every tensor
-// the kernels "store in the input dtype" (normalized q/k, Phi, W, U, h, v_new, dh, dv2, o,
-// dq/dk/dv) is rounded to it (kcp::round_to).
-enum class DType : int32_t { BF16 = 0, FP16 = 1 };
-
-// det: fixed-order reductions, bitwise reproducible. nondet: reductions may use atomics.
-// The CPU twin is deterministic for both; it keeps the tag so saved sets and workspaces can be
-// checked against the backward they are passed to (DESIGN.md 5).
-enum class Package : int32_t { Det = 0, Nondet = 1 };
-
-// full: the forward also keeps each segment's transfer plane M_seg^T and segment entry states.
-// light: only prep outputs and the first piece's incoming state; the backward recomputes.
-enum class SavedKind : int32_t { Full = 0, Light = 1 };
-
-inline const char* to_string(Op v) { return v == Op::Gdn ? "gdn" : "kda"; }
-inline const char* to_string(GateForm v) {
-  return v == GateForm::Direct ? "direct" : v == GateForm::Softplus ? "softplus" : "lower_bound";
-}
-inline const char* to_string(DType v) { return v == DType::BF16 ? "bf16" : "fp16"; }
-inline const char* to_string(Package v) { return v == Package::Det ? "det" : "nondet"; }
-inline const char* to_string(SavedKind v) { return v == SavedKind::Full ? "full" : "light"; }
+// The shared words (vocab/vocabulary.h), also reachable as kernels::Op etc.
+using kcp::DType;
+using kcp::GateForm;
+using kcp::Op;
+using kcp::Package;
+using kcp::SavedKind;
+using kcp::to_string;
 
 inline constexpr int32_t kChunk = 64;          // chunk size C of this project
 inline constexpr int32_t kMaxK = 256;          // state kernels hold K rows per value head

@@ -22,7 +22,7 @@
 
 #include "core/kcp/phase_timing_backend.h"
 #include "kernels/api/numeric.h"
-#include "kernels/cpu/rank_driver.h"
+#include "core/kcp/rank_driver.h"
 #include "kernels/cuda/cuda_backend.h"
 
 namespace kk = kcp::kernels;
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   float* dbeta = be.alloc_floats(T * HV);
   float* dh0 = be.alloc_floats(int64_t(HV) * K * K);
 
-  kk::RankRun run;
+  kcp::RankRun run;
   run.problem = p;
   run.layout = L;
   run.exec = ex;
@@ -125,10 +125,10 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < warmup + repeats; ++rep) {
     be.set_timing(rep >= warmup);
     t_fwd->start(ex);
-    kk::run_rank_forward(be, run, nullptr, out);
+    kcp::run_rank_forward(be, run, nullptr, out);
     t_fwd->stop(ex);
     t_bwd->start(ex);
-    kk::run_rank_backward(be, run, nullptr, gr);
+    kcp::run_rank_backward(be, run, nullptr, gr);
     t_bwd->stop(ex);
     be.synchronize(ex);
     if (rep >= warmup) {
@@ -155,10 +155,10 @@ int main(int argc, char** argv) {
   be.set_timing(false);
   for (int rep = 0; rep < repeats; ++rep) {
     t_fwd->start(ex);
-    kk::run_rank_forward(be, run, nullptr, out);
+    kcp::run_rank_forward(be, run, nullptr, out);
     t_fwd->stop(ex);
     t_bwd->start(ex);
-    kk::run_rank_backward(be, run, nullptr, gr);
+    kcp::run_rank_backward(be, run, nullptr, gr);
     t_bwd->stop(ex);
     be.synchronize(ex);
     fwd_ms.push_back(t_fwd->elapsed_ms());

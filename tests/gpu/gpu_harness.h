@@ -1,7 +1,6 @@
-// GPU test harness (tests/gpu): runs the single-rank driver over W emulated ranks on ANY backend
-// (memory through Backend::alloc_floats / upload / download), so the CPU twin and the CUDA
-// backend run the same code path; plus comparison helpers. Case, Data, the FP64 reference
-// adapter and the public thresholds come from tests/kcp/twin_harness.h.
+// GPU test harness (tests/gpu): comparison helpers and the CUDA backend's 16-bit storage. Case,
+// Data, the FP64 reference adapter, the public thresholds, Buf and run_backend (the W-rank
+// emulation on any backend) come from tests/kcp/twin_harness.h.
 #pragma once
 
 #include <cstdint>
@@ -12,51 +11,6 @@
 #include "twin_harness.h"
 
 namespace kcp::test {
-
-// A float buffer in a backend's memory space.
-class Buf {
- public:
-  Buf() = default;
-  Buf(const kk::Backend& be, int64_t n) : be_(&be), n_(n), p_(be.alloc_floats(n)) {}
-  Buf(const kk::Backend& be, const std::vector<float>& host) : Buf(be, int64_t(host.size())) { put(host); }
-  Buf(const Buf&) = delete;
-  Buf& operator=(const Buf&) = delete;
-  Buf(Buf&& o) noexcept { swap(o); }
-  Buf& operator=(Buf&& o) noexcept {
-    swap(o);
-    return *this;
-  }
-  ~Buf() {
-    if (be_ && p_) be_->free_floats(p_);
-  }
-  float* get() const { return p_; }
-  int64_t size() const { return n_; }
-  void put(const std::vector<float>& h) const {
-    if (n_ > 0) be_->upload(p_, h.data(), std::min<int64_t>(n_, int64_t(h.size())), kk::Exec{});
-  }
-  std::vector<float> host() const {
-    std::vector<float> h(static_cast<size_t>(n_));
-    if (n_ > 0) be_->download(h.data(), p_, n_, kk::Exec{});
-    return h;
-  }
-  void fill(float v) const {
-    if (n_ > 0) be_->fill_floats(p_, v, n_, kk::Exec{});
-  }
-
- private:
-  void swap(Buf& o) noexcept {
-    std::swap(be_, o.be_);
-    std::swap(n_, o.n_);
-    std::swap(p_, o.p_);
-  }
-  const kk::Backend* be_ = nullptr;
-  int64_t n_ = 0;
-  float* p_ = nullptr;
-};
-
-// run_twin of tests/kcp on any backend: same planning (pieces, even segments), same rank folds,
-// NaN-poisoned arenas and outputs, workspace re-poisoned between forward and backward.
-TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, const TwinOptions& opt);
 
 // Closeness of two float tensors: rel-RMS and max|a - b| / max|b|; NaN anywhere counts as inf.
 struct Diff {

@@ -22,7 +22,7 @@
 #include <limits>
 
 #include "gpu_harness.h"
-#include "kernels/cpu/rank_driver.h"
+#include "core/kcp/rank_driver.h"
 #include "kernels/cuda/cuda_backend.h"
 
 namespace kcp::test {
@@ -94,7 +94,7 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     h_dA_.assign(size_t(c_.HV), kNaN);
     h_ddt_ = h_dA_;
     h_dh0_.assign(size_t(N * S), kNaN);
-    kk::RankRun run;
+    kcp::RankRun run;
     run.problem = p_;
     run.layout = L_;
     run.kind = kk::SavedKind::Full;
@@ -102,10 +102,10 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
                     d_.dt_bias.data(), d_.h0.data(), d_.dO.data(), d_.dht.data());
     run.saved = hs_;
     run.ws = hw_;
-    kk::run_rank_forward(*cpu_, run, nullptr, kk::OutputTensors{h_o_.data(), h_ht_.data()});
+    kcp::run_rank_forward(*cpu_, run, nullptr, kk::OutputTensors{h_o_.data(), h_ht_.data()});
     kk::GradTensors g{h_dq_.data(), h_dk_.data(), h_dv_.data(), h_dg_.data(), h_dbeta_.data(),
                       c_.A_log ? h_dA_.data() : nullptr, c_.dt_bias ? h_ddt_.data() : nullptr, h_dh0_.data()};
-    kk::run_rank_backward(*cpu_, run, nullptr, g);
+    kcp::run_rank_backward(*cpu_, run, nullptr, g);
     // The device images of the workspace and the saved set: the CUDA backend's 16-bit tensors
     // packed (cuda_backend.cu).
     h_ws_dev_ = h_ws_;

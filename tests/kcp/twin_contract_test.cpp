@@ -160,7 +160,7 @@ struct Fixture {
   kk::RankLayout layout;
   std::unique_ptr<kk::Backend> be = kk::make_cpu_backend();
   std::vector<float> saved, ws, o, out;
-  kk::RankRun run;
+  kcp::RankRun run;
   explicit Fixture(kk::Package pkg = kk::Package::Det) {
     c = gdn_varlen();
     c.lens = {100};
@@ -232,34 +232,34 @@ TEST(BadArgs, DriverRulesAndTags) {
   std::vector<float> incoming(size_t(f.c.HV) * f.c.K * f.c.V, 0.0f);
   // a rank summary where nothing is sent (the one piece starts and ends its sequence)
   std::vector<float> summary(size_t(f.c.HV) * f.c.K * f.c.K, 0.0f);
-  EXPECT_MESSAGE_HAS(kk::rank_forward_begin(*f.be, f.run, summary.data(), nullptr),
+  EXPECT_MESSAGE_HAS(kcp::rank_forward_begin(*f.be, f.run, summary.data(), nullptr),
                      "rank_forward_begin: a forward rank summary was requested but the last piece ends its sequence");
-  EXPECT_MESSAGE_HAS(kk::rank_forward_begin(*f.be, f.run, nullptr, incoming.data()), "nothing is sent");
-  kk::rank_forward_begin(*f.be, f.run, nullptr, nullptr);
-  EXPECT_MESSAGE_HAS(kk::rank_forward_end(*f.be, f.run, incoming.data(), out), "piece 0 starts its sequence");
-  kk::rank_forward_end(*f.be, f.run, nullptr, out);
-  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, f.run, summary.data(), incoming.data()),
+  EXPECT_MESSAGE_HAS(kcp::rank_forward_begin(*f.be, f.run, nullptr, incoming.data()), "nothing is sent");
+  kcp::rank_forward_begin(*f.be, f.run, nullptr, nullptr);
+  EXPECT_MESSAGE_HAS(kcp::rank_forward_end(*f.be, f.run, incoming.data(), out), "piece 0 starts its sequence");
+  kcp::rank_forward_end(*f.be, f.run, nullptr, out);
+  EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, f.run, summary.data(), incoming.data()),
                      "rank_backward_begin: a backward rank summary was requested but piece 0 starts its sequence");
   // a saved set from the nondet package passed to the det backward names both sides
   Fixture g(kk::Package::Nondet);
-  kk::RankRun mixed = f.run;
+  kcp::RankRun mixed = f.run;
   mixed.saved = g.run.saved;
-  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, mixed, nullptr, nullptr),
+  EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, mixed, nullptr, nullptr),
                      "saved set from the nondet package (deterministic=false) passed to the det backward");
   // a workspace of the other package
   mixed = f.run;
   mixed.ws = g.run.ws;
-  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "workspace of the nondet package");
+  EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "workspace of the nondet package");
   // a saved set made for another layout
   mixed = f.run;
   kk::RankLayout other = kk::RankLayout::even({100}, 1);
   mixed.layout = other.view();
   mixed.ws.fingerprint = kk::layout_fingerprint(mixed.problem, mixed.layout);
-  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "saved set was made for another");
+  EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "saved set was made for another");
   // a light run given a full saved set
   mixed = f.run;
   mixed.kind = kk::SavedKind::Light;
-  EXPECT_MESSAGE_HAS(kk::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "saved set is full but run.kind is light");
+  EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "saved set is full but run.kind is light");
   // arena too small
   EXPECT_MESSAGE_HAS(kk::bind_saved(f.saved.data(), 10, f.run.problem, f.run.layout, kk::SavedKind::Full,
                                     kk::Package::Det),

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 
 #include "kernels/api/numeric.h"
+#include "core/kcp/rank_exchange.h"
 #include "reference/reference.h"
 
 namespace kcp::test {
@@ -124,7 +126,7 @@ Data make_data(const Case& c) {
 
 RefResults run_reference(const Case& c, const Data& d) {
   ref::Problem p;
-  p.op = c.op == kk::Op::Gdn ? ref::Op::Gdn : ref::Op::Kda;
+  p.op = c.op;
   p.H = c.H;
   p.HV = c.HV;
   p.K = c.K;
@@ -132,9 +134,7 @@ RefResults run_reference(const Case& c, const Data& d) {
   p.cu_seqlens.push_back(0);
   for (int64_t l : c.lens) p.cu_seqlens.push_back(p.cu_seqlens.back() + l);
   p.qk_l2norm = c.l2norm;
-  p.gate = c.gate == kk::GateForm::Direct     ? ref::GateForm::Direct
-           : c.gate == kk::GateForm::Softplus ? ref::GateForm::Softplus
-                                              : ref::GateForm::LowerBound;
+  p.gate = c.gate;
   p.lower_bound = c.lower_bound;
   p.has_A_log = c.A_log;
   p.has_dt_bias = c.dt_bias;
@@ -175,36 +175,38 @@ namespace {
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-struct RankState {
+struct Rank {
   int64_t g0 = 0, g1 = 0;           // global token range
   std::vector<int> piece_seq;        // global sequence of each local piece
   kk::RankLayout layout;
-  std::vector<float> saved_arena, ws_arena;
-  kk::RankRun run;
-  std::vector<float> h0, dht;        // local [N_pieces, HV, K, V]
-  std::vector<float> o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0;
-  std::vector<float> sum_M, sum_h, sum_Mt, sum_dh;  // rank summaries
+  Buf saved, ws, h0, dht, o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0;
+  kcp::RankRun run;
 };
 
 }  // namespace
 
-TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt) {
+TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, const TwinOptions& opt) {
   const kk::Problem p = c.problem();
   const int64_t T = c.T();
   const int gw = p.gate_width();
-  const int64_t S = int64_t(c.HV) * c.K * c.V, SK = int64_t(c.HV) * c.K * c.K;
-  std::vector<int64_t> bounds = opt.rank_bounds.empty() ? std::vector<int64_t>{0, T} : opt.rank_bounds;
+  const int64_t S = int64_t(c.HV) * c.K * c.V;
+  const SummaryBlock blk = summary_block(p);
+  const std::vector<int64_t> bounds = opt.rank_bounds.empty() ? std::vector<int64_t>{0, T} : opt.rank_bounds;
   const int W = static_cast<int>(bounds.size()) - 1;
   std::vector<int64_t> cu{0};
   for (int64_t l : c.lens) cu.push_back(cu.back() + l);
   const int NS = static_cast<int>(c.lens.size());
-  const std::unique_ptr<kk::Backend> own = opt.backend ? nullptr : kk::make_cpu_backend();
-  const kk::Backend* be = opt.backend ? opt.backend : own.get();
+  const kk::Exec ex{opt.package, opt.threads, nullptr};
 
-  // ---- plan the ranks: pieces (clipped sequences) and even segments ----
-  std::vector<RankState> R(W);
+  // Global inputs in the backend's memory.
+  const Buf q(be, d.q), k(be, d.k), v(be, d.v), g(be, d.g), beta(be, d.beta), dO(be, d.dO);
+  const Buf A_log = c.A_log ? Buf(be, d.A_log) : Buf(), dt_bias = c.dt_bias ? Buf(be, d.dt_bias) : Buf();
+  const Buf h0_all = c.h0 ? Buf(be, d.h0) : Buf(), dht_all = c.dht ? Buf(be, d.dht) : Buf();
+
+  std::vector<std::unique_ptr<Rank>> R;
   for (int r = 0; r < W; ++r) {
-    RankState& rs = R[r];
+    R.push_back(std::make_unique<Rank>());
+    Rank& rs = *R.back();
     rs.g0 = bounds[r];
     rs.g1 = bounds[r + 1];
     std::vector<kk::PieceSpec> ps;
@@ -212,177 +214,171 @@ TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt) {
     for (int s = 0; s < NS; ++s) {
       const int64_t b = cu[s], e = cu[s + 1];
       bool here;
-      if (b == e) here = (b >= rs.g0 && b < rs.g1) || (r == W - 1 && b == rs.g1);  // zero-length sequence
+      if (b == e) here = (b >= rs.g0 && b < rs.g1) || (r == W - 1 && b == rs.g1);
       else here = b < rs.g1 && e > rs.g0;
       if (!here) continue;
       const int64_t lb = std::max(b, rs.g0) - rs.g0, le = std::min(e, rs.g1) - rs.g0;
       const int32_t pi = static_cast<int32_t>(ps.size());
       ps.push_back({lb, le, b >= rs.g0, e <= rs.g1});
-      const int P = opt.P.empty() ? 1 : opt.P[r];
-      kk::RankLayout::append_even_segments(pi, lb, le, P, p.chunk, ss);
+      kk::RankLayout::append_even_segments(pi, lb, le, opt.P.empty() ? 1 : opt.P[r], p.chunk, ss);
       rs.piece_seq.push_back(s);
     }
     rs.layout = kk::RankLayout(ps, ss);
     const kk::LayoutView L = rs.layout.view();
     const int64_t Tl = rs.g1 - rs.g0, N = L.n_pieces;
-    rs.saved_arena.assign(size_t(be->saved_floats(p, L, opt.kind)), kNaN);
-    rs.ws_arena.assign(size_t(be->workspace_floats(p, L)), kNaN);
-    rs.h0.assign(size_t(N * S), kNaN);
-    rs.dht.assign(size_t(N * S), kNaN);
+    rs.saved = Buf(be, be.saved_floats(p, L, opt.kind));
+    rs.ws = Buf(be, be.workspace_floats(p, L));
+    std::vector<float> h0(size_t(N * S), kNaN), dht(size_t(N * S), kNaN);
     for (int32_t pi = 0; pi < N; ++pi) {
       const int s = rs.piece_seq[pi];
-      if (c.h0 && L.pieces[pi].starts_sequence) std::memcpy(&rs.h0[pi * S], &d.h0[s * S], S * sizeof(float));
-      if (c.dht && L.pieces[pi].ends_sequence) std::memcpy(&rs.dht[pi * S], &d.dht[s * S], S * sizeof(float));
+      if (c.h0 && L.pieces[pi].starts_sequence) std::memcpy(&h0[pi * S], &d.h0[s * S], S * sizeof(float));
+      if (c.dht && L.pieces[pi].ends_sequence) std::memcpy(&dht[pi * S], &d.dht[s * S], S * sizeof(float));
     }
-    rs.o.assign(size_t(Tl) * c.HV * c.V, kNaN);
-    rs.ht.assign(size_t(N * S), kNaN);
-    rs.dq.assign(size_t(Tl) * c.H * c.K, kNaN);
-    rs.dk.assign(size_t(Tl) * c.H * c.K, kNaN);
-    rs.dv.assign(size_t(Tl) * c.HV * c.V, kNaN);
-    rs.dg.assign(size_t(Tl) * c.HV * gw, kNaN);
-    rs.dbeta.assign(size_t(Tl) * c.HV, kNaN);
-    rs.dA_log.assign(size_t(c.HV), kNaN);
-    rs.ddt_bias.assign(size_t(c.HV) * gw, kNaN);
-    rs.dh0.assign(size_t(N * S), kNaN);
-    rs.sum_M.assign(size_t(SK), kNaN);
-    rs.sum_h.assign(size_t(S), kNaN);
-    rs.sum_Mt.assign(size_t(SK), kNaN);
-    rs.sum_dh.assign(size_t(S), kNaN);
+    rs.h0 = Buf(be, h0);
+    rs.dht = Buf(be, dht);
+    rs.o = Buf(be, Tl * c.HV * c.V);
+    rs.ht = Buf(be, N * S);
+    rs.dq = Buf(be, Tl * c.H * c.K);
+    rs.dk = Buf(be, Tl * c.H * c.K);
+    rs.dv = Buf(be, Tl * c.HV * c.V);
+    rs.dg = Buf(be, Tl * c.HV * gw);
+    rs.dbeta = Buf(be, Tl * c.HV);
+    rs.dA_log = Buf(be, c.HV);
+    rs.ddt_bias = Buf(be, int64_t(c.HV) * gw);
+    rs.dh0 = Buf(be, N * S);
+    for (const Buf* b : {&rs.saved, &rs.ws, &rs.o, &rs.ht, &rs.dq, &rs.dk, &rs.dv, &rs.dg, &rs.dbeta, &rs.dA_log,
+                         &rs.ddt_bias, &rs.dh0})
+      b->fill(kNaN);
 
-    kk::RankRun& run = rs.run;
+    kcp::RankRun& run = rs.run;
     run.problem = p;
     run.layout = L;
-    run.exec.package = opt.package;
-    run.exec.threads = opt.threads;
+    run.exec = ex;
     run.kind = opt.kind;
-    run.in.q = d.q.data() + rs.g0 * c.H * c.K;
-    run.in.k = d.k.data() + rs.g0 * c.H * c.K;
-    run.in.v = d.v.data() + rs.g0 * c.HV * c.V;
-    run.in.g = d.g.data() + rs.g0 * c.HV * gw;
-    run.in.beta = d.beta.data() + rs.g0 * c.HV;
-    run.in.A_log = c.A_log ? d.A_log.data() : nullptr;
-    run.in.dt_bias = c.dt_bias ? d.dt_bias.data() : nullptr;
-    run.in.h0 = c.h0 ? rs.h0.data() : nullptr;
-    run.in.dO = d.dO.data() + rs.g0 * c.HV * c.V;
-    run.in.dht = c.dht ? rs.dht.data() : nullptr;
-    run.saved = kk::bind_saved(rs.saved_arena.data(), int64_t(rs.saved_arena.size()), p, L, opt.kind, opt.package);
-    run.ws = be->bind_workspace_for(rs.ws_arena.data(), int64_t(rs.ws_arena.size()), p, L, opt.package);
+    run.in.q = q.get() + rs.g0 * c.H * c.K;
+    run.in.k = k.get() + rs.g0 * c.H * c.K;
+    run.in.v = v.get() + rs.g0 * c.HV * c.V;
+    run.in.g = g.get() + rs.g0 * c.HV * gw;
+    run.in.beta = beta.get() + rs.g0 * c.HV;
+    run.in.A_log = c.A_log ? A_log.get() : nullptr;
+    run.in.dt_bias = c.dt_bias ? dt_bias.get() : nullptr;
+    run.in.h0 = c.h0 ? rs.h0.get() : nullptr;
+    run.in.dO = dO.get() + rs.g0 * c.HV * c.V;
+    run.in.dht = c.dht ? rs.dht.get() : nullptr;
+    run.saved = kk::bind_saved(rs.saved.get(), rs.saved.size(), p, L, opt.kind, opt.package);
+    run.ws = be.bind_workspace_for(rs.ws.get(), rs.ws.size(), p, L, opt.package);
   }
 
-  // Fold of rank summaries [first, last] (ascending or descending) from x0 into out.
-  auto fold_ranks = [&](const std::vector<int>& order, bool fwd, const float* x0, float* out) {
-    std::vector<float> A, b;
-    for (int q : order) {
-      const auto& M = fwd ? R[q].sum_M : R[q].sum_Mt;
-      const auto& h = fwd ? R[q].sum_h : R[q].sum_dh;
-      A.insert(A.end(), M.begin(), M.end());
-      b.insert(b.end(), h.begin(), h.end());
-    }
-    kk::FoldArgs f;
-    f.HV = c.HV;
-    f.K = c.K;
-    f.V = c.V;
-    f.n = static_cast<int32_t>(order.size());
-    f.A = A.empty() ? nullptr : A.data();
-    f.A_stride = SK;
-    f.b = b.empty() ? nullptr : b.data();
-    f.b_stride = S;
-    f.x0 = x0;
-    f.x_final = out;
-    be->fold(f);
-  };
+  // The all-gathers of the engine, emulated: every rank writes its block of one gathered buffer
+  // per direction (zeros where it sends nothing), then folds the blocks of its sequence's other
+  // ranks with the engine's own folds (core/kcp/rank_exchange.h).
+  const Buf gathered_fwd(be, W * blk.floats()), gathered_bwd(be, W * blk.floats());
+  gathered_fwd.fill(0.0f);
+  gathered_bwd.fill(0.0f);
+  auto block_A = [&](const Buf& gathered, int r) { return gathered.get() + r * blk.floats(); };
+  auto block_b = [&](const Buf& gathered, int r) { return gathered.get() + r * blk.floats() + blk.A; };
 
-  // ---- forward ----
-  // A rank computes the summaries it sends: forward when its last piece continues on a later
-  // rank, backward when its first piece continues from an earlier one.
+  // A rank computes the summaries it sends (forward: its last piece continues on a later rank;
+  // backward: its first piece continues from an earlier one), as the engine does.
   for (int r = 0; r < W; ++r) {
-    const bool sends = !R[r].layout.pieces().back().ends_sequence;
-    kk::rank_forward_begin(*be, R[r].run, sends ? R[r].sum_M.data() : nullptr, sends ? R[r].sum_h.data() : nullptr);
+    const bool sends = !R[r]->layout.pieces().back().ends_sequence;
+    kcp::rank_forward_begin(be, R[r]->run, sends ? block_A(gathered_fwd, r) : nullptr,
+                            sends ? block_b(gathered_fwd, r) : nullptr);
   }
+  be.synchronize(ex);
   for (int r = 0; r < W; ++r) {
-    RankState& rs = R[r];
-    std::vector<float> incoming;
+    Rank& rs = *R[r];
+    Buf incoming;
     if (!rs.layout.pieces()[0].starts_sequence) {
       const int s = rs.piece_seq[0];
       int r0 = r;
-      while (r0 > 0 && R[r0 - 1].piece_seq.back() == s && cu[s] < R[r0].g0) --r0;
-      std::vector<int> order;
-      for (int q = r0; q < r; ++q) order.push_back(q);
-      incoming.assign(size_t(S), 0.0f);
-      fold_ranks(order, true, c.h0 ? &d.h0[s * S] : nullptr, incoming.data());
+      while (r0 > 0 && R[r0 - 1]->piece_seq.back() == s && cu[s] < R[r0]->g0) --r0;
+      incoming = Buf(be, S);
+      fold_earlier_ranks(be, ex, p, gathered_fwd.get(), r, r - r0, c.h0 ? h0_all.get() + s * S : nullptr, incoming.get());
     }
-    kk::OutputTensors out{rs.o.data(), rs.ht.data()};
-    kk::rank_forward_end(*be, rs.run, incoming.empty() ? nullptr : incoming.data(), out);
-    if (opt.repoison_between) std::fill(rs.ws_arena.begin(), rs.ws_arena.end(), kNaN);
-  }
-
-  // ---- backward ----
-  for (int r = 0; r < W; ++r) {
-    const bool sends = !R[r].layout.pieces().front().starts_sequence;
-    kk::rank_backward_begin(*be, R[r].run, sends ? R[r].sum_Mt.data() : nullptr, sends ? R[r].sum_dh.data() : nullptr);
+    kk::OutputTensors out{rs.o.get(), rs.ht.get()};
+    kcp::rank_forward_end(be, rs.run, incoming.get(), out);
+    be.synchronize(ex);
+    if (opt.repoison_between) rs.ws.fill(kNaN);
   }
   for (int r = 0; r < W; ++r) {
-    RankState& rs = R[r];
-    std::vector<float> exit_grad;
+    const bool sends = !R[r]->layout.pieces().front().starts_sequence;
+    kcp::rank_backward_begin(be, R[r]->run, sends ? block_A(gathered_bwd, r) : nullptr,
+                             sends ? block_b(gathered_bwd, r) : nullptr);
+  }
+  be.synchronize(ex);
+  for (int r = 0; r < W; ++r) {
+    Rank& rs = *R[r];
+    Buf exit_grad;
     if (!rs.layout.pieces().back().ends_sequence) {
       const int s = rs.piece_seq.back();
       int r1 = r;
-      while (r1 + 1 < W && R[r1 + 1].piece_seq.front() == s && cu[s + 1] > R[r1].g1) ++r1;
-      std::vector<int> order;
-      for (int q = r1; q > r; --q) order.push_back(q);
-      exit_grad.assign(size_t(S), 0.0f);
-      fold_ranks(order, false, c.dht ? &d.dht[s * S] : nullptr, exit_grad.data());
+      while (r1 + 1 < W && R[r1 + 1]->piece_seq.front() == s && cu[s + 1] > R[r1]->g1) ++r1;
+      exit_grad = Buf(be, S);
+      fold_later_ranks(be, ex, p, gathered_bwd.get(), r, r1 - r, c.dht ? dht_all.get() + s * S : nullptr, exit_grad.get());
     }
-    kk::GradTensors g;
-    g.dq = rs.dq.data();
-    g.dk = rs.dk.data();
-    g.dv = rs.dv.data();
-    g.dg = rs.dg.data();
-    g.dbeta = rs.dbeta.data();
-    g.dA_log = c.A_log ? rs.dA_log.data() : nullptr;
-    g.ddt_bias = c.dt_bias ? rs.ddt_bias.data() : nullptr;
-    g.dh0 = rs.dh0.data();
-    kk::rank_backward_end(*be, rs.run, exit_grad.empty() ? nullptr : exit_grad.data(), g);
+    kk::GradTensors gr;
+    gr.dq = rs.dq.get();
+    gr.dk = rs.dk.get();
+    gr.dv = rs.dv.get();
+    gr.dg = rs.dg.get();
+    gr.dbeta = rs.dbeta.get();
+    gr.dA_log = c.A_log ? rs.dA_log.get() : nullptr;
+    gr.ddt_bias = c.dt_bias ? rs.ddt_bias.get() : nullptr;
+    gr.dh0 = rs.dh0.get();
+    kcp::rank_backward_end(be, rs.run, exit_grad.get(), gr);
+    be.synchronize(ex);
   }
 
-  // ---- gather ----
   TwinResults res;
   auto& t = res.t;
-  auto gather_tok = [&](const char* name, int per_token, std::vector<float> RankState::*field) {
+  auto gather_tok = [&](const char* name, int per_token, Buf Rank::*field) {
     auto& dst = t[name];
     dst.assign(size_t(T) * per_token, kNaN);
-    for (auto& rs : R)
-      std::copy((rs.*field).begin(), (rs.*field).end(), dst.begin() + rs.g0 * per_token);
+    for (auto& rs : R) {
+      const std::vector<float> h = ((*rs).*field).host();
+      std::copy(h.begin(), h.end(), dst.begin() + rs->g0 * per_token);
+    }
   };
-  gather_tok("o", c.HV * c.V, &RankState::o);
-  gather_tok("dq", c.H * c.K, &RankState::dq);
-  gather_tok("dk", c.H * c.K, &RankState::dk);
-  gather_tok("dv", c.HV * c.V, &RankState::dv);
-  gather_tok("dg", c.HV * gw, &RankState::dg);
-  gather_tok("dbeta", c.HV, &RankState::dbeta);
+  gather_tok("o", c.HV * c.V, &Rank::o);
+  gather_tok("dq", c.H * c.K, &Rank::dq);
+  gather_tok("dk", c.H * c.K, &Rank::dk);
+  gather_tok("dv", c.HV * c.V, &Rank::dv);
+  gather_tok("dg", c.HV * gw, &Rank::dg);
+  gather_tok("dbeta", c.HV, &Rank::dbeta);
   t["ht"].assign(size_t(NS * S), kNaN);
   if (c.h0) t["dh0"].assign(size_t(NS * S), kNaN);
   for (auto& rs : R) {
-    const auto& ps = rs.layout.pieces();
+    const auto& ps = rs->layout.pieces();
+    const std::vector<float> ht = rs->ht.host(), dh0 = rs->dh0.host();
     for (size_t pi = 0; pi < ps.size(); ++pi) {
-      const int s = rs.piece_seq[pi];
-      if (ps[pi].ends_sequence) std::copy(&rs.ht[pi * S], &rs.ht[pi * S] + S, &t["ht"][s * S]);
-      if (c.h0 && ps[pi].starts_sequence) std::copy(&rs.dh0[pi * S], &rs.dh0[pi * S] + S, &t["dh0"][s * S]);
+      const int s = rs->piece_seq[pi];
+      if (ps[pi].ends_sequence) std::copy(&ht[pi * S], &ht[pi * S] + S, &t["ht"][s * S]);
+      if (c.h0 && ps[pi].starts_sequence) std::copy(&dh0[pi * S], &dh0[pi * S] + S, &t["dh0"][s * S]);
     }
   }
   if (c.A_log) {
     auto& dst = t["dA_log"];
     dst.assign(size_t(c.HV), 0.0f);
-    for (auto& rs : R)
-      for (int j = 0; j < c.HV; ++j) dst[j] += rs.dA_log[j];  // the engine's all-reduce, rank order
+    for (auto& rs : R) {
+      const std::vector<float> h = rs->dA_log.host();
+      for (int j = 0; j < c.HV; ++j) dst[j] += h[j];
+    }
   }
   if (c.dt_bias) {
     auto& dst = t["ddt_bias"];
     dst.assign(size_t(c.HV) * gw, 0.0f);
-    for (auto& rs : R)
-      for (size_t e = 0; e < dst.size(); ++e) dst[e] += rs.ddt_bias[e];
+    for (auto& rs : R) {
+      const std::vector<float> h = rs->ddt_bias.host();
+      for (size_t e = 0; e < dst.size(); ++e) dst[e] += h[e];
+    }
   }
   return res;
+}
+
+TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt) {
+  const std::unique_ptr<kk::Backend> own = opt.backend ? nullptr : kk::make_cpu_backend();
+  return run_backend(opt.backend ? *opt.backend : *own, c, d, opt);
 }
 
 double rel_rms(const std::vector<double>& ref, const std::vector<float>& a) {

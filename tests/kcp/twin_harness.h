@@ -1,6 +1,7 @@
-// Test harness for the CPU twin (tests/kcp): deterministic inputs, the FP64 reference adapter,
-// an emulation of the KCP engine over W ranks (each rank runs the single-rank driver; rank
-// summaries are exchanged and folded by hand with Backend::fold), and the rel-RMS metric.
+// Test harness for the kernels (tests/kcp, tests/gpu): deterministic inputs, the FP64 reference
+// adapter, an emulation of the KCP engine over W ranks on any backend (each rank runs the
+// engine's rank driver; the all-gather is emulated, the rank folds are the engine's), and the
+// rel-RMS metric.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,8 @@
 
 #include "kernels/api/backend.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "kernels/cpu/rank_driver.h"
+#include "core/kcp/device_array.h"
+#include "core/kcp/rank_driver.h"
 
 namespace kcp::kernels {
 // gtest prints parameters with PrintTo: "gdn" reads better than a byte dump in ctest's list.
@@ -63,6 +65,16 @@ using TwinResults = Results<float>;
 
 RefResults run_reference(const Case& c, const Data& d);
 
+// A float array in a backend's memory space (core/kcp/device_array.h) with the tests' short verbs.
+class Buf : public kcp::DeviceArray {
+ public:
+  Buf() = default;
+  Buf(const kk::Backend& be, int64_t n) : DeviceArray(be, n) {}
+  Buf(const kk::Backend& be, const std::vector<float>& host) : DeviceArray(be, host) {}
+  void put(const std::vector<float>& h) const { from_host(h); }
+  std::vector<float> host() const { return to_host(); }
+};
+
 struct TwinOptions {
   std::vector<int64_t> rank_bounds;   // global token boundaries of W ranks: {0, ..., T}; empty = one rank
   std::vector<int> P;                 // segments per piece, per rank (empty = 1 everywhere)
@@ -72,6 +84,12 @@ struct TwinOptions {
   bool repoison_between = true;       // NaN the workspace between forward and backward
   const kk::Backend* backend = nullptr;  // host-memory backend to run; null: a fresh CPU twin
 };
+// W emulated ranks on any backend (memory through Backend::alloc_floats / upload / download), so
+// the CPU twin and the CUDA backend run the same code path: even segments per piece, the
+// engine's rank driver and rank folds, NaN-poisoned arenas and outputs, the workspace re-poisoned
+// between forward and backward.
+TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, const TwinOptions& opt);
+// run_backend on opt.backend, or on a fresh CPU twin.
 TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt);
 
 // rel-RMS = RMS(a - ref) / RMS(ref) (RMS(a - ref) when RMS(ref) == 0).

@@ -10,7 +10,7 @@
 using namespace kcp;
 
 namespace {
-RowConfig small_row(OpKind op) {
+RowConfig small_row(Op op) {
   RowConfig r;
   r.name = "T1";
   r.op = op;
@@ -20,8 +20,8 @@ RowConfig small_row(OpKind op) {
   r.V = 64;
   r.seqlens = {100, 0, 283, 49};
   r.world = 1;
-  r.gate = op == OpKind::Kda ? GateForm::Direct : GateForm::Softplus;
-  r.A_log = r.dt_bias = (op == OpKind::Gdn);
+  r.gate = op == Op::Kda ? GateForm::Direct : GateForm::Softplus;
+  r.A_log = r.dt_bias = (op == Op::Gdn);
   r.initial_state = r.final_state = r.dht = true;
   r.inputs.gate_mask_p = 0.1;
   r.inputs.gate_zero_p = 0.1;
@@ -39,10 +39,10 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST(Inputs, ShardsForAnyWorldAreSlicesOfTheWholeTensor) {
-  for (OpKind op : {OpKind::Gdn, OpKind::Kda}) {
+  for (Op op : {Op::Gdn, Op::Kda}) {
     RowConfig row = small_row(op);
     const RowInputs all = make_inputs(row, "digest", 0, row.total_tokens());
-    const int64_t gw = op == OpKind::Kda ? row.K : 1;
+    const int64_t gw = op == Op::Kda ? row.K : 1;
     for (int W : {1, 2, 3, 8}) {
       row.world = W;
       row.seqlens = {100, 0, 283, 49 + (W - (432 % W)) % W};  // make T divisible by W
@@ -64,7 +64,7 @@ TEST(Inputs, ShardsForAnyWorldAreSlicesOfTheWholeTensor) {
 }
 
 TEST(Inputs, ValuesAreRoundedAndDistributedAsAsked) {
-  RowConfig row = small_row(OpKind::Kda);
+  RowConfig row = small_row(Op::Kda);
   row.inputs.keys = KeyDist::Skewed;
   row.qk_l2norm = true;  // raw keys; the kernel normalizes them
   const RowInputs in = make_inputs(row, "d", 0, row.total_tokens());
@@ -93,7 +93,7 @@ TEST(Inputs, ValuesAreRoundedAndDistributedAsAsked) {
 }
 
 TEST(Inputs, UnitNormQueriesAndKeysWithoutInKernelNorm) {
-  RowConfig row = small_row(OpKind::Gdn);
+  RowConfig row = small_row(Op::Gdn);
   row.qk_l2norm = false;
   const RowInputs in = make_inputs(row, "d", 0, 50);
   for (const auto* x : {&in.q, &in.k})
@@ -105,7 +105,7 @@ TEST(Inputs, UnitNormQueriesAndKeysWithoutInKernelNorm) {
 }
 
 TEST(Inputs, RawGateParameters) {
-  RowConfig row = small_row(OpKind::Gdn);
+  RowConfig row = small_row(Op::Gdn);
   const RowInputs in = make_inputs(row, "d", 0, 16);
   ASSERT_EQ(in.A_log.size(), 4u);
   EXPECT_FLOAT_EQ(in.A_log[0], 0.0f);

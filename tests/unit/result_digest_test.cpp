@@ -56,11 +56,11 @@ TEST(ResultDigest, LengthNanPayloadAndSignedZeroCount) {
 
 TEST(ResultDigest, ResultDigestNamesEachTensorSeparately) {
   kcp::RankResult a;
-  a.o = ramp(10);
-  a.dq = ramp(6);
+  a[kcp::ResultTensor::o] = ramp(10);
+  a[kcp::ResultTensor::dq] = ramp(6);
   kcp::RankResult b = a;
   EXPECT_EQ(kcp::digest(a), kcp::digest(b));
-  b.dq[3] = std::nextafter(b.dq[3], 100.0f);
+  b[kcp::ResultTensor::dq][3] = std::nextafter(b[kcp::ResultTensor::dq][3], 100.0f);
   const kcp::ResultDigest da = kcp::digest(a), db = kcp::digest(b);
   std::set<std::string> differ;
   for (size_t i = 0; i < da.size(); ++i)

@@ -124,8 +124,8 @@ TEST(RowLoader, ShippedRowSetsLoadAndCoverBothOperators) {
     RowSet set = load_row_set(resolve_row_file(name, dir));
     bool gdn = false, kda = false;
     for (const auto& r : set.rows) {
-      gdn = gdn || r.op == OpKind::Gdn;
-      kda = kda || r.op == OpKind::Kda;
+      gdn = gdn || r.op == Op::Gdn;
+      kda = kda || r.op == Op::Kda;
     }
     EXPECT_TRUE(gdn && kda) << name;
   }

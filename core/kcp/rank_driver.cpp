@@ -1,10 +1,12 @@
 // Single-rank driver: the phase sequence of DESIGN.md 4 on one rank, against the abstract Backend.
-#include "kernels/cpu/rank_driver.h"
+#include "core/kcp/rank_driver.h"
 
 #include <stdexcept>
 #include <string>
 
-namespace kcp::kernels {
+namespace kcp {
+
+using namespace kernels;  // the driver speaks the kernel API only
 
 namespace {
 
@@ -298,4 +300,4 @@ void run_rank_backward(const Backend& be, const RankRun& r, const float* exit_gr
   rank_backward_end(be, r, exit_grad, grads);
 }
 
-}  // namespace kcp::kernels
+}  // namespace kcp

@@ -1,5 +1,5 @@
 // Single-rank driver: chains the backend phases of one rank (DESIGN.md 4) for tests and for the
-// KCP engine. Written against the abstract Backend only (no CPU-specific code), so it also
+// KCP engine. Written against the abstract kernels::Backend only (no CPU-specific code), so it also
 // drives a device backend when every pointer is device memory.
 //
 // Each direction is split at the rank's one exchange point:
@@ -39,26 +39,26 @@
 
 #include "kernels/api/backend.h"
 
-namespace kcp::kernels {
+namespace kcp {
 
 struct RankRun {
-  Problem problem;
-  LayoutView layout;
-  Exec exec;
-  SavedKind kind = SavedKind::Full;
-  InputTensors in;
-  SavedTensors saved;     // bind_saved(..., kind, exec.package)
-  WorkspaceTensors ws;    // Backend::bind_workspace_for(..., exec.package)
+  kernels::Problem problem;
+  kernels::LayoutView layout;
+  kernels::Exec exec;
+  kernels::SavedKind kind = SavedKind::Full;
+  kernels::InputTensors in;
+  kernels::SavedTensors saved;     // bind_saved(..., kind, exec.package)
+  kernels::WorkspaceTensors ws;    // Backend::bind_workspace_for(..., exec.package)
 };
 
-void rank_forward_begin(const Backend& be, const RankRun& run, float* summary_M, float* summary_h_ext);
-void rank_forward_end(const Backend& be, const RankRun& run, const float* incoming, const OutputTensors& out);
-void run_rank_forward(const Backend& be, const RankRun& run, const float* incoming, const OutputTensors& out,
+void rank_forward_begin(const kernels::Backend& be, const RankRun& run, float* summary_M, float* summary_h_ext);
+void rank_forward_end(const kernels::Backend& be, const RankRun& run, const float* incoming, const kernels::OutputTensors& out);
+void run_rank_forward(const kernels::Backend& be, const RankRun& run, const float* incoming, const kernels::OutputTensors& out,
                       float* summary_M = nullptr, float* summary_h_ext = nullptr);
 
-void rank_backward_begin(const Backend& be, const RankRun& run, float* summary_Mt, float* summary_dh_ext);
-void rank_backward_end(const Backend& be, const RankRun& run, const float* exit_grad, const GradTensors& grads);
-void run_rank_backward(const Backend& be, const RankRun& run, const float* exit_grad, const GradTensors& grads,
+void rank_backward_begin(const kernels::Backend& be, const RankRun& run, float* summary_Mt, float* summary_dh_ext);
+void rank_backward_end(const kernels::Backend& be, const RankRun& run, const float* exit_grad, const kernels::GradTensors& grads);
+void run_rank_backward(const kernels::Backend& be, const RankRun& run, const float* exit_grad, const kernels::GradTensors& grads,
                        float* summary_Mt = nullptr, float* summary_dh_ext = nullptr);
 
-}  // namespace kcp::kernels
+}  // namespace kcp

@@ -1,0 +1,66 @@
+// FormBuffers: every array one rank's run of one form touches, in the backend's memory space,
+// allocated once per form and freed with it: the uploaded inputs, the saved set and workspace
+// arenas, the outputs and gradients (one per result tensor, core/kcp/rank_result.h), the rank
+// exchange buffers, and the start states of the rank folds. It binds the kernel API's tensor
+// sets onto them, poisons what the kernels write (docs/design.md 5), counts their bytes and
+// downloads the results.
+#pragma once
+
+#include <array>
+
+#include "core/inputs/inputs.h"
+#include "core/kcp/device_array.h"
+#include "core/kcp/rank_driver.h"
+#include "core/kcp/rank_exchange.h"
+#include "core/kcp/rank_result.h"
+#include "core/plan/segment_plan.h"
+
+namespace kcp {
+
+class FormBuffers {
+ public:
+  // shard: this rank's inputs (make_inputs over rp's tokens); h0 / dht are taken per piece from
+  // the sequence each piece belongs to. Uploads happen here, outside every timed region.
+  FormBuffers(const kernels::Backend& be, const RowConfig& row, const RankPlan& rp, int world, const RowInputs& shard,
+              const kernels::Problem& problem, const kernels::LayoutView& layout, SavedKind kind,
+              const kernels::Exec& exec);
+
+  kernels::InputTensors inputs() const;
+  kernels::OutputTensors outputs() const;
+  kernels::GradTensors grads() const;
+  float* result(ResultTensor t) const { return results_[static_cast<int>(t)].get(); }
+
+  // The saved set and workspace arenas (bind them with kernels/api/tensors.h).
+  const DeviceArray& saved_arena() const { return saved_; }
+  const DeviceArray& workspace_arena() const { return ws_; }
+  // A second workspace arena of the same size, allocated on first use (the cross-package fault).
+  const DeviceArray& spare_workspace_arena();
+
+  // The exchange: this rank's block (send_A(), send_b()), the gathered blocks of every rank,
+  // and the folds' outputs and start states (null when the rank has none).
+  float* send_A() const { return send_.get(); }
+  float* send_b() const { return send_.get() + block_.A; }
+  const DeviceArray& send() const { return send_; }
+  const DeviceArray& gathered() const { return gathered_; }
+  float* incoming() const { return incoming_.get(); }
+  float* exit_grad() const { return exit_.get(); }
+  const float* fold_h0() const { return h0_seq_.get(); }
+  const float* fold_dht() const { return dht_seq_.get(); }
+
+  // NaN into everything the kernels write: saved set, workspace, outputs, gradients.
+  void poison(const kernels::Exec& exec) const;
+  // Bytes of every array above.
+  int64_t bytes() const;
+  // The result tensors the row has, to the host (the Param tensors are this rank's partial sums).
+  RankResult download(const RowConfig& row, const kernels::Exec& exec) const;
+
+ private:
+  const kernels::Backend& be_;
+  SummaryBlock block_;
+  DeviceArray q_, k_, v_, g_, beta_, dO_, A_log_, dt_bias_, h0_, dht_;
+  DeviceArray saved_, ws_, ws_spare_;
+  std::array<DeviceArray, kResultTensorCount> results_;
+  DeviceArray send_, gathered_, incoming_, exit_, h0_seq_, dht_seq_;
+};
+
+}  // namespace kcp
