@@ -1,5 +1,5 @@
 // The kernel backend interface: one virtual method per phase of the chunked GDN / KDA forward
-// and backward with segments (DESIGN.md 4; ALGORITHM.md 2-4), implemented by the fp32 CPU twin
+// and backward with segments (docs/design.md 4; docs/algorithm.md 2-4), implemented by the fp32 CPU twin
 // (kernels/cpu, CpuBackend) and by the CUDA backend (kernels/cuda) with the same Args.
 //
 // Contract:

@@ -17,7 +17,7 @@ namespace kcp::kernels {
 
 enum class Op : int32_t { Gdn = 0, Kda = 1 };
 
-// How the per-token natural-log decay a_t (<= 0) is formed from the gate input g (ALGORITHM 1.2):
+// How the per-token natural-log decay a_t (<= 0) is formed from the gate input g (docs/algorithm.md 1.2):
 //   Direct:     a = g
 //   Softplus:   a = -exp(A_log[j]) * softplus(g + dt_bias)   (GDN dt_bias[j]; KDA dt_bias[j, d])
 //   LowerBound: a = lb * sigmoid(exp(A_log[j]) * (g + dt_bias)), or lb * sigmoid(g + dt_bias)
@@ -32,7 +32,7 @@ enum class DType : int32_t { BF16 = 0, FP16 = 1 };
 
 // det: fixed-order reductions, bitwise reproducible. nondet: reductions may use atomics.
 // The CPU twin is deterministic for both; it keeps the tag so saved sets and workspaces can be
-// checked against the backward they are passed to (DESIGN.md 5).
+// checked against the backward they are passed to (docs/design.md 5).
 enum class Package : int32_t { Det = 0, Nondet = 1 };
 
 // full: the forward also keeps each segment's transfer plane M_seg^T and segment entry states.
@@ -76,7 +76,7 @@ struct Problem {
 };
 
 // Returned by Backend::can_implement: ok, or the reason this backend cannot run the problem
-// (recorded as a skip reason, STYLE.md 18).
+// (recorded as a skip reason).
 struct Status {
   bool ok = true;
   std::string reason;

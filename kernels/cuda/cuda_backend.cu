@@ -112,7 +112,7 @@ class CudaTimer final : public PhaseTimer {
     KCP_CUDA_CHECK(cudaEventCreate(&e1_));
   }
   ~CudaTimer() override {
-    cudaEventDestroy(e0_);  // no-throw in destructors (STYLE.md 10)
+    cudaEventDestroy(e0_);  // no-throw in destructors
     cudaEventDestroy(e1_);
   }
   void start(const Exec& ex) override { KCP_CUDA_CHECK(cudaEventRecord(e0_, static_cast<cudaStream_t>(ex.stream))); }

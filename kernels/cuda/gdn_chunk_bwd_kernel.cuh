@@ -1,5 +1,5 @@
 // GDN backward gradients per (chunk, value head): B4 (dq, dk, dw, dgate from h, dh, v_new, dv2)
-// and B5 (WY backward), ALGORITHM 3.1, with the rounding points [D1]-[D7] of the CPU twin
+// and B5 (WY backward), docs/algorithm.md 3.1, with the rounding points [D1]-[D7] of the CPU twin
 // (kernels/cpu/gdn_chunk_bwd.cpp). Included only by gdn_chunk_bwd.cu.
 //
 // Two kernels, so that each one's unrolled code stays well inside the SM's instruction cache (one

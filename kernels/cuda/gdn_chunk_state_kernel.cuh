@@ -1,4 +1,4 @@
-// GDN state walks over the chunks of a segment (ALGORITHM F4, 4.2, B3, 4.3). Included only by
+// GDN state walks over the chunks of a segment (docs/algorithm.md F4, 4.2, B3, 4.3). Included only by
 // gdn_chunk_state.cu.
 //
 // gdn_fwd_walk_kernel<DT, K, V, STATES>: grid S * HV * tiles, block b -> (segment s, value head j,

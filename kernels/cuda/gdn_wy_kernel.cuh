@@ -1,4 +1,4 @@
-// WY factors (ALGORITHM F3), GDN. Included only by gdn_wy.cu.
+// WY factors (docs/algorithm.md F3), GDN. Included only by gdn_wy.cu.
 //
 // gdn_wy_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256 threads.
 //   Operands rounded as the twin does ([W1]): xb = dtype((k * beta) * exp2(g)), ub =
