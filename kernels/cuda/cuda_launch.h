@@ -92,7 +92,7 @@ void launch_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st);
 // Forward state walks (gdn_chunk_state.cu).
 void launch_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st);
-// Backward state walks (gdn_chunk_state_bwd.cu).
+// Backward state walks (gdn_chunk_state.cu).
 void launch_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st);
 // Output and local dv (gdn_chunk_fwd.cu).
