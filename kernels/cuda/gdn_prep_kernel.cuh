@@ -10,7 +10,7 @@
 //   block method of F2 in fp32 (diagonal blocks by forward substitution, a half-warp per block
 //   column; then the block merges, 2 x 2 elements per thread); Phi stored rounded to dtype
 //   (16-bit storage) with zeros above the diagonal and beyond the chunk. Each Phi element sums
-//   the twin's terms in the twin's order (v8 only changed who computes what: the same bits).
+//   the twin's terms in the twin's order, whichever thread computes it (the same bits).
 //   Shared memory: k 64 x (K+8) 16-bit, Pi and Phi 64 x 65 fp32, merge scratch 3 x 16 x 16.
 #pragma once
 
