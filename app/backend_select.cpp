@@ -1,5 +1,5 @@
 // --backend cpu|cuda|auto: which kernels run. auto picks CUDA when this build has it and the
-// runtime sees a GPU; "no driver" counts as no GPU (DESIGN.md 10), not as an error.
+// runtime sees a GPU; "no driver" counts as no GPU (docs/design.md 10), not as an error.
 #include <cstdlib>
 
 #include "app/commands.h"

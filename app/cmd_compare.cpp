@@ -1,5 +1,5 @@
 // `kcpbench compare BASE.json NEW.json`: accuracy, coverage and time regressions between two
-// results files (DESIGN.md 8); the logic is core/report/results_compare.h.
+// results files (docs/design.md 8); the logic is core/report/results_compare.h.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>

@@ -1,4 +1,4 @@
-// `kcpbench run`: plan, run every form, judge against FP64, report (DESIGN.md 3).
+// `kcpbench run`: plan, run every form, judge against FP64, report (docs/design.md 3).
 #include <fmt/format.h>
 
 #include <algorithm>

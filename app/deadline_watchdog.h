@@ -1,4 +1,4 @@
-// The per-row deadline (DESIGN.md 7): a watchdog thread that, when any rank of this process has
+// The per-row deadline (docs/design.md 7): a watchdog thread that, when any rank of this process has
 // spent longer than the deadline on one row, prints which rank, row and phase, and ends the run
 // with exit code 5 (MPI_Abort under mpirun, so the other processes end too; a communicator stuck
 // in a collective cannot be unwound, so the process cannot return through main).

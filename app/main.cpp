@@ -1,5 +1,5 @@
 // kcpbench entry point: parses the command line, runs one subcommand, and is the only place
-// that turns errors into exit codes (DESIGN.md 8): 0 pass, 1 budget breach, 2 bad command line or
+// that turns errors into exit codes (docs/design.md 8): 0 pass, 1 budget breach, 2 bad command line or
 // row file, 3 runtime error, 4 determinism contract broken, 5 deadline.
 #include <CLI/CLI.hpp>
 #include <cstdio>

@@ -4,7 +4,7 @@
 # targets it links. kcp_include_root(<target> <PUBLIC|PRIVATE|INTERFACE> <folder>...) makes
 # <build>/include_roots/<target>/<folder> a link to <source>/<folder> and adds that root to the
 # target. kcp_core links no CPU twin, so `#include "kernels/cpu/..."` inside core/ fails to
-# compile ("No such file or directory"); tests/cmake/layering_test.cmake checks exactly that.
+# compile ("No such file or directory"); tests/layering/CMakeLists.txt checks exactly that.
 function(kcp_include_root target scope)
   set(root "${PROJECT_BINARY_DIR}/include_roots/${target}")
   foreach(folder IN LISTS ARGN)

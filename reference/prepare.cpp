@@ -8,7 +8,7 @@
 namespace kcp::ref::detail {
 
 namespace {
-constexpr double kL2Eps = 1e-6; // ALGORITHM.md 1.3: added to the sum of squares inside the sqrt
+constexpr double kL2Eps = 1e-6; // docs/algorithm.md 1.3: added to the sum of squares inside the sqrt
 constexpr int64_t kTokensPerTask = 256;
 } // namespace
 

@@ -1,4 +1,4 @@
-// The per-token recurrence (ALGORITHM.md 1.1) and its exact reverse-mode backward, in FP64.
+// The per-token recurrence (docs/algorithm.md 1.1) and its exact reverse-mode backward, in FP64.
 //
 // Math, per sequence and value head j (state S: K x V, D_t = diag(exp(a_t)), scalar for GDN):
 //   Sbar_t = D_t S_{t-1};  e_t = v_t - Sbar_t^T k_t;  S_t = Sbar_t + beta_t k_t e_t^T;

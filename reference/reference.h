@@ -1,5 +1,5 @@
 // FP64 reference for Gated DeltaNet (GDN) and Kimi Delta Attention (KDA): the per-token
-// recurrence of ALGORITHM.md section 1 and its exact reverse-mode backward.
+// recurrence of docs/algorithm.md section 1 and its exact reverse-mode backward.
 //
 // Independent of the chunked algorithm on purpose: every verdict kcpbench gives is a comparison
 // with this code. Depends on Eigen and the standard library only (no CUDA, no core headers).

@@ -1,4 +1,4 @@
-// The CP group's communicator (DESIGN.md section 7). One small interface, three back-ends:
+// The CP group's communicator (docs/design.md section 7). One small interface, three back-ends:
 //   local: W logical ranks as threads of one process (always available; unit tests, laptops);
 //   mpi:   one process per rank, host memory;
 //   nccl:  one GPU per rank; the summaries' all-gather in device memory through NCCL, the host

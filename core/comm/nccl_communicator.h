@@ -1,4 +1,4 @@
-// `nccl` communicator: one GPU per rank (DESIGN.md 7). The unique id goes from rank 0 to the
+// `nccl` communicator: one GPU per rank (docs/design.md 7). The unique id goes from rank 0 to the
 // others over the host communicator (MPI under mpirun; a one-rank world needs none), the KCP
 // summaries are all-gathered in device memory by NCCL, and the small host collectives (metrics,
 // verdicts, barriers) stay on the host communicator. NVLink multicast (NVLS) stays off: the

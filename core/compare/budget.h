@@ -1,4 +1,4 @@
-// Budget derivation (DESIGN.md 6), used by `kcpbench calibrate`:
+// Budget derivation (docs/design.md 6), used by `kcpbench calibrate`:
 //   max-abs budget = k x max_abs(CPU twin vs FP64) + u x max|ref|
 //   rel-RMS budget = k x rel_rms(CPU twin vs FP64) + u
 // with u the unit roundoff of the input dtype (bf16 2^-8, fp16 2^-11) and k = 2 by default

@@ -1,4 +1,4 @@
-// Metrics and verdicts (DESIGN.md 3 step 5, section 6): every output and gradient of a rank is
+// Metrics and verdicts (docs/design.md 3 step 5, section 6): every output and gradient of a rank is
 // compared with the FP64 reference on the rank's own tokens (or sequences, for states); sums
 // and maxima are then reduced over ranks, so every rank holds the same global metrics.
 //

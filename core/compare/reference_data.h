@@ -1,4 +1,4 @@
-// The FP64 reference of a row, per sequence (DESIGN.md 3 step 5). Each sequence is its own
+// The FP64 reference of a row, per sequence (docs/design.md 3 step 5). Each sequence is its own
 // reference problem, so a rank computes only the sequences its tokens touch, and the threads
 // of one process (the local launch mode) share one computation per sequence through
 // ReferenceCache. Results are cached on disk by row digest and seed (a cache directory of

@@ -1,4 +1,4 @@
-// Typed row configuration: what one validation/benchmark case asks for (DESIGN.md sections 1, 9).
+// Typed row configuration: what one validation/benchmark case asks for (docs/design.md sections 1, 9).
 // Filled once from JSON by load_row_set() (row_loader.cpp); nothing after loading reads JSON.
 // Defaults are member initialisers; every field maps to one JSON key of configs/rows.schema.json.
 #pragma once
@@ -41,7 +41,7 @@ struct InputRecipe {
   double gate_zero_p = 0.0;    // probability that a direct gate is set to 0 (no decay)
 };
 
-// Forms to run (DESIGN.md 1: package x saved set x schedule).
+// Forms to run (docs/design.md 1: package x saved set x schedule).
 struct FormSet {
   std::vector<Package> packages = {Package::Det, Package::Nondet};
   std::vector<SavedKind> saved = {SavedKind::Full, SavedKind::Light};

@@ -1,4 +1,4 @@
-// Loading row sets from JSON (DESIGN.md 3 step 1). All problems in a file are collected and
+// Loading row sets from JSON (docs/design.md 3 step 1). All problems in a file are collected and
 // reported at once, each naming the file, the JSON path, what was expected and what was found:
 //   configs/rows/int1.json: rows[3].HV: must be a multiple of H (2), got 3
 // The loader throws ConfigError (exit code 2) carrying every message, one per line.

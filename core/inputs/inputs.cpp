@@ -55,7 +55,7 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   auto normal = [&](uint64_t key, uint64_t c) { return round_to(float(standard_normal(key, c)), rt); };
   if (row.qk_l2norm) {
     fill(in.q, "q", H * K, normal);
-    if (row.inputs.keys == KeyDist::Skewed)  // nearly parallel keys after L2 norm (ALGORITHM.md 6.2)
+    if (row.inputs.keys == KeyDist::Skewed)  // nearly parallel keys after L2 norm (docs/algorithm.md 6.2)
       fill(in.k, "k", H * K, [&](uint64_t key, uint64_t c) { return round_to(float(10.0 * standard_normal(key, c) - 50.0), rt); });
     else
       fill(in.k, "k", H * K, normal);
@@ -106,7 +106,7 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
     for (int64_t j = 0; j < HV; ++j) in.A_log[j] = float(std::log(1.0 + 7.0 * double(j) / double(std::max<int64_t>(1, HV - 1))));
   }
   if (row.dt_bias) {
-    // Inverse softplus of dt, dt log-uniform in [1e-3, 1e-1] (ALGORITHM.md 6.2).
+    // Inverse softplus of dt, dt log-uniform in [1e-3, 1e-1] (docs/algorithm.md 6.2).
     const uint64_t key = tensor_key(row.seed, digest, "dt_bias");
     in.dt_bias.resize(HV * gw);
     for (int64_t i = 0; i < HV * gw; ++i) {

@@ -1,4 +1,4 @@
-// Row inputs from a counter-based generator (DESIGN.md 3 step 3; STYLE.md 20).
+// Row inputs from a counter-based generator (docs/design.md 3 step 3).
 // Every element of every tensor is a pure function of (seed, row digest, tensor, global index),
 // so any rank regenerates its own shard, and the shard of any W is bitwise the slice of W = 1.
 // q and k are unit-norm per (token, head) unless the row normalizes them in kernel (qk_l2norm).

@@ -1,4 +1,4 @@
-// Single-rank driver: the phase sequence of DESIGN.md 4 on one rank, against the abstract Backend.
+// Single-rank driver: the phase sequence of docs/design.md 4 on one rank, against the abstract Backend.
 #include "core/kcp/rank_driver.h"
 
 #include <stdexcept>

@@ -1,4 +1,4 @@
-// Single-rank driver: chains the backend phases of one rank (DESIGN.md 4) for tests and for the
+// Single-rank driver: chains the backend phases of one rank (docs/design.md 4) for tests and for the
 // KCP engine. Written against the abstract kernels::Backend only (no CPU-specific code), so it also
 // drives a device backend when every pointer is device memory.
 //

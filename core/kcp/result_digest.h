@@ -1,4 +1,4 @@
-// Digests of the bits of a rank's result, for the det package's bitwise checks (DESIGN.md 5): a
+// Digests of the bits of a rank's result, for the det package's bitwise checks (docs/design.md 5): a
 // rerun and the light saved set must give the bits of det/full. The checks keep digests, not
 // whole results, which at int3 sizes are GBs per copy.
 #pragma once

@@ -1,5 +1,5 @@
 // `kcpbench run` below the CLI: every selected row, in every selected form, on every rank
-// (DESIGN.md 3). run_rows() is called once per rank (a thread of the local world, or an MPI
+// (docs/design.md 3). run_rows() is called once per rank (a thread of the local world, or an MPI
 // process) with the same arguments; rank 0 returns the report entries and prints progress.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The segment planner (DESIGN.md 4; the split rules follow ALGORITHM.md 4.1 and 5).
+// The segment planner (docs/design.md 4; the split rules follow docs/algorithm.md 4.1 and 5).
 //
 // Why this P: the state recurrence runs one thread block per (value head, V tile, segment), and
 // each block walks its segment's chunks one after another. With one segment, a rank keeps only
@@ -140,7 +140,7 @@ SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
     plan.ranks.push_back(std::move(rp));
   }
   // Links between ranks: how many earlier ranks share the first piece's sequence, how many later
-  // ranks share the last piece's sequence (ALGORITHM.md 4.1 pre_num_ranks / post_num_ranks).
+  // ranks share the last piece's sequence (docs/algorithm.md 4.1 pre_num_ranks / post_num_ranks).
   for (int r = 0; r < W; ++r) {
     auto& rp = plan.ranks[r];
     if (rp.pieces.empty()) continue;

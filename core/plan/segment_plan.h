@@ -1,5 +1,5 @@
 // The segment plan: the immutable result of planning one row for a world size W and a device
-// class (DESIGN.md sections 1 and 4; ALGORITHM.md sections 4.1 and 5).
+// class (docs/design.md sections 1 and 4; docs/algorithm.md sections 4.1 and 5).
 //
 // Invariants (tested in tests/unit/segment_plan_test.cpp):
 //  * ranks own contiguous, disjoint token ranges that cover [0, T) exactly once;
@@ -97,7 +97,7 @@ struct PlanRequest {
 // tokens allow, uneven rank lengths that do not add up, a forced P that a rank cannot take).
 SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req);
 
-// Can this forced P run on this row (DESIGN.md 6 and the row's forced_rule)? Empty = yes,
+// Can this forced P run on this row (docs/design.md 6 and the row's forced_rule)? Empty = yes,
 // otherwise the reason it is skipped.
 std::string forced_p_skip_reason(const RowConfig& row, const SegmentPlan& planned, int forced_P);
 

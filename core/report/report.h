@@ -1,4 +1,4 @@
-// The JSON report (`kcpbench.results/1`, DESIGN.md 8): a context block that makes every result
+// The JSON report (`kcpbench.results/1`, docs/design.md 8): a context block that makes every result
 // reproducible (build, devices, world, command line, seeds, row-set digest), then one entry per
 // (row, form). Rank 0 writes it to a temporary file beside the target and renames it, so a
 // reader never sees half a report.

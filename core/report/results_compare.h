@@ -1,4 +1,4 @@
-// `kcpbench compare BASE.json NEW.json` below the CLI (DESIGN.md 8): matches the entries of two
+// `kcpbench compare BASE.json NEW.json` below the CLI (docs/design.md 8): matches the entries of two
 // results files (`kcpbench.results/1`) and classifies every difference, so a nightly job fails on
 // real regressions and only on them.
 //

@@ -1,5 +1,5 @@
 // Errors of kcpbench. Every failure is an exception of one of these classes; only app/main.cpp
-// turns them into exit codes (DESIGN.md section 8):
+// turns them into exit codes (docs/design.md section 8):
 //   ConfigError    -> 2  bad command line, row file or API misuse that the user must fix
 //   ApiError       -> 3  a failed CUDA / NCCL / MPI / I/O call
 //   InvariantError -> 3  an internal bug

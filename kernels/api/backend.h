@@ -1,5 +1,5 @@
 // The kernel backend interface: one virtual method per phase of the chunked GDN / KDA forward
-// and backward with segments (DESIGN.md 4; ALGORITHM.md 2-4), implemented by the fp32 CPU twin
+// and backward with segments (docs/design.md 4; docs/algorithm.md 2-4), implemented by the fp32 CPU twin
 // (kernels/cpu, CpuBackend) and by the CUDA backend (kernels/cuda) with the same Args.
 //
 // Contract:
@@ -15,7 +15,7 @@
 //  * CUDA calls are asynchronous on exec.stream; synchronize() waits.
 // Life cycle (CUTLASS style): can_implement(problem) -> saved_floats / workspace_floats ->
 // caller allocates and poisons -> bind_saved / bind_workspace (tensors.h) -> phases.
-// kernels/cpu/rank_driver.h chains the phases for one rank; the KCP engine calls them directly
+// core/kcp/rank_driver.h chains the phases for one rank; the KCP engine calls them directly
 // around its exchanges.
 #pragma once
 

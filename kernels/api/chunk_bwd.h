@@ -1,4 +1,4 @@
-// Backward phases of the chunked GDN / KDA algorithm with segments (ALGORITHM.md 3 and 4.3).
+// Backward phases of the chunked GDN / KDA algorithm with segments (docs/algorithm.md 3 and 4.3).
 // Loss convention: L = sum(o * dO) + sum(ht * dht). Phase order on one rank:
 //   wy (recompute) -> [light: fwd_summaries + folds -> segment entry states] -> fwd_states
 //   (recompute h, v_new; ht null) -> bwd_local_dv -> bwd_summaries -> [folds: backward rank
@@ -23,7 +23,7 @@ struct BwdLocalDvArgs {
   float* dv_local = nullptr;       // [T, HV, V] dtype
 };
 
-// Reverse summaries (ALGORITHM 4.3): every segment independently, B3 run from a zero exit
+// Reverse summaries (docs/algorithm.md 4.3): every segment independently, B3 run from a zero exit
 // gradient over the segment's chunks, last to first: seg_dh_ext[s] = dS after the first chunk.
 // The transfer part of the reverse summary is M_seg^T from the forward summary (saved in the
 // full set, recomputed by fwd_summaries in the light one): Y_entry = M_seg^T Y_exit + dh_ext.

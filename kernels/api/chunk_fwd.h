@@ -1,5 +1,5 @@
-// Forward phases of the chunked GDN / KDA algorithm with segments (ALGORITHM.md 2 and 4.2;
-// DESIGN.md 4). One Args POD per phase; the same Args serve GDN and KDA (ctx.problem.op).
+// Forward phases of the chunked GDN / KDA algorithm with segments (docs/algorithm.md 2 and 4.2;
+// docs/design.md 4). One Args POD per phase; the same Args serve GDN and KDA (ctx.problem.op).
 // Phase order on one rank:
 //   prep -> wy -> fwd_summaries -> [folds: segment summaries -> rank summary of the last piece;
 //   exchange; incoming state -> entry state of every segment] -> fwd_states -> fwd_output
@@ -64,7 +64,7 @@ struct WyArgs {
   float* kg = nullptr;             // [T, HV, K] dtype (KDA only, else must be null)
 };
 
-// Phase 2: segment summaries, every segment independently from a zero state (ALGORITHM 4.2):
+// Phase 2: segment summaries, every segment independently from a zero state (docs/algorithm.md 4.2):
 //   seg_h_ext[s] = the state after the segment's chunks from S = 0 (same roundings as F4),
 //   seg_Mt[s]    = (M_last ... M_first)^T with M_c = Diag(Gam_c) - Kt_c^T W_c; chain in fp32.
 // A segment maps an entry state X to M X + h_ext. Summaries that no fold result anybody stores

@@ -1,5 +1,5 @@
-// The fold: a chain of affine maps applied to a start state, all fp32 (never bf16; ALGORITHM 4.5,
-// 7.2). Used for every summary merge of DESIGN.md 4 step 3 and its backward mirror:
+// The fold: a chain of affine maps applied to a start state, all fp32 (never bf16; docs/algorithm.md 4.5,
+// 7.2). Used for every summary merge of docs/design.md 4 step 3 and its backward mirror:
 //   X_0 = x0 (zeros when null);  X_{i+1} = op(A_i) X_i + b_i  for i = 0 .. n-1,
 //   op(A) = A^T when transpose_A else A;  composed = op(A_{n-1}) ... op(A_0)  (identity when n = 0).
 // Per value head j (independent): A_i[j] is K x K, b_i[j] and X are K x V.

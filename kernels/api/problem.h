@@ -54,7 +54,7 @@ struct Problem {
 };
 
 // Returned by Backend::can_implement: ok, or the reason this backend cannot run the problem
-// (recorded as a skip reason, STYLE.md 18).
+// (recorded as a skip reason).
 struct Status {
   bool ok = true;
   std::string reason;

@@ -1,6 +1,6 @@
 // Which segment summaries anybody reads. fwd_summaries and bwd_summaries of every backend ask
 // this (host and device code alike) and write ZEROS for the parts that are not needed instead of
-// walking the segment, so the folds of kernels/cpu/rank_driver.cpp stay exactly as they are and
+// walking the segment, so the folds of core/kcp/rank_driver.cpp stay exactly as they are and
 // never read poison (the workspace is NaN-filled, and NaN * 0 is NaN). Outputs, gradients and
 // final states keep every bit: an unneeded entry only ever meets a zero operand or feeds a fold
 // result nobody stores (derivation below).

@@ -12,7 +12,7 @@
 // bind_workspace). Every tensor starts on a 64-float (256-byte) boundary. The tag (package,
 // op, saved kind, fingerprint of problem + layout) travels with the saved set and the
 // workspace; check_saved_set / check_workspace refuse a mismatch before any tensor is read,
-// naming both sides (DESIGN.md 5).
+// naming both sides (docs/design.md 5).
 #pragma once
 
 #include <cstdint>

@@ -1,18 +1,18 @@
 // State recurrences of the CPU twin, GDN and KDA, per (segment, value head): forward summaries
 // (h_ext, M from a zero state), the forward recurrence from segment entry states (h, v_new, ht),
 // the backward local dv, the reverse summaries (dh_ext from a zero exit gradient) and the dh
-// recurrence from segment exit gradients (dh, dv2, dh0). ALGORITHM F4, B2, B3, 4.2, 4.3.
+// recurrence from segment exit gradients (dh, dv2, dh0). docs/algorithm.md F4, B2, B3, 4.2, 4.3.
 // Summaries nobody reads are zeros, not walked (kernels/api/summary_needs.h).
 //
 // Rounding points (forward walk, per chunk):
-//   [S1] h[n] = dtype(S) stored; the same dtype(S) is the operand of W S (ALGORITHM 2.1).
+//   [S1] h[n] = dtype(S) stored; the same dtype(S) is the operand of W S (docs/algorithm.md 2.1).
 //   [S2] v_new: fp32 U - (W dtype(S)) (dtype operands, fp32 accumulation), stored dtype(v_new).
 //   [S3] GDN: the update operand is dtype(v_new_fp32 * exp2(g_last - g_r)) with raw dtype k;
 //        KDA: the update operand is dtype(v_new) with kg (dtype).
 //        S <- S * Gam + (Kt^T v) in fp32 (Gam = exp2(g_last), per channel for KDA).
 //   [S4] M chain (summaries): M_c = Diag(Gam) - Kt^T W with dtype operands (GDN
 //        Kt = dtype(k * exp2(g_last - g_r)), KDA Kt = kg) and fp32 accumulation; M <- M_c M with
-//        fp32 operands and accumulation (never rounded, ALGORITHM 7.2). Stored as M^T.
+//        fp32 operands and accumulation (never rounded, docs/algorithm.md 7.2). Stored as M^T.
 //   [S5] the final state ht stays fp32.
 // Rounding points (backward walk, per chunk, last to first):
 //   [B1] dh[n] = dtype(dS) stored; the same dtype(dS) is the operand of Kt dS.

@@ -54,7 +54,7 @@ void block_mul(const float* a, int ra, int ca, const float* b, int rb, int cb, f
 }
 }  // namespace
 
-// ALGORITHM F2. Pi strictly lower, 64 x 64; Phi = (I + Pi)^-1, 64 x 64, fp32 throughout (the GPU
+// docs/algorithm.md F2. Pi strictly lower, 64 x 64; Phi = (I + Pi)^-1, 64 x 64, fp32 throughout (the GPU
 // merges blocks with TF32 or IEEE fp32 dots; the twin is IEEE fp32).
 void tril_inverse_64(const float* Pi, float* Phi) {
   for (int i = 0; i < kN * kN; ++i) Phi[i] = 0.0f;

@@ -46,7 +46,7 @@ struct Dims {
 // never depend on the thread count. The first exception is rethrown.
 void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn);
 
-// Phi = (I + Pi)^-1 of one chunk (ALGORITHM F2): Pi is 64 x 64 strictly lower (zero outside the
+// Phi = (I + Pi)^-1 of one chunk (docs/algorithm.md F2): Pi is 64 x 64 strictly lower (zero outside the
 // chunk's L x L part); Phi receives the full unit-lower inverse, fp32. 16 x 16 diagonal blocks
 // by row-wise forward substitution, then the block merge X10, X21, X32, X20, X31, X30.
 void tril_inverse_64(const float* Pi, float* Phi);

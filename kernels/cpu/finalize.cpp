@@ -1,4 +1,4 @@
-// Backward finalize of the CPU twin (ALGORITHM B6, B7, 3.2 step 6): GVA reduction of dq/dk,
+// Backward finalize of the CPU twin (docs/algorithm.md B6, B7, 3.2 step 6): GVA reduction of dq/dk,
 // L2-norm backward, rounding to dtype; chunk-local reverse cumsum of dlam; raw-gate backward
 // with this rank's partial sums of dA_log and ddt_bias.
 //

@@ -1,5 +1,5 @@
 // The fold of the CPU twin (kernels/api/fold.h): X_{i+1} = op(A_i) X_i + b_i per value head,
-// all fp32 (ALGORITHM 4.5, 7.2: chains are never rounded to bf16). Products accumulate over the
+// all fp32 (docs/algorithm.md 4.5, 7.2: chains are never rounded to bf16). Products accumulate over the
 // inner index in increasing order, then b is added; the composed transfer likewise.
 #include <vector>
 

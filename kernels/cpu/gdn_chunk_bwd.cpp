@@ -1,5 +1,5 @@
 // GDN backward gradients of the CPU twin per (chunk, value head): B4 (dq, dk, dw, dgate from
-// h, dh, v_new, dv2) and B5 (WY backward), ALGORITHM 3.1. Outputs per value head: dq_hv, dk_hv,
+// h, dh, v_new, dv2) and B5 (WY backward), docs/algorithm.md 3.1. Outputs per value head: dq_hv, dk_hv,
 // dlam (fp32), final dv (dtype) and dbeta (fp32).
 //
 // Rounding points:

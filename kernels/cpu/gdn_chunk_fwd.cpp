@@ -1,10 +1,10 @@
 // GDN forward, operator-specific parts of the CPU twin: the intra-chunk key-key matrix and its
-// inverse (prep, ALGORITHM F1/F2) and the output (F5). The state recurrence is in chunk_state.cpp.
+// inverse (prep, docs/algorithm.md F1/F2) and the output (F5). The state recurrence is in chunk_state.cpp.
 //
 // Rounding points:
 //   [G1] K K^T: dtype operands (k as stored), fp32 accumulation; then beta_r and the gate
-//        exp2(g_r - g_s) in fp32 (ALGORITHM 2.1). Only r > s inside the chunk is computed: masked
-//        entries are selected as 0, never multiplied (ALGORITHM 7.1); exponents are <= 0.
+//        exp2(g_r - g_s) in fp32 (docs/algorithm.md 2.1). Only r > s inside the chunk is computed: masked
+//        entries are selected as 0, never multiplied (docs/algorithm.md 7.1); exponents are <= 0.
 //   [G2] Phi: fp32 16x16-block inverse (tril_inverse_64), stored rounded to dtype.
 //   [G3] output: Q h with dtype q and dtype h, fp32 accumulation, times exp2(g_r) in fp32;
 //        P[r,s] = (q_r . k_s) exp2(g_r - g_s) in fp32 (dtype operands for q.k), rounded to

@@ -1,4 +1,4 @@
-// KDA backward gradients of the CPU twin per (chunk, value head): ALGORITHM 3.2 steps 2 (dAqk),
+// KDA backward gradients of the CPU twin per (chunk, value head): docs/algorithm.md 3.2 steps 2 (dAqk),
 // 4 (inter part + WY backward) and 5 (intra part with per-channel gates). Outputs per value head:
 // dq_hv, dk_hv, dlam [.., K] (fp32), final dv (dtype) and dbeta (fp32).
 //
@@ -13,7 +13,7 @@
 //   [E4] intra backward: per pair (r >= s) and channel, fp32 operands and fp32 accumulation with
 //        the elementwise factor exp2(g_r - g_s) (exponent <= 0, masked pairs never evaluated).
 //        The GPU uses sub-chunk pivots on TF32 tensor cores; the column-side dk stays fp32 there
-//        too (ALGORITHM 7.6).
+//        too (docs/algorithm.md 7.6).
 //   [E5] dv = dtype(beta * dY); everything else fp32.
 #include "kernels/cpu/wy_bwd_common.h"
 

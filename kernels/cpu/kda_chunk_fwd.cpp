@@ -1,6 +1,6 @@
 // KDA forward, operator-specific parts of the CPU twin: the intra-chunk matrices Pi (key-key,
 // for the inverse) and Aqk (query-key scores) with per-channel gates, the inverse (prep,
-// ALGORITHM F1/F2/F5 KDA) and the output (F5). The state recurrence is in chunk_state.cpp.
+// docs/algorithm.md F1/F2/F5 KDA) and the output (F5). The state recurrence is in chunk_state.cpp.
 //
 // Rounding points:
 //   [K1] Pi and Aqk: per pair (r, s), sum_d x_r[d] (k_s[d] exp2(g_r[d] - g_s[d])) with fp32

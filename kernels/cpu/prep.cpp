@@ -3,16 +3,16 @@
 //
 // Rounding points:
 //   [P1] L2 norm: sum of squares, rstd and the product in fp32; the normalized q/k are stored
-//        rounded to dtype, rstd in fp32 (ALGORITHM 1.3). Without L2 norm q/k are copied as given.
+//        rounded to dtype, rstd in fp32 (docs/algorithm.md 1.3). Without L2 norm q/k are copied as given.
 //   [P2] gate: activation in fp32; chunk-local inclusive cumsum in fp32 (sequential), then
-//        multiplied by kRcpLn2 and stored fp32 (log2 units, ALGORITHM 1.2 / 7.4).
+//        multiplied by kRcpLn2 and stored fp32 (log2 units, docs/algorithm.md 1.2 / 7.4).
 #include "kernels/cpu/cpu_common.h"
 
 namespace kcp::kernels::cpu {
 
 namespace {
 
-// Natural-log decay a of one gate element (ALGORITHM 1.2), fp32.
+// Natural-log decay a of one gate element (docs/algorithm.md 1.2), fp32.
 float activate(const Problem& p, float graw, float A_log, float bias) {
   switch (p.gate) {
     case GateForm::Direct:

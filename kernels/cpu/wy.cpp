@@ -1,4 +1,4 @@
-// WY factors of the CPU twin (ALGORITHM F3), forward and backward recompute, GDN and KDA.
+// WY factors of the CPU twin (docs/algorithm.md F3), forward and backward recompute, GDN and KDA.
 //
 // Rounding points:
 //   [W1] operands: xb = dtype((k * beta) * exp2(g)) (GDN scalar gate, KDA per channel) and

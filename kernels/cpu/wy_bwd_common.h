@@ -32,7 +32,7 @@ void dphi_lower(const Mat& dW, const Mat& Xb, const Mat& Yb, Dv2&& dv2, int32_t 
 }
 
 // dPi (pre-gate gradient w.r.t. Pi, strictly lower, fp32) from dPhi (fp32, only its strictly
-// lower part is used) and Phi (dtype), ALGORITHM B5:
+// lower part is used) and Phi (dtype), docs/algorithm.md B5:
 //   dPi = -stril(Phi^T dtype(stril(dPhi)) ... ) as two dtype-operand products:
 //   T1 = dtype(stril(dPhi)) Phi^T (fp32 accumulation), T2 = Phi^T dtype(T1), dPi = -stril(T2).
 inline void phi_backward(const Dims& d, const Mat& Phi, const Mat& dPhi, int32_t L, Mat& dPi) {

@@ -10,7 +10,7 @@
 // packages run the same kernels and both are bitwise reproducible; full and light saved sets
 // give the same bits because the light backward recomputes with the same kernels.
 //
-// CUDA-internal 16-bit storage (docs/perf-notes.md v5, v6). The workspace is opaque,
+// CUDA-internal 16-bit storage (measured in docs/perf-notes.md). The workspace is opaque,
 // backend-sized memory, and the saved set, though caller-owned, is read only by this backend's
 // kernels (the driver and the engine pass its pointers through; the folds read only the fp32
 // seg_* tensors and `incoming`). Ten "dtype" tensors are therefore stored as raw 16-bit dtype
@@ -112,7 +112,7 @@ class CudaTimer final : public PhaseTimer {
     KCP_CUDA_CHECK(cudaEventCreate(&e1_));
   }
   ~CudaTimer() override {
-    cudaEventDestroy(e0_);  // no-throw in destructors (STYLE.md 10)
+    cudaEventDestroy(e0_);  // no-throw in destructors
     cudaEventDestroy(e1_);
   }
   void start(const Exec& ex) override { KCP_CUDA_CHECK(cudaEventRecord(e0_, static_cast<cudaStream_t>(ex.stream))); }

@@ -3,11 +3,11 @@
 // fp32 accumulation) over shared-memory tiles, warp tilings of a block, and small reductions.
 // Included only by kernels/cuda/*.cu (through the *_kernel.cuh files).
 //
-// Numerical contract (ALGORITHM.md 2.1; kernels/cpu mirrors it):
+// Numerical contract (docs/algorithm.md 2.1; kernels/cpu mirrors it):
 //  * every operand of a tensor-core product holds a value already rounded to the input dtype,
 //    so converting it to the 16-bit mma operand is exact; products accumulate in fp32. The GPU
 //    and the CPU twin then differ only by the order of fp32 accumulation.
-//  * the fp32 M chain (ALGORITHM 7.2) uses split operands x = hi + lo (both dtype values), two
+//  * the fp32 M chain (docs/algorithm.md 7.2) uses split operands x = hi + lo (both dtype values), two
 //    products per fp32 operand, about 16 significant bits instead of 8.
 //
 // Shared-memory tiles are row-major with a leading dimension `ld`. An operand view says which

@@ -2,7 +2,7 @@
 // the launchers of every phase (one .cu file per group, each beside its *_kernel.cuh). Host
 // code; included by kernels/cuda/*.cu only (CUDA types appear here, never in cuda_backend.h).
 //
-// Launchers follow the CUTLASS life cycle (STYLE.md 3): the backend has validated the Args
+// Launchers follow the CUTLASS life cycle: the backend has validated the Args
 // (null pointers, problem, layout) before calling; a launcher computes the grid and shared
 // memory, raises the shared-memory limit when needed, launches on `stream`, and checks
 // cudaGetLastError. They never allocate or synchronise.
@@ -34,7 +34,7 @@ namespace kcp::kernels::cuda {
   } while (0)
 
 // After every launch: the launch error, and under KCP_CUDA_SYNC_CHECK (Debug builds) the
-// kernel's own fault, so a fault points at the kernel that caused it (STYLE.md 11).
+// kernel's own fault, so a fault points at the kernel that caused it.
 #if defined(KCP_CUDA_SYNC_CHECK)
 #define KCP_CUDA_LAUNCH_CHECK(stream)                   \
   do {                                                  \
@@ -92,7 +92,7 @@ void launch_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st);
 // Forward state walks (gdn_chunk_state.cu).
 void launch_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st);
-// Backward state walks (gdn_chunk_state_bwd.cu).
+// Backward state walks (gdn_chunk_state.cu).
 void launch_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st);
 // Output and local dv (gdn_chunk_fwd.cu).

@@ -6,7 +6,7 @@
 //   C_{i+1} = op(A_i) C_i from C_0 = I. Each item op(A_i) (K x K, fp32) is staged in shared
 //   memory (padded rows); each thread keeps 16 row accumulators; sums run over the inner index
 //   in increasing order, then + b (the
-//   twin's order), fp32 throughout (never rounded: ALGORITHM 7.2). A block reads its columns of
+//   twin's order), fp32 throughout (never rounded: docs/algorithm.md 7.2). A block reads its columns of
 //   x0 before writing the same columns of x_final, so x_final may alias x0.
 //   Shared memory: (K x (K+1) + 2 K x 33) fp32.
 #pragma once

@@ -1,9 +1,9 @@
 // GDN backward gradients per (chunk, value head): B4 (dq, dk, dw, dgate from h, dh, v_new, dv2)
-// and B5 (WY backward), ALGORITHM 3.1, with the rounding points [D1]-[D7] of the CPU twin
+// and B5 (WY backward), docs/algorithm.md 3.1, with the rounding points [D1]-[D7] of the CPU twin
 // (kernels/cpu/gdn_chunk_bwd.cpp). Included only by gdn_chunk_bwd.cu.
 //
-// Two kernels, so that each one's unrolled code stays well inside the SM's instruction cache (one
-// fused kernel was 150 KB of SASS and ran at a third of the speed). Both: 256 threads, dtype
+// Two kernels, so that each one's unrolled code stays well inside the SM's instruction cache (fused,
+// they are ~150 KB of SASS, more than it holds; docs/perf-notes.md). Both: 256 threads, dtype
 // operands on tensor cores with fp32 accumulation.
 // gdn_bwd_dqk_kernel (B4), grid NT * HV * K / 64, one 64-column slice of K per block (below):
 //   dQ = (dO h^T) exp2(g) scale + E k, dK = (v_new dh^T) exp2(gL - g) + E^T q with
@@ -84,7 +84,7 @@ __device__ __forceinline__ void row_totals(const Row2 (&q)[NQ], float* sRow, flo
 // except for the gate rows (q . dQ - k . dK and the last row's terms), whose partials go to dlam
 // (kh = 0) and dlam_hi (kh = 1); gdn_bwd_wy_kernel adds them in that order. The slice keeps the
 // block at ~105 KB of shared memory and <= 128 registers, so two blocks share an SM and one
-// block's loads overlap the other's products (one block of 148 KB per SM before).
+// block's loads overlap the other's products (all of K in one block needs ~148 KB: one per SM).
 inline constexpr int kKS = 64;  // K columns per gdn_bwd_dqk_kernel block
 
 template <int V>
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
     T64::zero(w);
     T64::template mma<DT>(w, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
     // Stored from the fragments: staging through shared memory for 16-byte stores (two more
-    // barriers) measured slower, 4.17 -> 4.24 ms bwd_grads at T = 32768 (docs/perf-notes.md, v8).
+    // barriers) is slower: bwd_grads 4.24 ms instead of 4.17 ms at T = 32768 (docs/perf-notes.md).
     T64::pairs(w, [&](int r, int x, float& v0, float& v1) {
       if (r < L) st16x2<DT>(as16(p.dW16) + ((t0 + r) * HV + j) * K + x0 + x, -v0, -v1);
     });

@@ -1,4 +1,4 @@
-// GDN state walks over the chunks of a segment (ALGORITHM F4, 4.2, B3, 4.3). Included only by
+// GDN state walks over the chunks of a segment (docs/algorithm.md F4, 4.2, B3, 4.3). Included only by
 // gdn_chunk_state.cu.
 //
 // gdn_fwd_walk_kernel<DT, K, V, STATES>: grid S * HV * tiles, block b -> (segment s, value head j,
@@ -21,10 +21,10 @@
 //   it); STATES mode starts from seg_exit and writes dh, dv2 and dh0 (first segment of each piece).
 //   Shared memory (16-bit): k, qs, W 64 x (K+8); dO, dv_local 64 x 40; X0 K x 40; Y0 64 x 40.
 // Rows beyond a partial chunk are zero in every staged tile and masked in every epilogue.
-// Tiles of 32 columns (64 before v7) keep both kernels at <= 128 registers and ~70-80 KB of shared
+// Tiles of 32 columns keep both kernels at <= 128 registers and ~70-80 KB of shared
 // memory, so two blocks share an SM: a walk is a chain of dependent steps (loads, barriers, two
-// products per chunk), and a second block hides one block's waits. Each tile's element sums are
-// unchanged, so the results are the same bits.
+// products per chunk), and a second block hides one block's waits. An element's sums do not
+// depend on the tile width, so neither do the bits.
 #pragma once
 
 #include "kernels/api/summary_needs.h"

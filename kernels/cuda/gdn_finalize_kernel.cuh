@@ -1,4 +1,4 @@
-// Backward finalize (ALGORITHM B6, B7), GDN, rounding points [F1]-[F3] of the CPU twin
+// Backward finalize (docs/algorithm.md B6, B7), GDN, rounding points [F1]-[F3] of the CPU twin
 // (kernels/cpu/finalize.cpp). Included only by gdn_finalize.cu.
 //
 // finalize_qk_kernel: grid (ceil(T*H / 8), 2), one warp per (token, q/k head) row: sum of the

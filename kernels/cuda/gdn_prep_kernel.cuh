@@ -1,4 +1,4 @@
-// GDN prep kernels (ALGORITHM 1.2, 1.3, F0-F2). Included only by gdn_prep.cu.
+// GDN prep kernels (docs/algorithm.md 1.2, 1.3, F0-F2). Included only by gdn_prep.cu.
 //
 // prep_qk_kernel: grid (ceil(T*H / 8), 2): one warp per (token, q/k head) row, blockIdx.y picks
 //   q or k. L2 norm in fp32 (sum of squares by a warp reduction), stored rounded to dtype in the
@@ -6,11 +6,11 @@
 // gdn_intra_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256 threads.
 //   Gate activation in fp32, chunk-local inclusive cumsum by one thread in token order (the
 //   twin's order), times kRcpLn2; K K^T on tensor cores (dtype k, fp32 accumulation); Pi gated
-//   in fp32 with masked entries selected as 0 (ALGORITHM 7.1); Phi = (I + Pi)^-1 by the 16x16
+//   in fp32 with masked entries selected as 0 (docs/algorithm.md 7.1); Phi = (I + Pi)^-1 by the 16x16
 //   block method of F2 in fp32 (diagonal blocks by forward substitution, a half-warp per block
 //   column; then the block merges, 2 x 2 elements per thread); Phi stored rounded to dtype
 //   (16-bit storage) with zeros above the diagonal and beyond the chunk. Each Phi element sums
-//   the twin's terms in the twin's order (v8 only changed who computes what: the same bits).
+//   the twin's terms in the twin's order, whichever thread computes it (the same bits).
 //   Shared memory: k 64 x (K+8) 16-bit, Pi and Phi 64 x 65 fp32, merge scratch 3 x 16 x 16.
 #pragma once
 
@@ -71,7 +71,7 @@ struct IntraParams {
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-// Natural-log decay of one gate element (ALGORITHM 1.2), fp32, GDN forms.
+// Natural-log decay of one gate element (docs/algorithm.md 1.2), fp32, GDN forms.
 __device__ __forceinline__ float gdn_activate(int gate, float graw, float A_log, float bias) {
   if (gate == int(GateForm::Softplus)) return -expf(A_log) * softplus_f(graw + bias);
   return graw;

@@ -1,10 +1,10 @@
-// WY factors (ALGORITHM F3), GDN. Included only by gdn_wy.cu.
+// WY factors (docs/algorithm.md F3), GDN. Included only by gdn_wy.cu.
 //
 // gdn_wy_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256 threads.
 //   Operands rounded as the twin does ([W1]): xb = dtype((k * beta) * exp2(g)), ub =
 //   dtype(v * beta); W = Phi xb, U = Phi ub on tensor cores (dtype Phi, fp32 accumulation),
 //   stored rounded to dtype for the chunk's L rows (through shared memory: coalesced 16-byte
-//   row stores instead of the fragments' 4-byte ones, v8). Shared memory (16-bit): Phi 64 x 72,
+//   row stores instead of the fragments' 4-byte ones). Shared memory (16-bit): Phi 64 x 72,
 //   xb 64 x (K+8), ub 64 x (V+8).
 #pragma once
 

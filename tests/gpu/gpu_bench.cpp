@@ -4,7 +4,7 @@
 //
 //   kcp_gpu_bench [T=8192] [H=16] [HV=32] [K=128] [P=planned] [repeats=10] [fp16=0] [l2norm=1]
 //
-// Inputs: uniform random values (never zeros, METHOD.md), rounded to the dtype; q, k normalized
+// Inputs: uniform random values (never zeros), rounded to the dtype; q, k normalized
 // in the kernel when l2norm = 1; direct gates log-sigmoid-like in (-0.7, -0.05); beta in (0, 1).
 // P defaults to the planner's rule for the h200 class: floor(132 / (HV * V / 64)), at most
 // chunks / 16, clamped to [1, 64].

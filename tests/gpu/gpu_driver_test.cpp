@@ -4,14 +4,14 @@
 // forward and backward, so a backward that reads forward scratch instead of the saved set fails.
 //
 // Checks per tensor:
-//  * GPU vs FP64 at the public thresholds the twin is held to (DESIGN.md 6): the GPU is as
+//  * GPU vs FP64 at the public thresholds the twin is held to (docs/design.md 6): the GPU is as
 //    accurate as the algorithm's precision model;
 //  * GPU vs twin: rel-RMS <= u for o, ht, dq, dk, dv, dh0 and <= 4u for the gate and beta
 //    gradients (u = 2^-8 bf16, 2^-11 fp16). Both run the same roundings; they differ by fp32
 //    accumulation order, whose effect is an occasional one-ulp flip at a rounding point that then
 //    travels through the chain. Gate and beta gradients are differences of large sums (row minus
 //    column sums, chunk-local reverse cumsums), so the same flips weigh more there.
-// Determinism (DESIGN.md 5): det reruns are bitwise equal, and full == light bitwise.
+// Determinism (docs/design.md 5): det reruns are bitwise equal, and full == light bitwise.
 #include <gtest/gtest.h>
 
 #include <cstdio>

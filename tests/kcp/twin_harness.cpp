@@ -100,7 +100,7 @@ Data make_data(const Case& c) {
   for (auto& x : d.beta) x = rnd(c, 1.0 / (1.0 + std::exp(-rng.normal())));
   if (c.A_log) {
     d.A_log.resize(c.HV);
-    for (int j = 0; j < c.HV; ++j)  // log(linspace(1, 8, HV)): per-head variation (ALGORITHM 6.2)
+    for (int j = 0; j < c.HV; ++j)  // log(linspace(1, 8, HV)): per-head variation (docs/algorithm.md 6.2)
       d.A_log[j] = rnd(c, std::log(1.0 + 7.0 * (c.HV > 1 ? double(j) / (c.HV - 1) : 0.0)));
   }
   if (c.dt_bias) {

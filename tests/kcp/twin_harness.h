@@ -97,7 +97,7 @@ double rel_rms(const std::vector<double>& ref, const std::vector<float>& a);
 double rel_rms(const std::vector<float>& ref, const std::vector<float>& a);
 int64_t non_finite(const std::vector<float>& a);
 
-// The public thresholds the twin is held to (DESIGN.md 6).
+// The public thresholds the twin is held to (docs/design.md 6).
 double threshold(const std::string& tensor);
 
 }  // namespace kcp::test

@@ -2,7 +2,7 @@
 // "ranks" (rank summaries exchanged and folded with Backend::fold, as the KCP engine does):
 // every split passes the reference thresholds and stays within bf16 state-rounding noise of the
 // unsplit run. (Splits are not bitwise equal to P = 1 by design: the fold applies the fp32
-// transfer M X + h_ext where the unsplit recurrence rounds S to bf16 for W S; ALGORITHM 4.5.)
+// transfer M X + h_ext where the unsplit recurrence rounds S to bf16 for W S; docs/algorithm.md 4.5.)
 #include "twin_test_util.h"
 
 namespace kcp::test {

@@ -1,5 +1,5 @@
 // The mpi tier: `mpirun -np W kcpbench run` gives the same verdicts and the same metrics, to
-// the bit, as the threaded run of the same rows (DESIGN.md 7; both reduce in rank order).
+// the bit, as the threaded run of the same rows (docs/design.md 7; both reduce in rank order).
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -1,5 +1,5 @@
 // Helpers for the FP64 reference tests: random problem data, an independent naive forward (plain
-// per-token matrix code, written from ALGORITHM.md 1.1-1.3 without looking at the library's
+// per-token matrix code, written from docs/algorithm.md 1.1-1.3 without looking at the library's
 // blocking), the loss, and finite differences.
 #pragma once
 

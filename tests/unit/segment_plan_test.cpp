@@ -108,7 +108,7 @@ TEST(SegmentPlan, ShortRanksPlanOneSegment) {
 }
 
 TEST(SegmentPlan, PiecesAndLinks) {
-  // cu = [0, 5, 12], W = 3 ranks of 4 tokens (ALGORITHM.md 6.2 test_cp_context): rank 1 holds
+  // cu = [0, 5, 12], W = 3 ranks of 4 tokens (docs/algorithm.md 6.2 test_cp_context): rank 1 holds
   // [4, 8) = the tail of seq 0 (1 token) and the head of seq 1 (3 tokens).
   auto plan = make_plan(row_of({5, 7}, 3), {0, "h200", 0, 0});
   const auto& r1 = plan.ranks[1];
