@@ -208,6 +208,7 @@ def fresh(src, rv, rowv, kcpbench, workdir):
                    "--saved", "full"], 0),
         ("fault", ["run", "--rows", "int1", "--row", "A1", "--package", "nondet", "--saved", "full",
                    "--inject", "drop-segment-entry"], 1),
+        ("skip", ["run", "--rows", "int1", "--row", "C1", "--P", "2", "--package", "nondet", "--saved", "full"], 0),
     ]
     for name, args, want_rc in runs:
         out = os.path.join(workdir, name + ".json")
@@ -226,8 +227,10 @@ def fresh(src, rv, rowv, kcpbench, workdir):
             print("fresh %s: valid (%d entries)" % (name, len(doc["entries"])))
         if name == "sweep" and not any(e.get("sweep") for e in doc["entries"]):
             fail("fresh sweep: no entry with sweep: true")
-        if name == "fault" and not any("fault_at" in e for e in doc["entries"]):
-            fail("fresh fault: no entry with fault_at")
+        if name == "fault" and not any("fault_at" in e and e["status"] == "fail" for e in doc["entries"]):
+            fail("fresh fault: no failed entry with fault_at")
+        if name == "skip" and not any(e["status"] == "skip" and "plan" in e for e in doc["entries"]):
+            fail("fresh skip: no skip entry of a form (C1's forced P = 2 by the all_ranks_plan_p1 rule)")
         if name == "forms":
             det = [e for e in doc["entries"] if e.get("determinism")]
             phases = [e for e in doc["entries"] if "phases" in e.get("timings_ms", {})]
