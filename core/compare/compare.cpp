@@ -87,7 +87,7 @@ RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
 
 std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
                                         const RankReference& rr, int rank) {
-  const int64_t H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == Op::Kda ? K : 1;
+  const int64_t HV = row.HV, K = row.K, V = row.V;
   std::vector<TensorMetrics> out;
   std::vector<int> piece_of(static_cast<size_t>(rp.tokens()), 0);
   for (size_t p = 0; p < rp.pieces.size(); ++p)

@@ -1,6 +1,8 @@
 // JSON -> RowConfig with every problem collected, then semantic validation (validate_row).
 #include "core/config/row_loader.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -35,16 +37,32 @@ std::string type_name(const json& v) {
   return "an object";
 }
 
-// Reads the fields of one JSON object, remembering which keys were used so the rest can be
-// reported as unknown, and collecting every problem instead of stopping at the first.
+// The keys each kind of object accepts: one list per kind, used by the ObjectReader that parses
+// it (to reject unknown keys and to name the known ones) and by accepted_keys().
+const std::vector<std::string> kRowSetKeys = {"schema", "name", "description", "defaults", "rows"};
+const std::vector<std::string> kRowKeys = {
+    "name", "description", "op", "H", "HV", "K", "V", "seqlens", "world", "rank_tokens", "chunk", "dtype",
+    "scale", "qk_l2norm", "gate", "lower_bound", "A_log", "dt_bias", "initial_state", "final_state", "dht",
+    "seed", "inputs", "plan_device", "forms", "budgets"};
+const std::vector<std::string> kInputsKeys = {"keys", "gate_strength", "gate_mask_p", "gate_zero_p"};
+const std::vector<std::string> kFormsKeys = {"packages", "saved", "forced_P", "forced_rule"};
+const std::vector<std::string> kBudgetsKeys = {"source", "tensors"};
+const std::vector<std::string> kTensorBudgetKeys = {"max_abs", "rel_rms"};
+
+// Reads the fields of one JSON object whose accepted keys are `keys`, reporting the others as
+// unknown, and collecting every problem instead of stopping at the first. Reading a key that is
+// not in `keys`, or finishing (report_unknown) without having read every key of `keys`, is a
+// loader bug (InvariantError): the list and the reads cannot drift apart.
 class ObjectReader {
  public:
-  ObjectReader(const json& obj, std::string path, std::vector<std::string>& errors)
-      : obj_(obj), path_(std::move(path)), errors_(errors) {}
+  ObjectReader(const json& obj, std::string path, std::vector<std::string>& errors, const std::vector<std::string>& keys)
+      : obj_(obj), path_(std::move(path)), errors_(errors), keys_(keys) {}
 
   std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
   void error(const std::string& key, const std::string& msg) { errors_.push_back(at(key) + ": " + msg); }
   const json* find(const std::string& key) {
+    KCP_CHECK(std::find(keys_.begin(), keys_.end(), key) != keys_.end(),
+              "the loader reads key \"{}\" at \"{}\", which its key list does not hold", key, path_);
     used_.insert(key);
     auto it = obj_.find(key);
     return it == obj_.end() ? nullptr : &*it;
@@ -122,7 +140,8 @@ class ObjectReader {
     out.clear();
     for (size_t i = 0; i < v->size(); ++i) {
       json one = json::object({{"x", (*v)[i]}});
-      ObjectReader r(one, fmt::format("{}[{}]", at(key), i), errors_);
+      static const std::vector<std::string> kOne = {"x"};
+      ObjectReader r(one, fmt::format("{}[{}]", at(key), i), errors_, kOne);
       E e{};
       size_t before = errors_.size();
       r.get_enum("x", e, table);
@@ -144,20 +163,21 @@ class ObjectReader {
     }
     return v;
   }
-  void report_unknown(const std::vector<std::string>& known_hint) {
+  void report_unknown() {
+    for (const auto& k : keys_)
+      KCP_CHECK(used_.count(k), "the loader's key list at \"{}\" holds \"{}\", which it never reads", path_, k);
+    std::string hint;
+    for (const auto& k : keys_) hint += (hint.empty() ? "" : ", ") + k;
     for (auto it = obj_.begin(); it != obj_.end(); ++it)
-      if (!used_.count(it.key())) {
-        std::string hint;
-        for (const auto& k : known_hint) hint += (hint.empty() ? "" : ", ") + k;
+      if (std::find(keys_.begin(), keys_.end(), it.key()) == keys_.end())
         errors_.push_back(at(it.key()) + ": unknown key (known keys: " + hint + ")");
-      }
   }
-  std::vector<std::string> used() const { return {used_.begin(), used_.end()}; }
 
  private:
   const json& obj_;
   std::string path_;
   std::vector<std::string>& errors_;
+  const std::vector<std::string>& keys_;  // one of the k*Keys lists (static lifetime)
   std::set<std::string> used_;
 };
 
@@ -182,14 +202,9 @@ const char* name_of(const std::vector<std::pair<const char*, E>>& table, E e) {
   return "?";
 }
 
-const std::vector<std::string> kRowKeys = {
-    "name", "description", "op", "H", "HV", "K", "V", "seqlens", "world", "rank_tokens", "chunk", "dtype",
-    "scale", "qk_l2norm", "gate", "lower_bound", "A_log", "dt_bias", "initial_state", "final_state", "dht",
-    "seed", "inputs", "plan_device", "forms", "budgets"};
-
 RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::string>& errors) {
   RowConfig row;
-  ObjectReader r(obj, path, errors);
+  ObjectReader r(obj, path, errors, kRowKeys);
   r.get_string("name", row.name, true);
   r.get_string("description", row.description);
   r.get_enum("op", row.op, kOps);
@@ -215,42 +230,42 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
   r.get_int("seed", row.seed);
   r.get_string("plan_device", row.plan_device);
   if (const json* in = r.object("inputs")) {
-    ObjectReader ri(*in, r.at("inputs"), errors);
+    ObjectReader ri(*in, r.at("inputs"), errors, kInputsKeys);
     ri.get_enum("keys", row.inputs.keys, kKeys);
     ri.get_double("gate_strength", row.inputs.gate_strength);
     ri.get_double("gate_mask_p", row.inputs.gate_mask_p);
     ri.get_double("gate_zero_p", row.inputs.gate_zero_p);
-    ri.report_unknown({"keys", "gate_strength", "gate_mask_p", "gate_zero_p"});
+    ri.report_unknown();
   }
   if (const json* fo = r.object("forms")) {
-    ObjectReader rf(*fo, r.at("forms"), errors);
+    ObjectReader rf(*fo, r.at("forms"), errors, kFormsKeys);
     rf.get_enum_list("packages", row.forms.packages, kPackages);
     rf.get_enum_list("saved", row.forms.saved, kSaved);
     std::vector<int64_t> fp;
     rf.get_int_array("forced_P", fp);
     for (auto p : fp) row.forms.forced_P.push_back(static_cast<int>(p));
     rf.get_enum("forced_rule", row.forms.forced_rule, kRules);
-    rf.report_unknown({"packages", "saved", "forced_P", "forced_rule"});
+    rf.report_unknown();
   }
   if (const json* bu = r.object("budgets")) {
-    ObjectReader rb(*bu, r.at("budgets"), errors);
+    ObjectReader rb(*bu, r.at("budgets"), errors, kBudgetsKeys);
     rb.get_string("source", row.budget_source);
     if (const json* te = rb.object("tensors")) {
       for (auto it = te->begin(); it != te->end(); ++it) {
         const std::string tpath = rb.at("tensors") + "." + it.key();
         if (std::find(all_tensor_names().begin(), all_tensor_names().end(), it.key()) == all_tensor_names().end()) {
-          errors.push_back(tpath + ": unknown tensor (known: o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0)");
+          errors.push_back(tpath + ": unknown tensor (known: " + fmt::format("{}", fmt::join(all_tensor_names(), ", ")) + ")");
           continue;
         }
         if (!it->is_object()) {
           errors.push_back(tpath + ": expected an object {max_abs, rel_rms}, got " + type_name(*it));
           continue;
         }
-        ObjectReader rt(*it, tpath, errors);
+        ObjectReader rt(*it, tpath, errors, kTensorBudgetKeys);
         Budget b{-1, -1};
         rt.get_double("max_abs", b.max_abs);
         rt.get_double("rel_rms", b.rel_rms);
-        rt.report_unknown({"max_abs", "rel_rms"});
+        rt.report_unknown();
         if (b.max_abs < 0 || b.rel_rms < 0) {
           errors.push_back(tpath + ": needs max_abs and rel_rms, both >= 0");
           continue;
@@ -258,9 +273,9 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
         row.budgets[it.key()] = b;
       }
     }
-    rb.report_unknown({"source", "tensors"});
+    rb.report_unknown();
   }
-  r.report_unknown(kRowKeys);
+  r.report_unknown();
   return row;
 }
 
@@ -272,6 +287,12 @@ json canonical_problem(json row) {
 }
 
 }  // namespace
+
+std::map<std::string, std::vector<std::string>> accepted_keys() {
+  return {{"row_set", kRowSetKeys},       {"row", kRowKeys},       {"inputs", kInputsKeys},
+          {"forms", kFormsKeys},          {"budgets", kBudgetsKeys}, {"budgets.tensors", all_tensor_names()},
+          {"tensor_budget", kTensorBudgetKeys}};
+}
 
 const char* to_string(KeyDist v) { return name_of(kKeys, v); }
 const char* to_string(ForcedRule v) { return name_of(kRules, v); }
@@ -395,7 +416,7 @@ RowSet load_row_set_text(const std::string& text, const std::string& file) {
   RowSet set;
   set.file = file;
   if (!doc.is_object()) KCP_THROW(ConfigError, "{}: expected a JSON object at the top level, got {}", file, type_name(doc));
-  ObjectReader top(doc, "", errors);
+  ObjectReader top(doc, "", errors, kRowSetKeys);
   std::string schema;
   top.get_string("schema", schema, true);
   if (!schema.empty() && schema != "kcpbench.rows/1")
@@ -406,7 +427,7 @@ RowSet load_row_set_text(const std::string& text, const std::string& file) {
   const json* rows = top.find("rows");
   if (!rows) errors.push_back("rows: required array of rows is missing");
   else if (!rows->is_array()) errors.push_back("rows: expected an array of rows, got " + type_name(*rows));
-  top.report_unknown({"schema", "name", "description", "defaults", "rows"});
+  top.report_unknown();
   std::set<std::string> names;
   if (rows && rows->is_array()) {
     for (size_t i = 0; i < rows->size(); ++i) {

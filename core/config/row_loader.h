@@ -4,6 +4,7 @@
 // The loader throws ConfigError (exit code 2) carrying every message, one per line.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,13 @@ std::vector<std::string> known_row_sets(const std::string& configs_dir);
 
 RowSet load_row_set(const std::string& file);
 RowSet load_row_set_text(const std::string& text, const std::string& file);  // for tests
+
+// The keys the loader accepts, per kind of object it parses; the same lists it rejects unknown
+// keys with (any other key is an "unknown key" error). Kinds: "row_set" (the file's top level),
+// "row" (a row, and the set's "defaults", which is merged into every row), "inputs", "forms",
+// "budgets", "budgets.tensors" (the tensor names), "tensor_budget" (one tensor's budget).
+// tests/unit/row_schema_keys_test.cpp holds configs/rows.schema.json to the same sets.
+std::map<std::string, std::vector<std::string>> accepted_keys();
 
 // Semantic checks of one parsed row; returns every violation ("rows[i].field: ..." without file).
 std::vector<std::string> validate_row(const RowConfig& row, const std::string& path);
