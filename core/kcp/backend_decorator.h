@@ -18,6 +18,7 @@ class BackendDecorator : public kernels::Backend {
   int64_t extra_workspace_floats(const kernels::Problem& p, const kernels::LayoutView& l) const override {
     return inner_.extra_workspace_floats(p, l);
   }
+  kernels::Storage dtype_storage() const override { return inner_.dtype_storage(); }
   void prep(const kernels::PrepArgs& a) const override { inner_.prep(a); }
   void wy(const kernels::WyArgs& a) const override { inner_.wy(a); }
   void fwd_summaries(const kernels::FwdSummaryArgs& a) const override { inner_.fwd_summaries(a); }

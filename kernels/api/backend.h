@@ -14,7 +14,7 @@
 //    the forward's phases). The CPU twin is deterministic in both packages.
 //  * CUDA calls are asynchronous on exec.stream; synchronize() waits.
 // Life cycle (CUTLASS style): can_implement(problem) -> saved_floats / workspace_floats ->
-// caller allocates and poisons -> bind_saved / bind_workspace (tensors.h) -> phases.
+// caller allocates and poisons -> bind_saved_for / bind_workspace_for (tensors.h) -> phases.
 // kernels/cpu/rank_driver.h chains the phases for one rank; the KCP engine calls them directly
 // around its exchanges.
 #pragma once
@@ -65,10 +65,19 @@ class Backend {
   int64_t workspace_floats(const Problem& problem, const LayoutView& layout) const {
     return workspace_sizes(problem, layout, extra_workspace_floats(problem, layout)).total_floats();
   }
+  // How this backend stores the ten "dtype" saved / workspace tensors (dtype_tensor.h): F32 for
+  // the CPU twin, Packed16 for CUDA. Every phase refuses a DtypeTensor of another storage.
+  virtual Storage dtype_storage() const = 0;
+  // bind_saved / bind_workspace (tensors.h) with this backend's storage and scratch: the way to
+  // bind a saved set or a workspace that this backend's phases will read.
+  SavedTensors bind_saved_for(float* arena, int64_t arena_floats, const Problem& problem, const LayoutView& layout,
+                              SavedKind kind, Package package) const {
+    return bind_saved(arena, arena_floats, problem, layout, kind, package, dtype_storage());
+  }
   WorkspaceTensors bind_workspace_for(float* arena, int64_t arena_floats, const Problem& problem,
                                       const LayoutView& layout, Package package) const {
     return bind_workspace(arena, arena_floats, problem, layout, package,
-                          extra_workspace_floats(problem, layout));
+                          extra_workspace_floats(problem, layout), dtype_storage());
   }
 
   // ---- forward phases (chunk_fwd.h) ----

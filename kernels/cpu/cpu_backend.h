@@ -16,6 +16,8 @@ class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
   Status can_implement(const Problem& problem) const override;
+  // The twin stores the "dtype" tensors as one float per element (dtype_tensor.h).
+  Storage dtype_storage() const override { return Storage::F32; }
 
   void prep(const PrepArgs& args) const override;
   void wy(const WyArgs& args) const override;

@@ -18,8 +18,8 @@ void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* pa
     FinalizeQkParams q{};
     q.dhv[0] = a.dq_hv;
     q.dhv[1] = a.dk_hv;
-    q.y[0] = a.q;
-    q.y[1] = a.k;
+    q.y[0] = a.q.packed16();
+    q.y[1] = a.k.packed16();
     q.rstd[0] = a.rstd_q;
     q.rstd[1] = a.rstd_k;
     q.out[0] = a.dq;

@@ -11,13 +11,13 @@ void run_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
   WyParams p{};
   p.sh = sh;
   p.chunks = L.chunks;
-  p.k = a.k;
+  p.k = a.k.packed16();
   p.v = a.v;
   p.beta = a.beta;
   p.gcum = a.gcum;
-  p.Phi = a.Phi;
-  p.W = a.W;
-  p.U = a.U;
+  p.Phi = a.Phi.packed16();
+  p.W = a.W.packed16();
+  p.U = a.U.packed16();
   const size_t smem = WySmem<K, K>::bytes;
   allow_smem(gdn_wy_kernel<DT, K, K>, smem);
   gdn_wy_kernel<DT, K, K><<<unsigned(sh.NT * sh.HV), kThreads, smem, st>>>(p);

@@ -265,7 +265,7 @@ TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt) {
     run.in.h0 = c.h0 ? rs.h0.data() : nullptr;
     run.in.dO = d.dO.data() + rs.g0 * c.HV * c.V;
     run.in.dht = c.dht ? rs.dht.data() : nullptr;
-    run.saved = kk::bind_saved(rs.saved_arena.data(), int64_t(rs.saved_arena.size()), p, L, opt.kind, opt.package);
+    run.saved = be->bind_saved_for(rs.saved_arena.data(), int64_t(rs.saved_arena.size()), p, L, opt.kind, opt.package);
     run.ws = be->bind_workspace_for(rs.ws_arena.data(), int64_t(rs.ws_arena.size()), p, L, opt.package);
   }
 
