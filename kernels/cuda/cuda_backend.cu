@@ -44,6 +44,7 @@
 
 #include "kernels/api/args_check.h"
 #include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/dispatch.h"
 
 namespace kcp::kernels {
 
@@ -69,9 +70,9 @@ Status support(const Problem& p) {
     return Status::fail(e.what());
   }
   if (p.op == Op::Kda) return Status::fail("KDA on CUDA is not implemented yet");
-  if (p.K != p.V || (p.K != 64 && p.K != 128))
+  if (p.K != p.V || !cuda::SupportedHeadDims::contains(p.K))
     return Status::fail("unsupported head dims K=" + std::to_string(p.K) + ", V=" + std::to_string(p.V) +
-                        " on CUDA (supported: K = V in {64, 128})");
+                        " on CUDA (supported: K = V in {" + cuda::SupportedHeadDims::text() + "})");
   return Status::success();
 }
 

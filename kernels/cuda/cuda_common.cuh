@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/dispatch.h"
 
 namespace kcp::kernels::cuda {
 

@@ -41,9 +41,9 @@ void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, 
   p.dlam = a.dlam;
   p.dlam_hi = dlam_hi;
   p.dW16 = dW16;
-  const bool fp16 = a.ctx.problem.dtype == DType::FP16;
-  if (a.ctx.problem.K == 64) fp16 ? run_grads<Fp16, 64>(p, st) : run_grads<Bf16, 64>(p, st);
-  else fp16 ? run_grads<Fp16, 128>(p, st) : run_grads<Bf16, 128>(p, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
+    run_grads<typename decltype(dt)::type, decltype(kdim)::value>(p, st);
+  });
 }
 
 }  // namespace kcp::kernels::cuda

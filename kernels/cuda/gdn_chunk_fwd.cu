@@ -22,9 +22,9 @@ void run_chunk(const ChunkParams& p, cudaStream_t st) {
 }
 template <bool OUTPUT>
 void dispatch(const Problem& pb, const ChunkParams& p, cudaStream_t st) {
-  const bool fp16 = pb.dtype == DType::FP16;
-  if (pb.K == 64) fp16 ? run_chunk<Fp16, 64, OUTPUT>(p, st) : run_chunk<Bf16, 64, OUTPUT>(p, st);
-  else fp16 ? run_chunk<Fp16, 128, OUTPUT>(p, st) : run_chunk<Bf16, 128, OUTPUT>(p, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
+    run_chunk<typename decltype(dt)::type, decltype(kdim)::value, OUTPUT>(p, st);
+  });
 }
 }  // namespace
 

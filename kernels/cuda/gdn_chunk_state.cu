@@ -28,15 +28,15 @@ void run_bwd_walk(const BwdWalkParams& p, cudaStream_t st) {
 
 template <bool STATES>
 void dispatch_fwd(const Problem& pb, const FwdWalkParams& p, cudaStream_t st) {
-  const bool fp16 = pb.dtype == DType::FP16;
-  if (pb.K == 64) fp16 ? run_fwd_walk<Fp16, 64, STATES>(p, st) : run_fwd_walk<Bf16, 64, STATES>(p, st);
-  else fp16 ? run_fwd_walk<Fp16, 128, STATES>(p, st) : run_fwd_walk<Bf16, 128, STATES>(p, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
+    run_fwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st);
+  });
 }
 template <bool STATES>
 void dispatch_bwd(const Problem& pb, const BwdWalkParams& p, cudaStream_t st) {
-  const bool fp16 = pb.dtype == DType::FP16;
-  if (pb.K == 64) fp16 ? run_bwd_walk<Fp16, 64, STATES>(p, st) : run_bwd_walk<Bf16, 64, STATES>(p, st);
-  else fp16 ? run_bwd_walk<Fp16, 128, STATES>(p, st) : run_bwd_walk<Bf16, 128, STATES>(p, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
+    run_bwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st);
+  });
 }
 
 // The layout tables, flags and inputs every walk of a direction reads (Args: the phase's args).

@@ -43,9 +43,9 @@ void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
 }  // namespace
 
 void launch_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
-  const bool fp16 = a.ctx.problem.dtype == DType::FP16;
-  if (a.ctx.problem.K == 64) fp16 ? run_prep<Fp16, 64>(a, L, st) : run_prep<Bf16, 64>(a, L, st);
-  else fp16 ? run_prep<Fp16, 128>(a, L, st) : run_prep<Bf16, 128>(a, L, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
+    run_prep<typename decltype(dt)::type, decltype(kdim)::value>(a, L, st);
+  });
 }
 
 }  // namespace kcp::kernels::cuda
