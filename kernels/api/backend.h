@@ -27,6 +27,7 @@
 #include "kernels/api/chunk_fwd.h"
 #include "kernels/api/fold.h"
 #include "kernels/api/layout.h"
+#include "kernels/api/phases.h"
 #include "kernels/api/problem.h"
 #include "kernels/api/tensors.h"
 
@@ -80,21 +81,14 @@ class Backend {
                           extra_workspace_floats(problem, layout), dtype_storage());
   }
 
-  // ---- forward phases (chunk_fwd.h) ----
-  virtual void prep(const PrepArgs& args) const = 0;
-  virtual void wy(const WyArgs& args) const = 0;
-  virtual void fwd_summaries(const FwdSummaryArgs& args) const = 0;
-  virtual void fold(const FoldArgs& args) const = 0;
-  virtual void fwd_states(const FwdStateArgs& args) const = 0;
-  virtual void fwd_output(const FwdOutputArgs& args) const = 0;
-
-  // ---- backward phases (chunk_bwd.h); the backward also uses wy, fwd_summaries, fold and
-  // fwd_states to recompute ----
-  virtual void bwd_local_dv(const BwdLocalDvArgs& args) const = 0;
-  virtual void bwd_summaries(const BwdSummaryArgs& args) const = 0;
-  virtual void bwd_states(const BwdStateArgs& args) const = 0;
-  virtual void bwd_grads(const BwdGradArgs& args) const = 0;
-  virtual void bwd_finalize(const BwdFinalizeArgs& args) const = 0;
+  // ---- phases, one virtual per row of KCP_BACKEND_PHASES (phases.h), e.g.
+  //   virtual void prep(const PrepArgs& args) const = 0;
+  // forward: prep, wy, fwd_summaries, fold, fwd_states, fwd_output (chunk_fwd.h, fold.h);
+  // backward: bwd_local_dv, bwd_summaries, bwd_states, bwd_grads, bwd_finalize (chunk_bwd.h); the
+  // backward also uses wy, fwd_summaries, fold and fwd_states to recompute ----
+#define KCP_DECLARE_PHASE(name, Args) virtual void name(const Args& args) const = 0;
+  KCP_BACKEND_PHASES(KCP_DECLARE_PHASE)
+#undef KCP_DECLARE_PHASE
 
   // ---- memory helpers in the backend's space (the driver saves the incoming state with them) ----
   virtual void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const = 0;
