@@ -28,11 +28,12 @@
 #pragma once
 
 #include "kernels/api/summary_needs.h"
+#include "kernels/api/tiles.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace kcp::kernels::cuda {
 
-inline constexpr int kBV = 32;  // tile width of the state walks
+inline constexpr int kBV = kStateWalkTileV;  // tile width of the state walks (kernels/api/tiles.h)
 
 struct FwdWalkParams {
   Shape sh;
@@ -69,7 +70,7 @@ struct WalkSmem {
 // next chunk's tiles prefetched into registers), so one block's loads and barriers overlap the
 // other's products.
 template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams p) {
+__global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_fwd_walk_kernel(FwdWalkParams p) {
   using Sm = WalkSmem<K>;
   using TS = Tiling<K, kBV>;   // the K x 32 state / transfer tile
   using TC = Tiling<kC, kBV>;  // 64 x 32 chunk products
@@ -240,7 +241,7 @@ struct BwdWalkSmem {
 };
 
 template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams p) {
+__global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_kernel(BwdWalkParams p) {
   using Sm = BwdWalkSmem<K>;
   using TS = Tiling<K, kBV>;
   using TC = Tiling<kC, kBV>;
