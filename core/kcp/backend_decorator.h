@@ -18,17 +18,12 @@ class BackendDecorator : public kernels::Backend {
   int64_t extra_workspace_floats(const kernels::Problem& p, const kernels::LayoutView& l) const override {
     return inner_.extra_workspace_floats(p, l);
   }
-  void prep(const kernels::PrepArgs& a) const override { inner_.prep(a); }
-  void wy(const kernels::WyArgs& a) const override { inner_.wy(a); }
-  void fwd_summaries(const kernels::FwdSummaryArgs& a) const override { inner_.fwd_summaries(a); }
-  void fold(const kernels::FoldArgs& a) const override { inner_.fold(a); }
-  void fwd_states(const kernels::FwdStateArgs& a) const override { inner_.fwd_states(a); }
-  void fwd_output(const kernels::FwdOutputArgs& a) const override { inner_.fwd_output(a); }
-  void bwd_local_dv(const kernels::BwdLocalDvArgs& a) const override { inner_.bwd_local_dv(a); }
-  void bwd_summaries(const kernels::BwdSummaryArgs& a) const override { inner_.bwd_summaries(a); }
-  void bwd_states(const kernels::BwdStateArgs& a) const override { inner_.bwd_states(a); }
-  void bwd_grads(const kernels::BwdGradArgs& a) const override { inner_.bwd_grads(a); }
-  void bwd_finalize(const kernels::BwdFinalizeArgs& a) const override { inner_.bwd_finalize(a); }
+  kernels::Storage dtype_storage() const override { return inner_.dtype_storage(); }
+  // Every phase of kernels/api/phases.h forwards.
+#define KCP_FORWARD_PHASE(name, Args) \
+  void name(const kernels::Args& a) const override { inner_.name(a); }
+  KCP_BACKEND_PHASES(KCP_FORWARD_PHASE)
+#undef KCP_FORWARD_PHASE
   void copy_floats(float* d, const float* s, int64_t n, const kernels::Exec& e) const override {
     inner_.copy_floats(d, s, n, e);
   }

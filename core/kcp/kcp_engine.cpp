@@ -110,7 +110,7 @@ FormRun::FormRun(const RowConfig& row, const SegmentPlan& plan, const Form& form
   run_.in = buf_.inputs();
   const DeviceArray& saved = buf_.saved_arena();
   call_backend("bind", [&] {
-    run_.saved = kernels::bind_saved(saved.get(), saved.size(), problem_, run_.layout, form.saved, exec_.package);
+    run_.saved = backend_.bind_saved_for(saved.get(), saved.size(), problem_, run_.layout, form.saved, exec_.package);
   });
   res_.device_bytes = buf_.bytes();
 }

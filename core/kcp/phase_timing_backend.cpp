@@ -3,17 +3,22 @@
 namespace kcp {
 
 namespace {
-// Phase names in backend.h order; copy_floats / fill_floats are timed together.
-const char* const kPhases[] = {"prep",         "wy",           "fwd_summaries", "fold",      "fwd_states",
-                               "fwd_output",   "bwd_local_dv", "bwd_summaries", "bwd_states", "bwd_grads",
-                               "bwd_finalize", "copy/fill"};
+// The Exec a phase's Args carry (the fold's directly, the others' in their context).
+const kernels::Exec& exec_of(const kernels::FoldArgs& a) { return a.exec; }
+template <class Args>
+const kernels::Exec& exec_of(const Args& a) {
+  return a.ctx.exec;
+}
 }  // namespace
 
 const std::vector<std::string>& engine_phase_names() {
+  // The phase table's names, then copy_floats / fill_floats timed together as "copy/fill".
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (const char* section : {"forward", "backward"})
-      for (const char* p : kPhases) v.push_back(std::string(section) + "." + p);
+    for (const char* section : {"forward", "backward"}) {
+      for (const char* p : kernels::kPhaseNames) v.push_back(std::string(section) + "." + p);
+      v.push_back(std::string(section) + ".copy/fill");
+    }
     return v;
   }();
   return names;
@@ -37,33 +42,12 @@ std::map<std::string, double> PhaseTimingBackend::collect() {
   return ms;
 }
 
-void PhaseTimingBackend::prep(const kernels::PrepArgs& a) const { timed("prep", a.ctx.exec, [&] { inner_.prep(a); }); }
-void PhaseTimingBackend::wy(const kernels::WyArgs& a) const { timed("wy", a.ctx.exec, [&] { inner_.wy(a); }); }
-void PhaseTimingBackend::fwd_summaries(const kernels::FwdSummaryArgs& a) const {
-  timed("fwd_summaries", a.ctx.exec, [&] { inner_.fwd_summaries(a); });
-}
-void PhaseTimingBackend::fold(const kernels::FoldArgs& a) const { timed("fold", a.exec, [&] { inner_.fold(a); }); }
-void PhaseTimingBackend::fwd_states(const kernels::FwdStateArgs& a) const {
-  timed("fwd_states", a.ctx.exec, [&] { inner_.fwd_states(a); });
-}
-void PhaseTimingBackend::fwd_output(const kernels::FwdOutputArgs& a) const {
-  timed("fwd_output", a.ctx.exec, [&] { inner_.fwd_output(a); });
-}
-void PhaseTimingBackend::bwd_local_dv(const kernels::BwdLocalDvArgs& a) const {
-  timed("bwd_local_dv", a.ctx.exec, [&] { inner_.bwd_local_dv(a); });
-}
-void PhaseTimingBackend::bwd_summaries(const kernels::BwdSummaryArgs& a) const {
-  timed("bwd_summaries", a.ctx.exec, [&] { inner_.bwd_summaries(a); });
-}
-void PhaseTimingBackend::bwd_states(const kernels::BwdStateArgs& a) const {
-  timed("bwd_states", a.ctx.exec, [&] { inner_.bwd_states(a); });
-}
-void PhaseTimingBackend::bwd_grads(const kernels::BwdGradArgs& a) const {
-  timed("bwd_grads", a.ctx.exec, [&] { inner_.bwd_grads(a); });
-}
-void PhaseTimingBackend::bwd_finalize(const kernels::BwdFinalizeArgs& a) const {
-  timed("bwd_finalize", a.ctx.exec, [&] { inner_.bwd_finalize(a); });
-}
+#define KCP_TIME_PHASE(name, Args)                                        \
+  void PhaseTimingBackend::name(const kernels::Args& args) const {       \
+    timed(#name, exec_of(args), [&] { inner_.name(args); });              \
+  }
+KCP_BACKEND_PHASES(KCP_TIME_PHASE)
+#undef KCP_TIME_PHASE
 void PhaseTimingBackend::copy_floats(float* d, const float* s, int64_t n, const kernels::Exec& e) const {
   timed("copy/fill", e, [&] { inner_.copy_floats(d, s, n, e); });
 }

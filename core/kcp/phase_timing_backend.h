@@ -28,17 +28,8 @@ class PhaseTimingBackend final : public BackendDecorator {
   // for the work); then forgets them.
   std::map<std::string, double> collect();
 
-  void prep(const kernels::PrepArgs& a) const override;
-  void wy(const kernels::WyArgs& a) const override;
-  void fwd_summaries(const kernels::FwdSummaryArgs& a) const override;
-  void fold(const kernels::FoldArgs& a) const override;
-  void fwd_states(const kernels::FwdStateArgs& a) const override;
-  void fwd_output(const kernels::FwdOutputArgs& a) const override;
-  void bwd_local_dv(const kernels::BwdLocalDvArgs& a) const override;
-  void bwd_summaries(const kernels::BwdSummaryArgs& a) const override;
-  void bwd_states(const kernels::BwdStateArgs& a) const override;
-  void bwd_grads(const kernels::BwdGradArgs& a) const override;
-  void bwd_finalize(const kernels::BwdFinalizeArgs& a) const override;
+  // Every phase of kernels/api/phases.h is timed.
+  KCP_BACKEND_PHASES(KCP_PHASE_OVERRIDE)
   void copy_floats(float* d, const float* s, int64_t n, const kernels::Exec& e) const override;
   void fill_floats(float* d, float v, int64_t n, const kernels::Exec& e) const override;
 
@@ -57,8 +48,9 @@ class PhaseTimingBackend final : public BackendDecorator {
   mutable size_t used_ = 0;
 };
 
-// The names a PhaseTimingBackend records in the engine's sections, in the order of the phases
-// (backend.h): "forward.prep" ... "backward.copy/fill". The engine reports them in this order.
+// The names a PhaseTimingBackend records in the engine's sections, in the order of the phase
+// table (kernels/api/phases.h) then "copy/fill": "forward.prep" ... "forward.copy/fill",
+// "backward.prep" ... "backward.copy/fill". The engine reports them in this order (JSON).
 const std::vector<std::string>& engine_phase_names();
 
 }  // namespace kcp

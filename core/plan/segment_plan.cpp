@@ -15,6 +15,17 @@
 // segments, as evenly as possible in whole chunks (the first pieces of the division get one more).
 // A forced P cuts every piece into min(P, its chunks) segments and needs the rank's longest
 // piece to have at least P chunks.
+//
+// The planner's v_tile and the kernels' real tiling (kernels/api/tiles.h). The CUDA walks run
+// HV * V / kStateWalkTileV blocks per segment (32-column tiles) at kStateWalkBlocksPerSm = 2
+// blocks per SM, so one wave of the device is P = 2 sm_count / (HV * V / 32). The planner's
+// v_tile (64 for V > 64, else 32) gives that same P for V = 128, and half of it for V = 64 (it
+// counts a V = 64 head's two 32-column blocks against one slot per SM). It is not tied to the
+// kernels' one-wave P on purpose: that would change the planned P of int1 rows A2 (4 -> 6)
+// and C2 (1 -> 2) on the cpu class, whose budgets are calibrated at the planned schedule (every
+// other row of configs/rows/*.json and tests/gpu/bench_rows.json, on every class, would keep
+// its P). The static_assert below makes a change of the kernels' tiling fail here, so the
+// model is re-derived (and the budgets recalibrated) rather than silently drifting apart.
 #include "core/plan/segment_plan.h"
 
 #include <algorithm>
@@ -22,6 +33,7 @@
 
 #include "core/util/error.h"
 #include "core/util/sha256.h"
+#include "kernels/api/tiles.h"
 
 namespace kcp {
 
@@ -73,7 +85,9 @@ SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
     plan.device.sm_count = req.sm_count;
     plan.device.name += fmt::format("@{}sm", req.sm_count);
   }
-  plan.v_tile = row.V > 64 ? 64 : 32;
+  static_assert(kernels::kStateWalkTileV == 32 && kernels::kStateWalkBlocksPerSm == 2,
+                "the CUDA state walks' tiling changed: re-derive the planner's v_tile (see the top)");
+  plan.v_tile = row.V > 64 ? 2 * kernels::kStateWalkTileV : kernels::kStateWalkTileV;
   plan.forced_P = req.forced_P;
   const int W = plan.world;
   const int64_t T = row.total_tokens();

@@ -14,6 +14,10 @@
 // pointer fields only, with the backend-independent rules: which tensors the operator reads and
 // writes, and which must be null (GDN has no Aqk and no kg; dA_log / ddt_bias only with the
 // problem's A_log / dt_bias). It reads ctx.problem, so the context must have been checked.
+// `storage` is the calling backend's Backend::dtype_storage(): every non-null DtypeTensor field
+// (dtype_tensor.h) must be stored that way, so a kernel never reads 16-bit patterns as floats or
+// the reverse; a saved set or workspace bound for another backend is refused here, before any
+// tensor is read or written.
 // Host-only, header-only (kcp_kernels_api is an INTERFACE target); C++17, since nvcc compiles
 // the CUDA backend's host code with it.
 #pragma once
@@ -24,6 +28,7 @@
 
 #include "kernels/api/chunk_bwd.h"
 #include "kernels/api/chunk_fwd.h"
+#include "kernels/api/dtype_tensor.h"
 #include "kernels/api/fold.h"
 #include "kernels/api/layout.h"
 #include "kernels/api/problem.h"
@@ -43,11 +48,26 @@ inline void forbid(const void* p, const char* phase, const char* field, const ch
 }
 // need() of each field in turn: the first null one is reported.
 struct NeedField {
+  NeedField(const void* ptr, const char* field) : p(ptr), name(field) {}
+  NeedField(ConstDtypeTensor t, const char* field) : p(t.address()), name(field) {}
   const void* p;
   const char* name;
 };
 inline void need_all(const char* phase, std::initializer_list<NeedField> fields) {
   for (const NeedField& f : fields) need(f.p, phase, f.name);
+}
+
+// Every non-null dtype tensor among `fields` is stored as `want` (the backend's storage).
+struct StorageField {
+  ConstDtypeTensor t;
+  const char* name;
+};
+inline void need_storage(const char* phase, Storage want, std::initializer_list<StorageField> fields) {
+  for (const StorageField& f : fields)
+    if (f.t && f.t.storage() != want)
+      arg_fail(phase, std::string("args.") + f.name + " is stored as " + to_string(f.t.storage()) +
+                          ", this backend stores dtype tensors as " + to_string(want) +
+                          " (bind the saved set and the workspace with Backend::bind_saved_for / bind_workspace_for)");
 }
 
 // validate_problem and validate_layout of a phase context, their message prefixed with the phase.
@@ -65,28 +85,30 @@ namespace detail {
 // The state walks read k (GDN) or the gated kg (KDA).
 template <class Args>
 void check_walk_keys(const Args& a, const char* ph) {
-  if (a.ctx.problem.op == Op::Gdn) need(a.k, ph, "k");
+  if (a.ctx.problem.op == Op::Gdn) need(a.k.address(), ph, "k");
   else need(a.kg, ph, "kg");
 }
 // The inputs every forward walk needs (fwd_summaries, fwd_states).
 template <class Args>
-void check_fwd_walk_args(const Args& a, const char* ph) {
+void check_fwd_walk_args(const Args& a, const char* ph, Storage st) {
   check_walk_keys(a, ph);
   need_all(ph, {{a.gcum, "gcum"}, {a.W, "W"}, {a.U, "U"}});
+  need_storage(ph, st, {{a.k, "k"}, {a.W, "W"}, {a.U, "U"}});
 }
 // The inputs every backward walk needs (bwd_summaries, bwd_states).
 template <class Args>
-void check_bwd_walk_args(const Args& a, const char* ph) {
-  need(a.q, ph, "q");
+void check_bwd_walk_args(const Args& a, const char* ph, Storage st) {
+  need(a.q.address(), ph, "q");
   check_walk_keys(a, ph);
   need_all(ph, {{a.gcum, "gcum"}, {a.W, "W"}, {a.dO, "dO"}, {a.dv_local, "dv_local"}});
+  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}, {a.W, "W"}, {a.dv_local, "dv_local"}});
 }
 
 }  // namespace detail
 
 // ---- forward phases (chunk_fwd.h) ----
 
-inline void check_prep_args(const PrepArgs& a, const char* ph) {
+inline void check_prep_args(const PrepArgs& a, const char* ph, Storage st) {
   const Problem& p = a.ctx.problem;
   need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.g, "g"}, {a.beta, "beta"}});
   if (p.has_A_log) need(a.A_log, ph, "A_log");
@@ -95,16 +117,18 @@ inline void check_prep_args(const PrepArgs& a, const char* ph) {
   if (p.qk_l2norm) need_all(ph, {{a.rstd_q, "rstd_q"}, {a.rstd_k, "rstd_k"}});
   if (p.op == Op::Kda) need(a.Aqk, ph, "Aqk");
   else forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
+  need_storage(ph, st, {{a.q_out, "q_out"}, {a.k_out, "k_out"}, {a.Phi, "Phi"}});
 }
 
-inline void check_wy_args(const WyArgs& a, const char* ph) {
+inline void check_wy_args(const WyArgs& a, const char* ph, Storage st) {
   need_all(ph, {{a.k, "k"}, {a.v, "v"}, {a.beta, "beta"}, {a.gcum, "gcum"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
   if (a.ctx.problem.op == Op::Kda) need(a.kg, ph, "kg");
   else forbid(a.kg, ph, "kg", "GDN gates k inside the state kernels");
+  need_storage(ph, st, {{a.k, "k"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
 }
 
-inline void check_fwd_summaries_args(const FwdSummaryArgs& a, const char* ph) {
-  detail::check_fwd_walk_args(a, ph);
+inline void check_fwd_summaries_args(const FwdSummaryArgs& a, const char* ph, Storage st) {
+  detail::check_fwd_walk_args(a, ph, st);
   need_all(ph, {{a.seg_h_ext, "seg_h_ext"}, {a.seg_Mt, "seg_Mt"}});
 }
 
@@ -123,46 +147,52 @@ inline void check_fold_args(const FoldArgs& a, const char* ph) {
   check_fold_args(a, ph, [](const FoldArgs&, const char*) {});
 }
 
-inline void check_fwd_states_args(const FwdStateArgs& a, const char* ph) {
-  detail::check_fwd_walk_args(a, ph);
+inline void check_fwd_states_args(const FwdStateArgs& a, const char* ph, Storage st) {
+  detail::check_fwd_walk_args(a, ph, st);
   need_all(ph, {{a.seg_entry, "seg_entry"}, {a.h, "h"}, {a.v_new, "v_new"}});
+  need_storage(ph, st, {{a.h, "h"}, {a.v_new, "v_new"}});
 }
 
-inline void check_fwd_output_args(const FwdOutputArgs& a, const char* ph) {
+inline void check_fwd_output_args(const FwdOutputArgs& a, const char* ph, Storage st) {
   need_all(ph, {{a.q, "q"}, {a.gcum, "gcum"}, {a.h, "h"}, {a.v_new, "v_new"}, {a.o, "o"}});
   if (a.ctx.problem.op == Op::Kda) {
     need(a.Aqk, ph, "Aqk");
   } else {
-    need(a.k, ph, "k");
+    need(a.k.address(), ph, "k");
     forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
   }
+  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}, {a.h, "h"}, {a.v_new, "v_new"}});
 }
 
 // ---- backward phases (chunk_bwd.h) ----
 
-inline void check_bwd_local_dv_args(const BwdLocalDvArgs& a, const char* ph) {
+inline void check_bwd_local_dv_args(const BwdLocalDvArgs& a, const char* ph, Storage st) {
   if (a.ctx.problem.op == Op::Kda) need(a.Aqk, ph, "Aqk");
   else need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.gcum, "gcum"}});
   need_all(ph, {{a.dO, "dO"}, {a.dv_local, "dv_local"}});
+  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}, {a.dv_local, "dv_local"}});
 }
 
-inline void check_bwd_summaries_args(const BwdSummaryArgs& a, const char* ph) {
-  detail::check_bwd_walk_args(a, ph);
+inline void check_bwd_summaries_args(const BwdSummaryArgs& a, const char* ph, Storage st) {
+  detail::check_bwd_walk_args(a, ph, st);
   need(a.seg_dh_ext, ph, "seg_dh_ext");
 }
 
-inline void check_bwd_states_args(const BwdStateArgs& a, const char* ph) {
-  detail::check_bwd_walk_args(a, ph);
+inline void check_bwd_states_args(const BwdStateArgs& a, const char* ph, Storage st) {
+  detail::check_bwd_walk_args(a, ph, st);
   need_all(ph, {{a.seg_exit, "seg_exit"}, {a.dh, "dh"}, {a.dv2, "dv2"}});
+  need_storage(ph, st, {{a.dh, "dh"}, {a.dv2, "dv2"}});
 }
 
-inline void check_bwd_grads_args(const BwdGradArgs& a, const char* ph) {
+inline void check_bwd_grads_args(const BwdGradArgs& a, const char* ph, Storage st) {
   need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.beta, "beta"}, {a.gcum, "gcum"}, {a.Phi, "Phi"}, {a.h, "h"},
                 {a.v_new, "v_new"}, {a.dh, "dh"}, {a.dv2, "dv2"}, {a.dO, "dO"}, {a.dq_hv, "dq_hv"},
                 {a.dk_hv, "dk_hv"}, {a.dv, "dv"}, {a.dbeta, "dbeta"}, {a.dlam, "dlam"}});
+  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}, {a.Phi, "Phi"}, {a.h, "h"}, {a.v_new, "v_new"}, {a.dh, "dh"},
+                        {a.dv2, "dv2"}});
 }
 
-inline void check_bwd_finalize_args(const BwdFinalizeArgs& a, const char* ph) {
+inline void check_bwd_finalize_args(const BwdFinalizeArgs& a, const char* ph, Storage st) {
   const Problem& p = a.ctx.problem;
   need_all(ph, {{a.dq_hv, "dq_hv"}, {a.dk_hv, "dk_hv"}, {a.dlam, "dlam"}, {a.dq, "dq"}, {a.dk, "dk"}, {a.dg, "dg"}});
   if (p.qk_l2norm) need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.rstd_q, "rstd_q"}, {a.rstd_k, "rstd_k"}});
@@ -171,6 +201,7 @@ inline void check_bwd_finalize_args(const BwdFinalizeArgs& a, const char* ph) {
   else forbid(a.dA_log, ph, "dA_log", "problem.has_A_log is false");
   if (p.has_dt_bias) need_all(ph, {{a.dt_bias, "dt_bias"}, {a.ddt_bias, "ddt_bias"}});
   else forbid(a.ddt_bias, ph, "ddt_bias", "problem.has_dt_bias is false");
+  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}});
 }
 
 }  // namespace kcp::kernels

@@ -14,7 +14,7 @@
 //    the forward's phases). The CPU twin is deterministic in both packages.
 //  * CUDA calls are asynchronous on exec.stream; synchronize() waits.
 // Life cycle (CUTLASS style): can_implement(problem) -> saved_floats / workspace_floats ->
-// caller allocates and poisons -> bind_saved / bind_workspace (tensors.h) -> phases.
+// caller allocates and poisons -> bind_saved_for / bind_workspace_for (tensors.h) -> phases.
 // core/kcp/rank_driver.h chains the phases for one rank; the KCP engine calls them directly
 // around its exchanges.
 #pragma once
@@ -27,6 +27,7 @@
 #include "kernels/api/chunk_fwd.h"
 #include "kernels/api/fold.h"
 #include "kernels/api/layout.h"
+#include "kernels/api/phases.h"
 #include "kernels/api/problem.h"
 #include "kernels/api/tensors.h"
 
@@ -65,27 +66,29 @@ class Backend {
   int64_t workspace_floats(const Problem& problem, const LayoutView& layout) const {
     return workspace_sizes(problem, layout, extra_workspace_floats(problem, layout)).total_floats();
   }
+  // How this backend stores the ten "dtype" saved / workspace tensors (dtype_tensor.h): F32 for
+  // the CPU twin, Packed16 for CUDA. Every phase refuses a DtypeTensor of another storage.
+  virtual Storage dtype_storage() const = 0;
+  // bind_saved / bind_workspace (tensors.h) with this backend's storage and scratch: the way to
+  // bind a saved set or a workspace that this backend's phases will read.
+  SavedTensors bind_saved_for(float* arena, int64_t arena_floats, const Problem& problem, const LayoutView& layout,
+                              SavedKind kind, Package package) const {
+    return bind_saved(arena, arena_floats, problem, layout, kind, package, dtype_storage());
+  }
   WorkspaceTensors bind_workspace_for(float* arena, int64_t arena_floats, const Problem& problem,
                                       const LayoutView& layout, Package package) const {
     return bind_workspace(arena, arena_floats, problem, layout, package,
-                          extra_workspace_floats(problem, layout));
+                          extra_workspace_floats(problem, layout), dtype_storage());
   }
 
-  // ---- forward phases (chunk_fwd.h) ----
-  virtual void prep(const PrepArgs& args) const = 0;
-  virtual void wy(const WyArgs& args) const = 0;
-  virtual void fwd_summaries(const FwdSummaryArgs& args) const = 0;
-  virtual void fold(const FoldArgs& args) const = 0;
-  virtual void fwd_states(const FwdStateArgs& args) const = 0;
-  virtual void fwd_output(const FwdOutputArgs& args) const = 0;
-
-  // ---- backward phases (chunk_bwd.h); the backward also uses wy, fwd_summaries, fold and
-  // fwd_states to recompute ----
-  virtual void bwd_local_dv(const BwdLocalDvArgs& args) const = 0;
-  virtual void bwd_summaries(const BwdSummaryArgs& args) const = 0;
-  virtual void bwd_states(const BwdStateArgs& args) const = 0;
-  virtual void bwd_grads(const BwdGradArgs& args) const = 0;
-  virtual void bwd_finalize(const BwdFinalizeArgs& args) const = 0;
+  // ---- phases, one virtual per row of KCP_BACKEND_PHASES (phases.h), e.g.
+  //   virtual void prep(const PrepArgs& args) const = 0;
+  // forward: prep, wy, fwd_summaries, fold, fwd_states, fwd_output (chunk_fwd.h, fold.h);
+  // backward: bwd_local_dv, bwd_summaries, bwd_states, bwd_grads, bwd_finalize (chunk_bwd.h); the
+  // backward also uses wy, fwd_summaries, fold and fwd_states to recompute ----
+#define KCP_DECLARE_PHASE(name, Args) virtual void name(const Args& args) const = 0;
+  KCP_BACKEND_PHASES(KCP_DECLARE_PHASE)
+#undef KCP_DECLARE_PHASE
 
   // ---- memory helpers in the backend's space (the driver saves the incoming state with them) ----
   virtual void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const = 0;

@@ -15,12 +15,12 @@ namespace kcp::kernels {
 // scale, rounded to dtype; KDA: Aqk^T dO), fp32 accumulation, stored in dtype.
 struct BwdLocalDvArgs {
   PhaseCtx ctx;
-  const float* q = nullptr;        // [T, H, K] dtype: saved.q (GDN)
-  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q (GDN)
+  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
   const float* gcum = nullptr;     // [T, HV, gw] fp32 (GDN)
   const float* Aqk = nullptr;      // [T, HV, C] dtype (KDA)
   const float* dO = nullptr;       // [T, HV, V] dtype
-  float* dv_local = nullptr;       // [T, HV, V] dtype
+  DtypeTensor dv_local;            // [T, HV, V] dtype
 };
 
 // Reverse summaries (docs/algorithm.md 4.3): every segment independently, B3 run from a zero exit
@@ -30,13 +30,13 @@ struct BwdLocalDvArgs {
 // A dh_ext nobody reads (kernels/api/summary_needs.h) is written as zeros without a walk.
 struct BwdSummaryArgs {
   PhaseCtx ctx;
-  const float* q = nullptr;        // [T, H, K] dtype: saved.q
-  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q
+  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
   const float* gcum = nullptr;     // [T, HV, gw] fp32
-  const float* W = nullptr;        // [T, HV, K] dtype
+  ConstDtypeTensor W;              // [T, HV, K] dtype
   const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
   const float* dO = nullptr;       // [T, HV, V] dtype
-  const float* dv_local = nullptr; // [T, HV, V] dtype
+  ConstDtypeTensor dv_local;       // [T, HV, V] dtype
   float* seg_dh_ext = nullptr;     // [S, HV, K, V] fp32
 };
 
@@ -47,16 +47,16 @@ struct BwdSummaryArgs {
 // for every non-empty piece (null: skipped).
 struct BwdStateArgs {
   PhaseCtx ctx;
-  const float* q = nullptr;        // [T, H, K] dtype: saved.q
-  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q
+  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
   const float* gcum = nullptr;     // [T, HV, gw] fp32
-  const float* W = nullptr;        // [T, HV, K] dtype
+  ConstDtypeTensor W;              // [T, HV, K] dtype
   const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
   const float* dO = nullptr;       // [T, HV, V] dtype
-  const float* dv_local = nullptr; // [T, HV, V] dtype
+  ConstDtypeTensor dv_local;       // [T, HV, V] dtype
   const float* seg_exit = nullptr; // [S, HV, K, V] fp32: gradient w.r.t. each segment's exit state
-  float* dh = nullptr;             // [NT, HV, K, V] dtype
-  float* dv2 = nullptr;            // [T, HV, V] dtype
+  DtypeTensor dh;                  // [NT, HV, K, V] dtype
+  DtypeTensor dv2;                 // [T, HV, V] dtype
   float* dh0 = nullptr;            // [N, HV, K, V] fp32 or null
 };
 
@@ -65,17 +65,17 @@ struct BwdStateArgs {
 // dlam, the gradient w.r.t. the natural-log chunk-local cumsum (fp32).
 struct BwdGradArgs {
   PhaseCtx ctx;
-  const float* q = nullptr;        // [T, H, K] dtype: saved.q
-  const float* k = nullptr;        // [T, H, K] dtype: saved.k
+  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q
+  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k
   const float* v = nullptr;        // [T, HV, V] dtype (input)
   const float* beta = nullptr;     // [T, HV] (input)
   const float* gcum = nullptr;     // [T, HV, gw] fp32
-  const float* Phi = nullptr;      // [T, HV, C] dtype
+  ConstDtypeTensor Phi;            // [T, HV, C] dtype
   const float* Aqk = nullptr;      // [T, HV, C] dtype (KDA)
-  const float* h = nullptr;        // [NT, HV, K, V] dtype
-  const float* v_new = nullptr;    // [T, HV, V] dtype
-  const float* dh = nullptr;       // [NT, HV, K, V] dtype
-  const float* dv2 = nullptr;      // [T, HV, V] dtype
+  ConstDtypeTensor h;              // [NT, HV, K, V] dtype
+  ConstDtypeTensor v_new;          // [T, HV, V] dtype
+  ConstDtypeTensor dh;             // [NT, HV, K, V] dtype
+  ConstDtypeTensor dv2;            // [T, HV, V] dtype
   const float* dO = nullptr;       // [T, HV, V] dtype
   float* dq_hv = nullptr;          // [T, HV, K] fp32
   float* dk_hv = nullptr;          // [T, HV, K] fp32
@@ -93,8 +93,8 @@ struct BwdFinalizeArgs {
   const float* dq_hv = nullptr;    // [T, HV, K] fp32
   const float* dk_hv = nullptr;    // [T, HV, K] fp32
   const float* dlam = nullptr;     // [T, HV, gw] fp32
-  const float* q = nullptr;        // [T, H, K] dtype: saved.q (normalized y, for the L2 bwd)
-  const float* k = nullptr;        // [T, H, K] dtype: saved.k
+  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q (normalized y, for the L2 bwd)
+  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k
   const float* rstd_q = nullptr;   // [T, H] fp32 (qk_l2norm)
   const float* rstd_k = nullptr;   // [T, H] fp32 (qk_l2norm)
   const float* g = nullptr;        // [T, HV, gw] gate input (raw forms)

@@ -4,7 +4,9 @@
 //   prep -> wy -> fwd_summaries -> [folds: segment summaries -> rank summary of the last piece;
 //   exchange; incoming state -> entry state of every segment] -> fwd_states -> fwd_output
 // Every pointer is in the backend's memory space; shapes as in tensors.h (T, NT, S, N, gw, C).
-// "dtype" = float holding a value rounded to problem.dtype; "fp32" = full fp32.
+// "dtype" = a value rounded to problem.dtype: a float for caller tensors and the KDA-only kg /
+// Aqk, a DtypeTensor (dtype_tensor.h; stored as the backend's dtype_storage()) for the saved q,
+// k, Phi and the workspace W, U, h, v_new, dv_local, dh, dv2; "fp32" = full fp32.
 //
 // Units: gcum holds the chunk-local inclusive cumsum of the natural-log decay a, multiplied by
 // kRcpLn2 (log2 units, fp32); kernels use exp2 of differences, every exponent <= 0.
@@ -12,6 +14,7 @@
 
 #include <cstdint>
 
+#include "kernels/api/dtype_tensor.h"
 #include "kernels/api/layout.h"
 #include "kernels/api/problem.h"
 
@@ -41,12 +44,12 @@ struct PrepArgs {
   const float* beta = nullptr;     // [T, HV]
   const float* A_log = nullptr;    // [HV] (has_A_log)
   const float* dt_bias = nullptr;  // [HV, gw] (has_dt_bias)
-  float* q_out = nullptr;          // [T, H, K] dtype: saved.q
-  float* k_out = nullptr;          // [T, H, K] dtype: saved.k
+  DtypeTensor q_out;               // [T, H, K] dtype: saved.q
+  DtypeTensor k_out;               // [T, H, K] dtype: saved.k
   float* rstd_q = nullptr;         // [T, H] fp32 (qk_l2norm only)
   float* rstd_k = nullptr;         // [T, H] fp32 (qk_l2norm only)
   float* gcum = nullptr;           // [T, HV, gw] fp32
-  float* Phi = nullptr;            // [T, HV, C] dtype
+  DtypeTensor Phi;                 // [T, HV, C] dtype
   float* Aqk = nullptr;            // [T, HV, C] dtype (KDA only, else must be null)
 };
 
@@ -54,13 +57,13 @@ struct PrepArgs {
 //   W = Phi diag(beta) (K o gam), U = Phi diag(beta) V, KDA kg = K o (Gam / gam); all dtype.
 struct WyArgs {
   PhaseCtx ctx;
-  const float* k = nullptr;        // [T, H, K] dtype: saved.k
+  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k
   const float* v = nullptr;        // [T, HV, V] dtype (input)
   const float* beta = nullptr;     // [T, HV]
   const float* gcum = nullptr;     // [T, HV, gw] fp32
-  const float* Phi = nullptr;      // [T, HV, C] dtype
-  float* W = nullptr;              // [T, HV, K] dtype
-  float* U = nullptr;              // [T, HV, V] dtype
+  ConstDtypeTensor Phi;            // [T, HV, C] dtype
+  DtypeTensor W;                   // [T, HV, K] dtype
+  DtypeTensor U;                   // [T, HV, V] dtype
   float* kg = nullptr;             // [T, HV, K] dtype (KDA only, else must be null)
 };
 
@@ -72,10 +75,10 @@ struct WyArgs {
 // zeros without walking the segment.
 struct FwdSummaryArgs {
   PhaseCtx ctx;
-  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
   const float* gcum = nullptr;     // [T, HV, gw] fp32
-  const float* W = nullptr;        // [T, HV, K] dtype
-  const float* U = nullptr;        // [T, HV, V] dtype
+  ConstDtypeTensor W;              // [T, HV, K] dtype
+  ConstDtypeTensor U;              // [T, HV, V] dtype
   const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
   float* seg_h_ext = nullptr;      // [S, HV, K, V] fp32
   float* seg_Mt = nullptr;         // [S, HV, K, K] fp32 (M^T: row a, col b holds M[b][a])
@@ -86,14 +89,14 @@ struct FwdSummaryArgs {
 // ht[p] (fp32) = S after the last chunk of piece p, for every non-empty piece (null: skipped).
 struct FwdStateArgs {
   PhaseCtx ctx;
-  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
   const float* gcum = nullptr;     // [T, HV, gw] fp32
-  const float* W = nullptr;        // [T, HV, K] dtype
-  const float* U = nullptr;        // [T, HV, V] dtype
+  ConstDtypeTensor W;              // [T, HV, K] dtype
+  ConstDtypeTensor U;              // [T, HV, V] dtype
   const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
   const float* seg_entry = nullptr;  // [S, HV, K, V] fp32
-  float* h = nullptr;              // [NT, HV, K, V] dtype
-  float* v_new = nullptr;          // [T, HV, V] dtype
+  DtypeTensor h;                   // [NT, HV, K, V] dtype
+  DtypeTensor v_new;               // [T, HV, V] dtype
   float* ht = nullptr;             // [N, HV, K, V] fp32 or null
 };
 
@@ -101,12 +104,12 @@ struct FwdStateArgs {
 // scale dtype(Q o gam) h + Aqk v_new (KDA); rounded to dtype.
 struct FwdOutputArgs {
   PhaseCtx ctx;
-  const float* q = nullptr;        // [T, H, K] dtype: saved.q
-  const float* k = nullptr;        // [T, H, K] dtype: saved.k (GDN)
+  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q
+  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
   const float* gcum = nullptr;     // [T, HV, gw] fp32
   const float* Aqk = nullptr;      // [T, HV, C] dtype (KDA)
-  const float* h = nullptr;        // [NT, HV, K, V] dtype
-  const float* v_new = nullptr;    // [T, HV, V] dtype
+  ConstDtypeTensor h;              // [NT, HV, K, V] dtype
+  ConstDtypeTensor v_new;          // [T, HV, V] dtype
   float* o = nullptr;              // [T, HV, V] dtype
 };
 

@@ -1,9 +1,13 @@
 // Tensor sets of one rank: the caller's inputs and outputs, the saved set (what forward keeps for
-// backward) and the workspace (scratch), as named float pointers, plus their sizing and carving.
+// backward) and the workspace (scratch), as named pointers, plus their sizing and carving.
 //
 // Memory space: every pointer lives where the backend computes (host for the CPU twin, device
-// for CUDA). Every tensor is float; tensors documented as "dtype" hold values already rounded
-// to the input dtype (bf16 or fp16), tensors documented as "fp32" hold full fp32 values.
+// for CUDA). Tensors documented as "fp32" hold full fp32 values (float*). Tensors documented as
+// "dtype" hold values already rounded to the input dtype (bf16 or fp16): the caller tensors and
+// the KDA-only kg / Aqk are float*; the ten "dtype" saved / workspace tensors (saved q, k, Phi;
+// W, U, h, v_new, dv_local, dh, dv2) are DtypeTensor (dtype_tensor.h), whose storage (one float
+// or one raw 16-bit pattern per element) is the binding backend's (Backend::dtype_storage) and
+// is read only through the accessor of that storage.
 // All layouts are row-major, token-major ("BTHD"), with the shapes given beside each field;
 // T = layout.T, NT = layout.n_chunks, S = layout.n_segments, N = layout.n_pieces,
 // gw = problem.gate_width() (1 for GDN, K for KDA), C = 64.
@@ -20,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/api/dtype_tensor.h"
 #include "kernels/api/layout.h"
 #include "kernels/api/problem.h"
 
@@ -73,12 +78,12 @@ struct SavedTag {
 
 struct SavedTensors {
   SavedTag tag;
-  float* q = nullptr;              // [T, H, K] dtype: q after prep (L2-normalized when qk_l2norm)
-  float* k = nullptr;              // [T, H, K] dtype: k after prep
+  DtypeTensor q;                   // [T, H, K] dtype: q after prep (L2-normalized when qk_l2norm)
+  DtypeTensor k;                   // [T, H, K] dtype: k after prep
   float* rstd_q = nullptr;         // [T, H] fp32 (qk_l2norm only, else null)
   float* rstd_k = nullptr;         // [T, H] fp32 (qk_l2norm only, else null)
   float* gcum = nullptr;           // [T, HV, gw] fp32: chunk-local inclusive cumsum of a, log2 units
-  float* Phi = nullptr;            // [T, HV, C] dtype: row r of (I + Pi)^-1 of its chunk, column
+  DtypeTensor Phi;                 // [T, HV, C] dtype: row r of (I + Pi)^-1 of its chunk, column
                                    // s local to the chunk (zero for s > r and s >= chunk length)
   float* Aqk = nullptr;            // [T, HV, C] dtype, KDA only: scale * masked gated q k^T
   float* incoming = nullptr;       // [HV, K, V] fp32: entry state of piece 0 when it continues
@@ -90,19 +95,19 @@ struct SavedTensors {
 struct WorkspaceTensors {
   Package package = Package::Det;
   uint64_t fingerprint = 0;
-  float* W = nullptr;              // [T, HV, K] dtype: Phi diag(beta) (K o gam)
-  float* U = nullptr;              // [T, HV, V] dtype: Phi diag(beta) V
+  DtypeTensor W;                   // [T, HV, K] dtype: Phi diag(beta) (K o gam)
+  DtypeTensor U;                   // [T, HV, V] dtype: Phi diag(beta) V
   float* kg = nullptr;             // [T, HV, K] dtype, KDA only: k o exp(lambda_last - lambda)
   float* seg_h_ext = nullptr;      // [S, HV, K, V] fp32: segment h_ext from a zero state
   float* seg_Mt = nullptr;         // [S, HV, K, K] fp32: M_seg^T (light saved set / recompute)
   float* seg_entry = nullptr;      // [S, HV, K, V] fp32: segment entry states (light)
-  float* h = nullptr;              // [NT, HV, K, V] dtype: state at every chunk start
-  float* v_new = nullptr;          // [T, HV, V] dtype: U - W S
-  float* dv_local = nullptr;       // [T, HV, V] dtype: P^T dO (intra-chunk part of dv_new)
+  DtypeTensor h;                   // [NT, HV, K, V] dtype: state at every chunk start
+  DtypeTensor v_new;               // [T, HV, V] dtype: U - W S
+  DtypeTensor dv_local;            // [T, HV, V] dtype: P^T dO (intra-chunk part of dv_new)
   float* seg_dh_ext = nullptr;     // [S, HV, K, V] fp32: segment dh_ext from a zero exit gradient
   float* seg_exit = nullptr;       // [S, HV, K, V] fp32: exit gradient of every segment
-  float* dh = nullptr;             // [NT, HV, K, V] dtype: gradient w.r.t. every chunk-end state
-  float* dv2 = nullptr;            // [T, HV, V] dtype: full gradient w.r.t. v_new
+  DtypeTensor dh;                  // [NT, HV, K, V] dtype: gradient w.r.t. every chunk-end state
+  DtypeTensor dv2;                 // [T, HV, V] dtype: full gradient w.r.t. v_new
   float* dq_hv = nullptr;          // [T, HV, K] fp32: dq per value head, before GVA / L2 bwd
   float* dk_hv = nullptr;          // [T, HV, K] fp32
   float* dlam = nullptr;           // [T, HV, gw] fp32: gradient w.r.t. the natural-log cumsum
@@ -215,12 +220,19 @@ inline float* carve(float*& cur, int64_t n) {
   cur += align_floats(n);
   return r;
 }
+// A "dtype" tensor: the same float region as carve() (so sizes do not depend on the storage),
+// tagged with the storage the binding backend writes; Packed16 uses the region's first half.
+inline DtypeTensor carve_dtype(float*& cur, int64_t n, Storage storage) {
+  return DtypeTensor(carve(cur, n), storage);
+}
 }  // namespace detail
 
 // Carves a float arena of at least saved_sizes(p, L, kind).total_floats() floats. Throws
-// std::invalid_argument when the arena is null, not 16-byte aligned or too small.
+// std::invalid_argument when the arena is null, not 16-byte aligned or too small. dtype_storage:
+// how the backend that will run the phases stores the "dtype" tensors (Backend::dtype_storage();
+// Backend::bind_saved_for passes it). The default, F32, is the CPU twin's.
 inline SavedTensors bind_saved(float* arena, int64_t arena_floats, const Problem& p, const LayoutView& L,
-                               SavedKind kind, Package package) {
+                               SavedKind kind, Package package, Storage dtype_storage = Storage::F32) {
   const SavedSizes s = saved_sizes(p, L, kind);
   detail::check_arena(arena, "bind_saved");
   if (arena_floats < s.total_floats())
@@ -230,12 +242,12 @@ inline SavedTensors bind_saved(float* arena, int64_t arena_floats, const Problem
   SavedTensors t;
   t.tag = {package, p.op, kind, layout_fingerprint(p, L)};
   float* c = arena;
-  t.q = detail::carve(c, s.q);
-  t.k = detail::carve(c, s.k);
+  t.q = detail::carve_dtype(c, s.q, dtype_storage);
+  t.k = detail::carve_dtype(c, s.k, dtype_storage);
   t.rstd_q = detail::carve(c, s.rstd_q);
   t.rstd_k = detail::carve(c, s.rstd_k);
   t.gcum = detail::carve(c, s.gcum);
-  t.Phi = detail::carve(c, s.Phi);
+  t.Phi = detail::carve_dtype(c, s.Phi, dtype_storage);
   t.Aqk = detail::carve(c, s.Aqk);
   t.incoming = detail::carve(c, s.incoming);
   t.seg_Mt = detail::carve(c, s.seg_Mt);
@@ -244,7 +256,8 @@ inline SavedTensors bind_saved(float* arena, int64_t arena_floats, const Problem
 }
 
 inline WorkspaceTensors bind_workspace(float* arena, int64_t arena_floats, const Problem& p, const LayoutView& L,
-                                       Package package, int64_t extra_floats = 0) {
+                                       Package package, int64_t extra_floats = 0,
+                                       Storage dtype_storage = Storage::F32) {
   const WorkspaceSizes s = workspace_sizes(p, L, extra_floats);
   detail::check_arena(arena, "bind_workspace");
   if (arena_floats < s.total_floats())
@@ -254,19 +267,19 @@ inline WorkspaceTensors bind_workspace(float* arena, int64_t arena_floats, const
   t.package = package;
   t.fingerprint = layout_fingerprint(p, L);
   float* c = arena;
-  t.W = detail::carve(c, s.W);
-  t.U = detail::carve(c, s.U);
+  t.W = detail::carve_dtype(c, s.W, dtype_storage);
+  t.U = detail::carve_dtype(c, s.U, dtype_storage);
   t.kg = detail::carve(c, s.kg);
   t.seg_h_ext = detail::carve(c, s.seg_h_ext);
   t.seg_Mt = detail::carve(c, s.seg_Mt);
   t.seg_entry = detail::carve(c, s.seg_entry);
-  t.h = detail::carve(c, s.h);
-  t.v_new = detail::carve(c, s.v_new);
-  t.dv_local = detail::carve(c, s.dv_local);
+  t.h = detail::carve_dtype(c, s.h, dtype_storage);
+  t.v_new = detail::carve_dtype(c, s.v_new, dtype_storage);
+  t.dv_local = detail::carve_dtype(c, s.dv_local, dtype_storage);
   t.seg_dh_ext = detail::carve(c, s.seg_dh_ext);
   t.seg_exit = detail::carve(c, s.seg_exit);
-  t.dh = detail::carve(c, s.dh);
-  t.dv2 = detail::carve(c, s.dv2);
+  t.dh = detail::carve_dtype(c, s.dh, dtype_storage);
+  t.dv2 = detail::carve_dtype(c, s.dv2, dtype_storage);
   t.dq_hv = detail::carve(c, s.dq_hv);
   t.dk_hv = detail::carve(c, s.dk_hv);
   t.dlam = detail::carve(c, s.dlam);

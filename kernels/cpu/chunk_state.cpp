@@ -231,9 +231,9 @@ const char* op_name(const PhaseCtx& c, const char* gdn, const char* kda) {
 void fwd_summaries(const FwdSummaryArgs& a) {
   const char* ph = op_name(a.ctx, "gdn fwd_summaries", "kda fwd_summaries");
   check_problem_layout(a.ctx, ph);
-  check_fwd_summaries_args(a, ph);
+  check_fwd_summaries_args(a, ph, Storage::F32);
   const Dims d(a.ctx);
-  const FwdWalk fw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k, a.gcum, a.W, a.U, a.kg, nullptr, nullptr};
+  const FwdWalk fw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k.f32(), a.gcum, a.W.f32(), a.U.f32(), a.kg, nullptr, nullptr};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);
@@ -256,9 +256,9 @@ void fwd_summaries(const FwdSummaryArgs& a) {
 void fwd_states(const FwdStateArgs& a) {
   const char* ph = op_name(a.ctx, "gdn fwd_states", "kda fwd_states");
   check_problem_layout(a.ctx, ph);
-  check_fwd_states_args(a, ph);
+  check_fwd_states_args(a, ph, Storage::F32);
   const Dims d(a.ctx);
-  const FwdWalk fw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k, a.gcum, a.W, a.U, a.kg, a.h, a.v_new};
+  const FwdWalk fw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k.f32(), a.gcum, a.W.f32(), a.U.f32(), a.kg, a.h.f32(), a.v_new.f32()};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);
@@ -274,7 +274,7 @@ void fwd_states(const FwdStateArgs& a) {
 void bwd_local_dv(const BwdLocalDvArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_local_dv", "kda bwd_local_dv");
   check_problem_layout(a.ctx, ph);
-  check_bwd_local_dv_args(a, ph);
+  check_bwd_local_dv_args(a, ph, Storage::F32);
   const bool kda = a.ctx.problem.op == Op::Kda;
   const Dims d(a.ctx);
   parallel_for(d.NT * d.HV, a.ctx.exec.threads, [&](int64_t w) {
@@ -291,8 +291,8 @@ void bwd_local_dv(const BwdLocalDvArgs& a) {
         if (kda) {
           p = a.Aqk[d.cc(tr, j) + s];
         } else {
-          const float* ks = a.k + d.qk(ts, i);
-          const float* qr = a.q + d.qk(tr, i);
+          const float* ks = a.k.f32() + d.qk(ts, i);
+          const float* qr = a.q.f32() + d.qk(tr, i);
           float kq = 0.0f;
           for (int32_t c = 0; c < d.K; ++c) kq += ks[c] * qr[c];
           p = d.rnd(kq * exp2f_(a.gcum[d.gg(tr, j)] - a.gcum[d.gg(ts, j)]) * d.scale);
@@ -300,7 +300,7 @@ void bwd_local_dv(const BwdLocalDvArgs& a) {
         const float* dOr = a.dO + d.vv(tr, j);
         for (int32_t e = 0; e < d.V; ++e) acc[e] += p * dOr[e];
       }
-      float* out = a.dv_local + d.vv(ts, j);
+      float* out = a.dv_local.f32() + d.vv(ts, j);
       for (int32_t e = 0; e < d.V; ++e) out[e] = d.rnd(acc[e]);
     }
   });
@@ -309,9 +309,9 @@ void bwd_local_dv(const BwdLocalDvArgs& a) {
 void bwd_summaries(const BwdSummaryArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_summaries", "kda bwd_summaries");
   check_problem_layout(a.ctx, ph);
-  check_bwd_summaries_args(a, ph);
+  check_bwd_summaries_args(a, ph, Storage::F32);
   const Dims d(a.ctx);
-  const BwdWalk bw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.q, a.k, a.gcum, a.W, a.kg, a.dO, a.dv_local,
+  const BwdWalk bw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.q.f32(), a.k.f32(), a.gcum, a.W.f32(), a.kg, a.dO, a.dv_local.f32(),
                    nullptr, nullptr};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
@@ -328,10 +328,10 @@ void bwd_summaries(const BwdSummaryArgs& a) {
 void bwd_states(const BwdStateArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_states", "kda bwd_states");
   check_problem_layout(a.ctx, ph);
-  check_bwd_states_args(a, ph);
+  check_bwd_states_args(a, ph, Storage::F32);
   const Dims d(a.ctx);
-  const BwdWalk bw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.q, a.k, a.gcum, a.W, a.kg, a.dO, a.dv_local,
-                   a.dh, a.dv2};
+  const BwdWalk bw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.q.f32(), a.k.f32(), a.gcum, a.W.f32(), a.kg, a.dO, a.dv_local.f32(),
+                   a.dh.f32(), a.dv2.f32()};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);

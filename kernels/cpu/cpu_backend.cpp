@@ -24,7 +24,7 @@ void CpuBackend::prep(const PrepArgs& args) const { cpu::prep(args); }
 void CpuBackend::wy(const WyArgs& a) const {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn wy" : "kda wy";
   check_problem_layout(a.ctx, ph);
-  check_wy_args(a, ph);
+  check_wy_args(a, ph, Storage::F32);
   cpu::wy(a);
 }
 
@@ -36,7 +36,7 @@ void CpuBackend::fwd_output(const FwdOutputArgs& a) const {
   const bool kda = a.ctx.problem.op == Op::Kda;
   const char* ph = kda ? "kda fwd_output" : "gdn fwd_output";
   check_problem_layout(a.ctx, ph);
-  check_fwd_output_args(a, ph);
+  check_fwd_output_args(a, ph, Storage::F32);
   if (kda) cpu::kda_output(a);
   else cpu::gdn_output(a);
 }
@@ -49,7 +49,7 @@ void CpuBackend::bwd_grads(const BwdGradArgs& a) const {
   const bool kda = a.ctx.problem.op == Op::Kda;
   const char* ph = kda ? "kda bwd_grads" : "gdn bwd_grads";
   check_problem_layout(a.ctx, ph);
-  check_bwd_grads_args(a, ph);
+  check_bwd_grads_args(a, ph, Storage::F32);
   if (kda) cpu::kda_bwd_grads(a);
   else cpu::gdn_bwd_grads(a);
 }

@@ -16,19 +16,11 @@ class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
   Status can_implement(const Problem& problem) const override;
+  // The twin stores the "dtype" tensors as one float per element (dtype_tensor.h).
+  Storage dtype_storage() const override { return Storage::F32; }
 
-  void prep(const PrepArgs& args) const override;
-  void wy(const WyArgs& args) const override;
-  void fwd_summaries(const FwdSummaryArgs& args) const override;
-  void fold(const FoldArgs& args) const override;
-  void fwd_states(const FwdStateArgs& args) const override;
-  void fwd_output(const FwdOutputArgs& args) const override;
-
-  void bwd_local_dv(const BwdLocalDvArgs& args) const override;
-  void bwd_summaries(const BwdSummaryArgs& args) const override;
-  void bwd_states(const BwdStateArgs& args) const override;
-  void bwd_grads(const BwdGradArgs& args) const override;
-  void bwd_finalize(const BwdFinalizeArgs& args) const override;
+  // Every phase of kernels/api/phases.h (defined in cpu_backend.cpp).
+  KCP_BACKEND_PHASES(KCP_PHASE_OVERRIDE)
 
   void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const override;
   void fill_floats(float* dst, float value, int64_t n, const Exec& exec) const override;

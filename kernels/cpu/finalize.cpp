@@ -19,7 +19,7 @@ namespace kcp::kernels::cpu {
 void bwd_finalize(const BwdFinalizeArgs& a) {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn bwd_finalize" : "kda bwd_finalize";
   check_problem_layout(a.ctx, ph);
-  check_bwd_finalize_args(a, ph);
+  check_bwd_finalize_args(a, ph, Storage::F32);
   const Problem& p = a.ctx.problem;
   const Dims d(a.ctx);
 
@@ -36,7 +36,7 @@ void bwd_finalize(const BwdFinalizeArgs& a) {
         }
         float* out = (pass == 0 ? a.dq : a.dk) + d.qk(t, i);
         if (p.qk_l2norm) {
-          const float* y = (pass == 0 ? a.q : a.k) + d.qk(t, i);
+          const float* y = (pass == 0 ? a.q.f32() : a.k.f32()) + d.qk(t, i);
           const float r = (pass == 0 ? a.rstd_q : a.rstd_k)[t * d.H + i];
           float dot = 0.0f;
           for (int32_t c = 0; c < d.K; ++c) dot += sum[c] * y[c];

@@ -29,12 +29,12 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
     const int32_t j = static_cast<int32_t>(w % d.HV), i = j / d.G;
     const int32_t L = ch.len;
     const int64_t t0 = ch.begin;
-    const float* S = a.h + d.kv(n, j);
-    const float* dSp = a.dh + d.kv(n, j);
-    auto q = [&](int32_t r) { return a.q + d.qk(t0 + r, i); };
-    auto k = [&](int32_t r) { return a.k + d.qk(t0 + r, i); };
-    auto vn = [&](int32_t r) { return a.v_new + d.vv(t0 + r, j); };
-    auto dvn = [&](int32_t r) { return a.dv2 + d.vv(t0 + r, j); };
+    const float* S = a.h.f32() + d.kv(n, j);
+    const float* dSp = a.dh.f32() + d.kv(n, j);
+    auto q = [&](int32_t r) { return a.q.f32() + d.qk(t0 + r, i); };
+    auto k = [&](int32_t r) { return a.k.f32() + d.qk(t0 + r, i); };
+    auto vn = [&](int32_t r) { return a.v_new.f32() + d.vv(t0 + r, j); };
+    auto dvn = [&](int32_t r) { return a.dv2.f32() + d.vv(t0 + r, j); };
     auto dO = [&](int32_t r) { return a.dO + d.vv(t0 + r, j); };
     auto vin = [&](int32_t r) { return a.v + d.vv(t0 + r, j); };
     std::vector<float> g(L), beta(L);
@@ -111,7 +111,7 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
         Xb(r, x) = d.rnd(X(r, x));
       }
       for (int32_t e = 0; e < V; ++e) Yb(r, e) = d.rnd(vin(r)[e] * beta[r]);
-      const float* ph = a.Phi + d.cc(t0 + r, j);
+      const float* ph = a.Phi.f32() + d.cc(t0 + r, j);
       for (int32_t s = 0; s < L; ++s) Phi(r, s) = ph[s];
     }
     dphi_lower(dW, Xb, Yb, dvn, L, dPhi);

@@ -26,12 +26,12 @@ void gdn_intra(const PrepArgs& a) {
     std::vector<float> Pi(size_t(C) * C, 0.0f), Phi(size_t(C) * C);
     for (int32_t r = 1; r < L; ++r) {
       const int64_t tr = ch.begin + r;
-      const float* kr = a.k_out + d.qk(tr, i);
+      const float* kr = a.k_out.f32() + d.qk(tr, i);
       const float br = a.beta[d.th(tr, j)];
       const float gr = a.gcum[d.gg(tr, j)];
       for (int32_t s = 0; s < r; ++s) {
         const int64_t ts = ch.begin + s;
-        const float* ks = a.k_out + d.qk(ts, i);
+        const float* ks = a.k_out.f32() + d.qk(ts, i);
         float kk = 0.0f;  // [G1]
         for (int32_t c = 0; c < d.K; ++c) kk += kr[c] * ks[c];
         Pi[size_t(r) * C + s] = (br * kk) * exp2f_(gr - a.gcum[d.gg(ts, j)]);
@@ -39,7 +39,7 @@ void gdn_intra(const PrepArgs& a) {
     }
     tril_inverse_64(Pi.data(), Phi.data());  // [G2]
     for (int32_t r = 0; r < L; ++r) {
-      float* row = a.Phi + d.cc(ch.begin + r, j);
+      float* row = a.Phi.f32() + d.cc(ch.begin + r, j);
       for (int32_t s = 0; s < C; ++s) row[s] = (s <= r && s < L) ? d.rnd(Phi[size_t(r) * C + s]) : 0.0f;
     }
   });
@@ -51,11 +51,11 @@ void gdn_output(const FwdOutputArgs& a) {
     const int64_t n = w / d.HV;
     const ChunkDesc& ch = a.ctx.layout.chunks[n];
     const int32_t j = static_cast<int32_t>(w % d.HV), i = j / d.G;
-    const float* h = a.h + d.kv(n, j);
+    const float* h = a.h.f32() + d.kv(n, j);
     std::vector<float> inter(d.V), intra(d.V), P(ch.len);
     for (int32_t r = 0; r < ch.len; ++r) {
       const int64_t tr = ch.begin + r;
-      const float* qr = a.q + d.qk(tr, i);
+      const float* qr = a.q.f32() + d.qk(tr, i);
       const float gr = a.gcum[d.gg(tr, j)];
       std::fill(inter.begin(), inter.end(), 0.0f);
       for (int32_t c = 0; c < d.K; ++c) {
@@ -65,14 +65,14 @@ void gdn_output(const FwdOutputArgs& a) {
       }
       for (int32_t s = 0; s <= r; ++s) {
         const int64_t ts = ch.begin + s;
-        const float* ks = a.k + d.qk(ts, i);
+        const float* ks = a.k.f32() + d.qk(ts, i);
         float qk = 0.0f;
         for (int32_t c = 0; c < d.K; ++c) qk += qr[c] * ks[c];
         P[s] = d.rnd(qk * exp2f_(gr - a.gcum[d.gg(ts, j)]));  // [G3] P rounded for P v_new
       }
       std::fill(intra.begin(), intra.end(), 0.0f);
       for (int32_t s = 0; s <= r; ++s) {
-        const float* vn = a.v_new + d.vv(ch.begin + s, j);
+        const float* vn = a.v_new.f32() + d.vv(ch.begin + s, j);
         for (int32_t e = 0; e < d.V; ++e) intra[e] += P[s] * vn[e];
       }
       const float eg = exp2f_(gr);

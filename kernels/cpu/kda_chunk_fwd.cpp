@@ -28,15 +28,15 @@ void kda_intra(const PrepArgs& a) {
     std::vector<float> Pi(size_t(C) * C, 0.0f), Phi(size_t(C) * C);
     for (int32_t r = 0; r < L; ++r) {
       const int64_t tr = ch.begin + r;
-      const float* qr = a.q_out + d.qk(tr, i);
-      const float* kr = a.k_out + d.qk(tr, i);
+      const float* qr = a.q_out.f32() + d.qk(tr, i);
+      const float* kr = a.k_out.f32() + d.qk(tr, i);
       const float* gr = a.gcum + d.gg(tr, j);
       const float br = a.beta[d.th(tr, j)];
       float* arow = a.Aqk + d.cc(tr, j);
       for (int32_t s = 0; s < C; ++s) arow[s] = 0.0f;
       for (int32_t s = 0; s <= r; ++s) {
         const int64_t ts = ch.begin + s;
-        const float* ks = a.k_out + d.qk(ts, i);
+        const float* ks = a.k_out.f32() + d.qk(ts, i);
         const float* gs = a.gcum + d.gg(ts, j);
         float aq = 0.0f, ak = 0.0f;  // [K1]
         for (int32_t c = 0; c < d.K; ++c) {
@@ -50,7 +50,7 @@ void kda_intra(const PrepArgs& a) {
     }
     tril_inverse_64(Pi.data(), Phi.data());  // [K2]
     for (int32_t r = 0; r < L; ++r) {
-      float* row = a.Phi + d.cc(ch.begin + r, j);
+      float* row = a.Phi.f32() + d.cc(ch.begin + r, j);
       for (int32_t s = 0; s < C; ++s) row[s] = (s <= r && s < L) ? d.rnd(Phi[size_t(r) * C + s]) : 0.0f;
     }
   });
@@ -62,11 +62,11 @@ void kda_output(const FwdOutputArgs& a) {
     const int64_t n = w / d.HV;
     const ChunkDesc& ch = a.ctx.layout.chunks[n];
     const int32_t j = static_cast<int32_t>(w % d.HV), i = j / d.G;
-    const float* h = a.h + d.kv(n, j);
+    const float* h = a.h.f32() + d.kv(n, j);
     std::vector<float> inter(d.V), intra(d.V);
     for (int32_t r = 0; r < ch.len; ++r) {
       const int64_t tr = ch.begin + r;
-      const float* qr = a.q + d.qk(tr, i);
+      const float* qr = a.q.f32() + d.qk(tr, i);
       const float* gr = a.gcum + d.gg(tr, j);
       std::fill(inter.begin(), inter.end(), 0.0f);
       for (int32_t c = 0; c < d.K; ++c) {
@@ -77,7 +77,7 @@ void kda_output(const FwdOutputArgs& a) {
       std::fill(intra.begin(), intra.end(), 0.0f);
       const float* arow = a.Aqk + d.cc(tr, j);
       for (int32_t s = 0; s <= r; ++s) {
-        const float* vn = a.v_new + d.vv(ch.begin + s, j);
+        const float* vn = a.v_new.f32() + d.vv(ch.begin + s, j);
         const float as = arow[s];
         for (int32_t e = 0; e < d.V; ++e) intra[e] += as * vn[e];
       }

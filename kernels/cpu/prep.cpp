@@ -33,7 +33,7 @@ float activate(const Problem& p, float graw, float A_log, float bias) {
 void prep(const PrepArgs& a) {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn prep" : "kda prep";
   check_problem_layout(a.ctx, ph);
-  check_prep_args(a, ph);
+  check_prep_args(a, ph, Storage::F32);
   const Problem& p = a.ctx.problem;
   const Dims d(a.ctx);
 
@@ -43,7 +43,7 @@ void prep(const PrepArgs& a) {
       const int64_t o = d.qk(t, i);
       for (int pass = 0; pass < 2; ++pass) {
         const float* x = (pass == 0 ? a.q : a.k) + o;
-        float* y = (pass == 0 ? a.q_out : a.k_out) + o;
+        float* y = (pass == 0 ? a.q_out.f32() : a.k_out.f32()) + o;
         if (!p.qk_l2norm) {
           for (int32_t c = 0; c < d.K; ++c) y[c] = x[c];
           continue;

@@ -22,7 +22,7 @@ void wy(const WyArgs& a) {
     const float* gL = a.gcum + d.gg(ch.begin + L - 1, j);
     for (int32_t s = 0; s < L; ++s) {
       const int64_t ts = ch.begin + s;
-      const float* ks = a.k + d.qk(ts, i);
+      const float* ks = a.k.f32() + d.qk(ts, i);
       const float* vs = a.v + d.vv(ts, j);
       const float* gs = a.gcum + d.gg(ts, j);
       const float bs = a.beta[d.th(ts, j)];
@@ -36,7 +36,7 @@ void wy(const WyArgs& a) {
     std::vector<float> accw(d.K), accu(d.V);
     for (int32_t r = 0; r < L; ++r) {
       const int64_t tr = ch.begin + r;
-      const float* phi = a.Phi + d.cc(tr, j);
+      const float* phi = a.Phi.f32() + d.cc(tr, j);
       std::fill(accw.begin(), accw.end(), 0.0f);
       std::fill(accu.begin(), accu.end(), 0.0f);
       for (int32_t s = 0; s <= r; ++s) {  // [W2]
@@ -44,8 +44,8 @@ void wy(const WyArgs& a) {
         for (int32_t c = 0; c < d.K; ++c) accw[c] += p * xb[size_t(s) * d.K + c];
         for (int32_t e = 0; e < d.V; ++e) accu[e] += p * ub[size_t(s) * d.V + e];
       }
-      float* Wr = a.W + d.hk(tr, j);
-      float* Ur = a.U + d.vv(tr, j);
+      float* Wr = a.W.f32() + d.hk(tr, j);
+      float* Ur = a.U.f32() + d.vv(tr, j);
       for (int32_t c = 0; c < d.K; ++c) Wr[c] = d.rnd(accw[c]);
       for (int32_t e = 0; e < d.V; ++e) Ur[e] = d.rnd(accu[e]);
     }

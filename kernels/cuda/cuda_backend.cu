@@ -10,12 +10,12 @@
 // packages run the same kernels and both are bitwise reproducible; full and light saved sets
 // give the same bits because the light backward recomputes with the same kernels.
 //
-// CUDA-internal 16-bit storage (measured in docs/perf-notes.md). The workspace is opaque,
-// backend-sized memory, and the saved set, though caller-owned, is read only by this backend's
-// kernels (the driver and the engine pass its pointers through; the folds read only the fp32
-// seg_* tensors and `incoming`). Ten "dtype" tensors are therefore stored as raw 16-bit dtype
-// values (bf16 or fp16, the problem's dtype), element e at byte 2 e of the tensor's region, i.e.
-// in the first half of the floats that kernels/api/tensors.h carves for it:
+// 16-bit storage (measured in docs/perf-notes.md). dtype_storage() is Storage::Packed16: the ten
+// "dtype" tensors of the saved set and the workspace (DtypeTensor, kernels/api/dtype_tensor.h)
+// are stored as raw 16-bit dtype values (bf16 or fp16, the problem's dtype), element e at byte
+// 2 e of the tensor's region, i.e. in the first half of the floats that kernels/api/tensors.h
+// carves for it; Backend::bind_saved_for / bind_workspace_for tag them so, and every phase
+// refuses one tagged otherwise (args_check.h). The launchers take them with packed16():
 //   saved q, k  [T, H, K]        written by prep; read by every later phase
 //   saved Phi   [T, HV, 64]      written by prep; read by wy and bwd_grads
 //   W, U        [T, HV, K|V]     written by wy; read by the state walks
@@ -27,8 +27,8 @@
 // they were stored, so the conversion is exact and every output is the same as with fp32
 // storage. Every other tensor (inputs, outputs, gradients, rstd, gcum, incoming, dq_hv / dk_hv /
 // dlam, the fp32 seg_* tensors) is float as tensors.h says. A caller that reads one of the
-// ten back (tests/gpu/gpu_harness.h, unpack16) must convert; one that supplies them (the phase
-// tests) must pack.
+// ten back takes packed16() and converts (tests/gpu/gpu_harness.h, unpack16); one that supplies
+// them (the phase tests) packs.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -44,6 +44,7 @@
 
 #include "kernels/api/args_check.h"
 #include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/dispatch.h"
 
 namespace kcp::kernels {
 
@@ -69,9 +70,9 @@ Status support(const Problem& p) {
     return Status::fail(e.what());
   }
   if (p.op == Op::Kda) return Status::fail("KDA on CUDA is not implemented yet");
-  if (p.K != p.V || (p.K != 64 && p.K != 128))
+  if (p.K != p.V || !cuda::SupportedHeadDims::contains(p.K))
     return Status::fail("unsupported head dims K=" + std::to_string(p.K) + ", V=" + std::to_string(p.V) +
-                        " on CUDA (supported: K = V in {64, 128})");
+                        " on CUDA (supported: K = V in {" + cuda::SupportedHeadDims::text() + "})");
   return Status::success();
 }
 
@@ -147,6 +148,8 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return "cuda"; }
   Status can_implement(const Problem& problem) const override { return support(problem); }
+  // The ten "dtype" saved / workspace tensors are raw 16-bit dtype values (see the top).
+  Storage dtype_storage() const override { return Storage::Packed16; }
 
   // Scratch (backend-private workspace floats, each part 256-byte aligned):
   //   [NT, HV, 2] fp32   per-chunk gate partials of finalize;
@@ -179,21 +182,21 @@ class CudaBackend final : public Backend {
   void prep(const PrepArgs& a) const override {
     const char* ph = "gdn prep";
     check_ctx(a.ctx, ph);
-    check_prep_args(a, ph);
+    check_prep_args(a, ph, Storage::Packed16);
     cuda::launch_prep(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void wy(const WyArgs& a) const override {
     const char* ph = "gdn wy";
     check_ctx(a.ctx, ph);
-    check_wy_args(a, ph);
+    check_wy_args(a, ph, Storage::Packed16);
     cuda::launch_wy(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void fwd_summaries(const FwdSummaryArgs& a) const override {
     const char* ph = "gdn fwd_summaries";
     check_ctx(a.ctx, ph);
-    check_fwd_summaries_args(a, ph);
+    check_fwd_summaries_args(a, ph, Storage::Packed16);
     cuda::launch_fwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
@@ -210,52 +213,53 @@ class CudaBackend final : public Backend {
   void fwd_states(const FwdStateArgs& a) const override {
     const char* ph = "gdn fwd_states";
     check_ctx(a.ctx, ph);
-    check_fwd_states_args(a, ph);
+    check_fwd_states_args(a, ph, Storage::Packed16);
     cuda::launch_fwd_states(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void fwd_output(const FwdOutputArgs& a) const override {
     const char* ph = "gdn fwd_output";
     check_ctx(a.ctx, ph);
-    check_fwd_output_args(a, ph);
+    check_fwd_output_args(a, ph, Storage::Packed16);
     cuda::launch_fwd_output(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_local_dv(const BwdLocalDvArgs& a) const override {
     const char* ph = "gdn bwd_local_dv";
     check_ctx(a.ctx, ph);
-    check_bwd_local_dv_args(a, ph);
+    check_bwd_local_dv_args(a, ph, Storage::Packed16);
     cuda::launch_bwd_local_dv(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_summaries(const BwdSummaryArgs& a) const override {
     const char* ph = "gdn bwd_summaries";
     check_ctx(a.ctx, ph);
-    check_bwd_summaries_args(a, ph);
+    check_bwd_summaries_args(a, ph, Storage::Packed16);
     cuda::launch_bwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_states(const BwdStateArgs& a) const override {
     const char* ph = "gdn bwd_states";
     check_ctx(a.ctx, ph);
-    check_bwd_states_args(a, ph);
+    check_bwd_states_args(a, ph, Storage::Packed16);
     cuda::launch_bwd_states(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_grads(const BwdGradArgs& a) const override {
     const char* ph = "gdn bwd_grads";
     check_ctx(a.ctx, ph);
-    check_bwd_grads_args(a, ph);
+    check_bwd_grads_args(a, ph, Storage::Packed16);
     need_scratch(a.ctx, ph);
     const ScratchParts sp = scratch_parts(a.ctx.problem, a.ctx.layout);
     float* dlam_hi = a.ctx.problem.K > 64 ? a.ctx.scratch + sp.dlam_hi : nullptr;
-    cuda::launch_bwd_grads(a, layout(a.ctx), dlam_hi, a.ctx.scratch + sp.dW16, stream(a.ctx.exec));
+    uint16_t* dW16 = reinterpret_cast<uint16_t*>(a.ctx.scratch + sp.dW16);  // 16-bit storage in scratch
+    cuda::launch_bwd_grads(a, layout(a.ctx), dlam_hi, dW16, stream(a.ctx.exec));
   }
 
   void bwd_finalize(const BwdFinalizeArgs& a) const override {
     const char* ph = "gdn bwd_finalize";
     check_ctx(a.ctx, ph);
-    check_bwd_finalize_args(a, ph);
+    check_bwd_finalize_args(a, ph, Storage::Packed16);
     need_scratch(a.ctx, ph);
     cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec));
   }

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_launch.h"
+#include "kernels/cuda/dispatch.h"
 
 namespace kcp::kernels::cuda {
 
@@ -306,10 +307,8 @@ struct Tile {
   }
 };
 
-// The CUDA-internal 16-bit storage of a "dtype" workspace tensor (cuda_backend.cu, header): the
-// float* of the API carries raw dtype bits, element e at byte 2 e of the tensor's region.
-__device__ __forceinline__ const uint16_t* as16(const float* p) { return reinterpret_cast<const uint16_t*>(p); }
-__device__ __forceinline__ uint16_t* as16(float* p) { return reinterpret_cast<uint16_t*>(p); }
+// The "dtype" saved / workspace tensors reach the kernels as uint16_t* (Storage::Packed16 of
+// kernels/api/dtype_tensor.h; cuda_backend.cu, header): raw dtype bits, element e at byte 2 e.
 // Stores the dtype values (lo, hi) as two adjacent 16-bit elements (index even).
 template <class DT>
 __device__ __forceinline__ void st16x2(uint16_t* dst, float lo, float hi) {

@@ -100,7 +100,7 @@ void launch_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t 
 void launch_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st);
 // dq/dk/dv/dbeta/dlam per value head (gdn_chunk_bwd.cu). Scratch: dlam_hi [T, HV] fp32 (K > 64,
 // else null), dW16 [T, HV, K] 16-bit storage.
-void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, float* dW16, cudaStream_t st);
+void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, uint16_t* dW16, cudaStream_t st);
 // GVA + L2-norm backward, gate backward; partials: scratch [NT, HV, 2] fp32 (gdn_finalize.cu).
 void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st);
 // The fp32 fold chain (fold.cu).

@@ -19,20 +19,20 @@ void run_grads(const GradParams& p, cudaStream_t st) {
 }
 }  // namespace
 
-void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, float* dW16, cudaStream_t st) {
+void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, uint16_t* dW16, cudaStream_t st) {
   GradParams p{};
   p.sh = shape_of(a.ctx.problem, L);
   p.chunks = L.chunks;
-  p.q = a.q;
-  p.k = a.k;
+  p.q = a.q.packed16();
+  p.k = a.k.packed16();
   p.v = a.v;
   p.beta = a.beta;
   p.gcum = a.gcum;
-  p.Phi = a.Phi;
-  p.h = a.h;
-  p.v_new = a.v_new;
-  p.dh = a.dh;
-  p.dv2 = a.dv2;
+  p.Phi = a.Phi.packed16();
+  p.h = a.h.packed16();
+  p.v_new = a.v_new.packed16();
+  p.dh = a.dh.packed16();
+  p.dv2 = a.dv2.packed16();
   p.dO = a.dO;
   p.dq_hv = a.dq_hv;
   p.dk_hv = a.dk_hv;
@@ -41,9 +41,9 @@ void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, 
   p.dlam = a.dlam;
   p.dlam_hi = dlam_hi;
   p.dW16 = dW16;
-  const bool fp16 = a.ctx.problem.dtype == DType::FP16;
-  if (a.ctx.problem.K == 64) fp16 ? run_grads<Fp16, 64>(p, st) : run_grads<Bf16, 64>(p, st);
-  else fp16 ? run_grads<Fp16, 128>(p, st) : run_grads<Bf16, 128>(p, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
+    run_grads<typename decltype(dt)::type, decltype(kdim)::value>(p, st);
+  });
 }
 
 }  // namespace kcp::kernels::cuda

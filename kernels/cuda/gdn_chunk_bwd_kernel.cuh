@@ -25,16 +25,16 @@ namespace kcp::kernels::cuda {
 struct GradParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const float* q;      // [T, H, K] dtype, 16-bit storage
-  const float* k;      // [T, H, K] dtype, 16-bit storage
+  const uint16_t* q;   // [T, H, K] dtype, 16-bit storage
+  const uint16_t* k;   // [T, H, K] dtype, 16-bit storage
   const float* v;      // [T, HV, V] dtype
   const float* beta;   // [T, HV]
   const float* gcum;   // [T, HV] fp32 log2
-  const float* Phi;    // [T, HV, 64] dtype, 16-bit storage
-  const float* h;      // [NT, HV, K, V] dtype, 16-bit storage
-  const float* v_new;  // [T, HV, V] dtype, 16-bit storage
-  const float* dh;     // [NT, HV, K, V] dtype, 16-bit storage
-  const float* dv2;    // [T, HV, V] dtype, 16-bit storage
+  const uint16_t* Phi;  // [T, HV, 64] dtype, 16-bit storage
+  const uint16_t* h;   // [NT, HV, K, V] dtype, 16-bit storage
+  const uint16_t* v_new;  // [T, HV, V] dtype, 16-bit storage
+  const uint16_t* dh;  // [NT, HV, K, V] dtype, 16-bit storage
+  const uint16_t* dv2;  // [T, HV, V] dtype, 16-bit storage
   const float* dO;     // [T, HV, V] dtype
   float* dq_hv;        // [T, HV, K] fp32
   float* dk_hv;        // [T, HV, K] fp32
@@ -42,7 +42,7 @@ struct GradParams {
   float* dbeta;        // [T, HV] fp32
   float* dlam;         // [T, HV] fp32
   float* dlam_hi;      // [T, HV] fp32, backend scratch: the second K slice's gate part (K = 128)
-  float* dW16;         // [T, HV, K] dtype, 16-bit storage, backend scratch: dW between the kernels
+  uint16_t* dW16;      // [T, HV, K] dtype, 16-bit storage, backend scratch: dW between the kernels
 };
 
 // Two per-thread row accumulators (rows r and r + 8 of a fragment), chosen without indexing.
@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
   {  // two memory round trips for the seven tiles
     Tile16<kKS, V> tS, tdS;
     Tile<kC, V> tO;
-    tS.load(as16(p.h) + kv0, V, kKS);
-    tdS.load(as16(p.dh) + kv0, V, kKS);
+    tS.load(p.h + kv0, V, kKS);
+    tdS.load(p.dh + kv0, V, kKS);
     tO.load(p.dO + vv0, vvs, L);
     tS.template store<DT>(sS, Sm::kVld);
     tdS.template store<DT>(sdS, Sm::kVld);
@@ -155,10 +155,10 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
   {
     Tile16<kC, V> tN, tD;
     Tile16<kC, kKS> tk, tq;
-    tN.load(as16(p.v_new) + vv0, vvs, L);
-    tD.load(as16(p.dv2) + vv0, vvs, L);
-    tk.load(as16(p.k) + qk0, qks, L);
-    tq.load(as16(p.q) + qk0, qks, L);
+    tN.load(p.v_new + vv0, vvs, L);
+    tD.load(p.dv2 + vv0, vvs, L);
+    tk.load(p.k + qk0, qks, L);
+    tq.load(p.q + qk0, qks, L);
     tN.template store<DT>(svn, Sm::kVld);
     tD.template store<DT>(sdv2, Sm::kVld);
     tk.template store<DT>(sk, Sm::kSld);
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
     // Stored from the fragments: staging through shared memory for 16-byte stores (two more
     // barriers) is slower: bwd_grads 4.24 ms instead of 4.17 ms at T = 32768 (docs/perf-notes.md).
     T64::pairs(w, [&](int r, int x, float& v0, float& v1) {
-      if (r < L) st16x2<DT>(as16(p.dW16) + ((t0 + r) * HV + j) * K + x0 + x, -v0, -v1);
+      if (r < L) st16x2<DT>(p.dW16 + ((t0 + r) * HV + j) * K + x0 + x, -v0, -v1);
     });
   }
   float e[1][T64::NT][4], dQ[1][T64::NT][4], dK[1][T64::NT][4];
@@ -288,11 +288,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     Tile16<kC, V> tD;
     Tile<kC, V> tv;
     Tile16<kC, kC> tP;
-    tk.load(as16(p.k) + qk0, qks, L);
-    tW.load(as16(p.dW16) + (t0 * HV + j) * K, int64_t(HV) * K, L);  // dW from gdn_bwd_dqk_kernel
-    tD.load(as16(p.dv2) + vv0, vvs, L);
+    tk.load(p.k + qk0, qks, L);
+    tW.load(p.dW16 + (t0 * HV + j) * K, int64_t(HV) * K, L);  // dW from gdn_bwd_dqk_kernel
+    tD.load(p.dv2 + vv0, vvs, L);
     tv.load(p.v + vv0, vvs, L);
-    tP.load(as16(p.Phi) + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
+    tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
     __syncthreads();  // beta
     tk.template store<DT>(sk, Sm::kKld);
     tW.template store<DT>(sdW, Sm::kKld);

@@ -22,9 +22,9 @@ void run_chunk(const ChunkParams& p, cudaStream_t st) {
 }
 template <bool OUTPUT>
 void dispatch(const Problem& pb, const ChunkParams& p, cudaStream_t st) {
-  const bool fp16 = pb.dtype == DType::FP16;
-  if (pb.K == 64) fp16 ? run_chunk<Fp16, 64, OUTPUT>(p, st) : run_chunk<Bf16, 64, OUTPUT>(p, st);
-  else fp16 ? run_chunk<Fp16, 128, OUTPUT>(p, st) : run_chunk<Bf16, 128, OUTPUT>(p, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
+    run_chunk<typename decltype(dt)::type, decltype(kdim)::value, OUTPUT>(p, st);
+  });
 }
 }  // namespace
 
@@ -32,12 +32,12 @@ void launch_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t 
   ChunkParams p{};
   p.sh = shape_of(a.ctx.problem, L);
   p.chunks = L.chunks;
-  p.q = a.q;
-  p.k = a.k;
+  p.q = a.q.packed16();
+  p.k = a.k.packed16();
   p.gcum = a.gcum;
-  p.h = a.h;
-  p.x = a.v_new;
-  p.out = a.o;
+  p.h = a.h.packed16();
+  p.v_new = a.v_new.packed16();
+  p.o = a.o;
   dispatch<true>(a.ctx.problem, p, st);
 }
 
@@ -45,11 +45,11 @@ void launch_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream
   ChunkParams p{};
   p.sh = shape_of(a.ctx.problem, L);
   p.chunks = L.chunks;
-  p.q = a.q;
-  p.k = a.k;
+  p.q = a.q.packed16();
+  p.k = a.k.packed16();
   p.gcum = a.gcum;
-  p.x = a.dO;
-  p.out = a.dv_local;
+  p.dO = a.dO;
+  p.dv_local = a.dv_local.packed16();
   dispatch<false>(a.ctx.problem, p, st);
 }
 

@@ -18,12 +18,14 @@ namespace kcp::kernels::cuda {
 struct ChunkParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const float* q;      // [T, H, K] dtype, 16-bit storage
-  const float* k;      // [T, H, K] dtype, 16-bit storage
+  const uint16_t* q;   // [T, H, K] dtype, 16-bit storage
+  const uint16_t* k;   // [T, H, K] dtype, 16-bit storage
   const float* gcum;   // [T, HV] fp32 log2
-  const float* h;      // [NT, HV, K, V] dtype, 16-bit storage (output)
-  const float* x;      // output: v_new (16-bit storage); local dv: dO (float)  [T, HV, V] dtype
-  float* out;          // output: o (float); local dv: dv_local (16-bit storage)  [T, HV, V] dtype
+  const uint16_t* h;   // [NT, HV, K, V] dtype, 16-bit storage (output only)
+  const uint16_t* v_new;  // [T, HV, V] dtype, 16-bit storage (output only)
+  float* o;            // [T, HV, V] dtype (output only)
+  const float* dO;     // [T, HV, V] dtype (local dv only)
+  uint16_t* dv_local;  // [T, HV, V] dtype, 16-bit storage (local dv only)
 };
 
 template <int K, int V>
@@ -38,8 +40,8 @@ template <class DT, int K>
 __device__ __forceinline__ void stage_qk_gates(const ChunkParams& p, int64_t t0, int L, int i, int j, uint16_t* sq,
                                                uint16_t* sk, int ld, float* sG) {
   Tile16<kC, K> tq, tk;
-  tq.load(as16(p.q) + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
-  tk.load(as16(p.k) + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  tq.load(p.q + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  tk.load(p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
   tq.template store<DT>(sq, ld);
   tk.template store<DT>(sk, ld);
   if (threadIdx.x < kC) sG[threadIdx.x] = threadIdx.x < L ? p.gcum[(t0 + threadIdx.x) * p.sh.HV + j] : 0.0f;
@@ -64,8 +66,8 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
   const int64_t t0 = ch.begin;
 
   stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
-  stage_rows16<DT, K, V>(sh, Sm::kVld, as16(p.h) + (n * HV + j) * int64_t(K) * V, V, K);
-  stage_rows16<DT, kC, V>(svn, Sm::kVld, as16(p.x) + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  stage_rows16<DT, K, V>(sh, Sm::kVld, p.h + (n * HV + j) * int64_t(K) * V, V, K);
+  stage_rows16<DT, kC, V>(svn, Sm::kVld, p.v_new + (t0 * HV + j) * V, int64_t(HV) * V, L);
   __syncthreads();
   {
     using T64 = Tiling<kC, kC>;
@@ -90,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
   TO::zip_pairs(inter, intra, [&](int r, int c, float& a0, float& a1, float& b0, float& b1) {
     if (r >= L) return;
     const float eg = exp2f(sG[r]);
-    *reinterpret_cast<float2*>(p.out + ((t0 + r) * HV + j) * V + c) =
+    *reinterpret_cast<float2*>(p.o + ((t0 + r) * HV + j) * V + c) =
         make_float2(DT::rnd(a0 * eg * scale + b0 * scale), DT::rnd(a1 * eg * scale + b1 * scale));
   });
 }
@@ -120,7 +122,7 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
   const float scale = p.sh.scale;
 
   stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
-  stage_rows<DT, kC, V>(sdO, Sm::kVld, p.x + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  stage_rows<DT, kC, V>(sdO, Sm::kVld, p.dO + (t0 * HV + j) * V, int64_t(HV) * V, L);
   __syncthreads();
   {
     using T64 = Tiling<kC, kC>;
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
     *reinterpret_cast<uint32_t*>(sdO + s * Sm::kVld + c) = DT::pack(v0, v1);
   });
   __syncthreads();
-  store_rows16<V>(as16(p.out) + (t0 * HV + j) * V, int64_t(HV) * V, sdO, Sm::kVld, L);
+  store_rows16<V>(p.dv_local + (t0 * HV + j) * V, int64_t(HV) * V, sdO, Sm::kVld, L);
 }
 
 }  // namespace kcp::kernels::cuda

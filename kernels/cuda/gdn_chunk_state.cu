@@ -28,15 +28,15 @@ void run_bwd_walk(const BwdWalkParams& p, cudaStream_t st) {
 
 template <bool STATES>
 void dispatch_fwd(const Problem& pb, const FwdWalkParams& p, cudaStream_t st) {
-  const bool fp16 = pb.dtype == DType::FP16;
-  if (pb.K == 64) fp16 ? run_fwd_walk<Fp16, 64, STATES>(p, st) : run_fwd_walk<Bf16, 64, STATES>(p, st);
-  else fp16 ? run_fwd_walk<Fp16, 128, STATES>(p, st) : run_fwd_walk<Bf16, 128, STATES>(p, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
+    run_fwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st);
+  });
 }
 template <bool STATES>
 void dispatch_bwd(const Problem& pb, const BwdWalkParams& p, cudaStream_t st) {
-  const bool fp16 = pb.dtype == DType::FP16;
-  if (pb.K == 64) fp16 ? run_bwd_walk<Fp16, 64, STATES>(p, st) : run_bwd_walk<Bf16, 64, STATES>(p, st);
-  else fp16 ? run_bwd_walk<Fp16, 128, STATES>(p, st) : run_bwd_walk<Bf16, 128, STATES>(p, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
+    run_bwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st);
+  });
 }
 
 // The layout tables, flags and inputs every walk of a direction reads (Args: the phase's args).
@@ -49,23 +49,23 @@ Params walk_params(const Args& a, const DevLayout& L) {
   p.pieces = L.pieces;
   p.has_h0 = a.ctx.problem.has_h0;
   p.has_dht = a.ctx.problem.has_dht;
-  p.k = a.k;
+  p.k = a.k.packed16();
   p.gcum = a.gcum;
-  p.W = a.W;
+  p.W = a.W.packed16();
   return p;
 }
 template <class Args>
 FwdWalkParams fwd_params(const Args& a, const DevLayout& L) {
   FwdWalkParams p = walk_params<FwdWalkParams>(a, L);
-  p.U = a.U;
+  p.U = a.U.packed16();
   return p;
 }
 template <class Args>
 BwdWalkParams bwd_params(const Args& a, const DevLayout& L) {
   BwdWalkParams p = walk_params<BwdWalkParams>(a, L);
-  p.q = a.q;
+  p.q = a.q.packed16();
   p.dO = a.dO;
-  p.dv_local = a.dv_local;
+  p.dv_local = a.dv_local.packed16();
   return p;
 }
 
@@ -81,8 +81,8 @@ void launch_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStrea
 void launch_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st) {
   FwdWalkParams p = fwd_params(a, L);
   p.seg_entry = a.seg_entry;
-  p.h = a.h;
-  p.v_new = a.v_new;
+  p.h = a.h.packed16();
+  p.v_new = a.v_new.packed16();
   p.ht = a.ht;
   dispatch_fwd<true>(a.ctx.problem, p, st);
 }
@@ -96,8 +96,8 @@ void launch_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStrea
 void launch_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st) {
   BwdWalkParams p = bwd_params(a, L);
   p.seg_exit = a.seg_exit;
-  p.dh = a.dh;
-  p.dv2 = a.dv2;
+  p.dh = a.dh.packed16();
+  p.dv2 = a.dv2.packed16();
   p.dh0 = a.dh0;
   dispatch_bwd<true>(a.ctx.problem, p, st);
 }

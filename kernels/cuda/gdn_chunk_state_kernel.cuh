@@ -28,24 +28,25 @@
 #pragma once
 
 #include "kernels/api/summary_needs.h"
+#include "kernels/api/tiles.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace kcp::kernels::cuda {
 
-inline constexpr int kBV = 32;  // tile width of the state walks
+inline constexpr int kBV = kStateWalkTileV;  // tile width of the state walks (kernels/api/tiles.h)
 
 struct FwdWalkParams {
   Shape sh;
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
   const PieceDesc* pieces;
-  const float* k;          // [T, H, K] dtype, 16-bit storage
+  const uint16_t* k;       // [T, H, K] dtype, 16-bit storage
   const float* gcum;       // [T, HV] fp32 log2
-  const float* W;          // [T, HV, K] dtype, 16-bit storage
-  const float* U;          // [T, HV, V] dtype, 16-bit storage
+  const uint16_t* W;       // [T, HV, K] dtype, 16-bit storage
+  const uint16_t* U;       // [T, HV, V] dtype, 16-bit storage
   const float* seg_entry;  // [S, HV, K, V] fp32 (STATES)
-  float* h;                // [NT, HV, K, V] dtype, 16-bit storage (STATES)
-  float* v_new;            // [T, HV, V] dtype, 16-bit storage (STATES)
+  uint16_t* h;             // [NT, HV, K, V] dtype, 16-bit storage (STATES)
+  uint16_t* v_new;         // [T, HV, V] dtype, 16-bit storage (STATES)
   float* ht;               // [N, HV, K, V] fp32 or null (STATES)
   float* seg_h_ext;        // [S, HV, K, V] fp32 (summaries)
   float* seg_Mt;           // [S, HV, K, K] fp32 (summaries)
@@ -69,7 +70,7 @@ struct WalkSmem {
 // next chunk's tiles prefetched into registers), so one block's loads and barriers overlap the
 // other's products.
 template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams p) {
+__global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_fwd_walk_kernel(FwdWalkParams p) {
   using Sm = WalkSmem<K>;
   using TS = Tiling<K, kBV>;   // the K x 32 state / transfer tile
   using TC = Tiling<kC, kBV>;  // 64 x 32 chunk products
@@ -116,9 +117,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams
   float gpre = 0.0f;
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
-    tW.load(as16(p.W) + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
-    tK.load(as16(p.k) + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
-    if (!mtile) tU.load(as16(p.U) + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
+    tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    if (!mtile) tU.load(p.U + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
   };
   if (seg.chunk_end > seg.chunk_begin) issue(seg.chunk_begin);
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams
       TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
         const uint32_t b = DT::pack(v0, v1);
         *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = b;
-        if constexpr (STATES) *reinterpret_cast<uint32_t*>(as16(p.h) + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = b;
+        if constexpr (STATES) *reinterpret_cast<uint32_t*>(p.h + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = b;
       });
       __syncthreads();
       // (2) vr = U - W Sb; v_new; the update operand dtype(vr * exp2(gL - g_r)).
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_fwd_walk_kernel(FwdWalkParams
           const float x0 = DT::from_raw(uint16_t(u & 0xffffu)) - v0;
           const float x1 = DT::from_raw(uint16_t(u >> 16)) - v1;
           if constexpr (STATES)
-            st16x2<DT>(as16(p.v_new) + ((t0 + r) * HV + j) * V + c0 + c, x0, x1);
+            st16x2<DT>(p.v_new + ((t0 + r) * HV + j) * V + c0 + c, x0, x1);
           const float f = exp2f(gL - sG[r]);
           o0 = x0 * f;  // rounded by the pack below
           o1 = x1 * f;
@@ -217,15 +218,15 @@ struct BwdWalkParams {
   Shape sh;
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
-  const float* q;         // [T, H, K] dtype, 16-bit storage
-  const float* k;         // [T, H, K] dtype, 16-bit storage
+  const uint16_t* q;      // [T, H, K] dtype, 16-bit storage
+  const uint16_t* k;      // [T, H, K] dtype, 16-bit storage
   const float* gcum;      // [T, HV] fp32 log2
-  const float* W;         // [T, HV, K] dtype, 16-bit storage
+  const uint16_t* W;      // [T, HV, K] dtype, 16-bit storage
   const float* dO;        // [T, HV, V] dtype
-  const float* dv_local;  // [T, HV, V] dtype, 16-bit storage
+  const uint16_t* dv_local;  // [T, HV, V] dtype, 16-bit storage
   const float* seg_exit;  // [S, HV, K, V] fp32 (STATES)
-  float* dh;              // [NT, HV, K, V] dtype, 16-bit storage (STATES)
-  float* dv2;             // [T, HV, V] dtype, 16-bit storage (STATES)
+  uint16_t* dh;           // [NT, HV, K, V] dtype, 16-bit storage (STATES)
+  uint16_t* dv2;          // [T, HV, V] dtype, 16-bit storage (STATES)
   float* dh0;             // [N, HV, K, V] fp32 or null (STATES)
   float* seg_dh_ext;      // [S, HV, K, V] fp32 (summaries)
   const PieceDesc* pieces;  // (summaries: which parts are read)
@@ -240,7 +241,7 @@ struct BwdWalkSmem {
 };
 
 template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams p) {
+__global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_kernel(BwdWalkParams p) {
   using Sm = BwdWalkSmem<K>;
   using TS = Tiling<K, kBV>;
   using TC = Tiling<kC, kBV>;
@@ -288,11 +289,11 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams
   float gq[decltype(tQ)::ITERS] = {};
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
-    tK.load(as16(p.k) + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
-    tW.load(as16(p.W) + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
-    tQ.load(as16(p.q) + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    tQ.load(p.q + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
     tO.load(p.dO + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
-    tD.load(as16(p.dv_local) + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
+    tD.load(p.dv_local + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
 #pragma unroll
     for (int it = 0; it < decltype(tQ)::ITERS; ++it) {
@@ -321,7 +322,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams
     TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
       const uint32_t b = DT::pack(v0, v1);
       *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = b;
-      if constexpr (STATES) *reinterpret_cast<uint32_t*>(as16(p.dh) + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = b;
+      if constexpr (STATES) *reinterpret_cast<uint32_t*>(p.dh + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = b;
     });
     __syncthreads();
     if (n > seg.chunk_begin) issue(n - 1);
@@ -338,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_walk_kernel(BwdWalkParams
         const float f = exp2f(gL - sG[r]);
         const uint32_t d = *reinterpret_cast<const uint32_t*>(sdl + r * Sm::kTld + c);
         u = DT::pack(v0 * f + DT::from_raw(uint16_t(d & 0xffffu)), v1 * f + DT::from_raw(uint16_t(d >> 16)));
-        if constexpr (STATES) *reinterpret_cast<uint32_t*>(as16(p.dv2) + ((t0 + r) * HV + j) * V + c0 + c) = u;
+        if constexpr (STATES) *reinterpret_cast<uint32_t*>(p.dv2 + ((t0 + r) * HV + j) * V + c0 + c) = u;
       }
       // -dv2 by its sign bits (rows beyond the chunk: -0, as pack(-0, -0) gave).
       *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = u ^ 0x80008000u;

@@ -18,8 +18,8 @@ void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* pa
     FinalizeQkParams q{};
     q.dhv[0] = a.dq_hv;
     q.dhv[1] = a.dk_hv;
-    q.y[0] = a.q;
-    q.y[1] = a.k;
+    q.y[0] = a.q.packed16();
+    q.y[1] = a.k.packed16();
     q.rstd[0] = a.rstd_q;
     q.rstd[1] = a.rstd_k;
     q.out[0] = a.dq;
@@ -28,9 +28,9 @@ void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* pa
     q.H = pb.H;
     q.G = pb.group();
     q.l2norm = pb.qk_l2norm ? 1 : 0;
-    const bool fp16 = pb.dtype == DType::FP16;
-    if (pb.K == 64) fp16 ? run_qk<Fp16, 64>(q, st) : run_qk<Bf16, 64>(q, st);
-    else fp16 ? run_qk<Fp16, 128>(q, st) : run_qk<Bf16, 128>(q, st);
+    dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
+      run_qk<typename decltype(dt)::type, decltype(kdim)::value>(q, st);
+    });
   }
   FinalizeGateParams g{};
   g.chunks = L.chunks;

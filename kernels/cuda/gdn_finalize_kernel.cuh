@@ -18,7 +18,7 @@ namespace kcp::kernels::cuda {
 
 struct FinalizeQkParams {
   const float* dhv[2];   // dq_hv, dk_hv [T, HV, K] fp32
-  const float* y[2];     // saved q, k [T, H, K] dtype, 16-bit storage (L2 norm)
+  const uint16_t* y[2];  // saved q, k [T, H, K] dtype, 16-bit storage (L2 norm)
   const float* rstd[2];  // [T, H] fp32 (L2 norm)
   float* out[2];         // dq, dk [T, H, K] dtype
   int64_t rows;          // T * H
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(256) finalize_qk_kernel(FinalizeQkParams p) {
   }
   float* o = (kside ? p.out[1] : p.out[0]) + row * K + lane_id() * E;
   if (p.l2norm) {
-    const uint16_t* ys = as16(kside ? p.y[1] : p.y[0]) + row * K + lane_id() * E;
+    const uint16_t* ys = (kside ? p.y[1] : p.y[0]) + row * K + lane_id() * E;
     float y[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) y[e] = DT::from_raw(ys[e]);

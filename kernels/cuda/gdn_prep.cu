@@ -12,8 +12,8 @@ void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
     PrepQkParams q{};
     q.x[0] = a.q;
     q.x[1] = a.k;
-    q.y[0] = a.q_out;
-    q.y[1] = a.k_out;
+    q.y[0] = a.q_out.packed16();
+    q.y[1] = a.k_out.packed16();
     q.rstd[0] = a.rstd_q;
     q.rstd[1] = a.rstd_k;
     q.rows = sh.T * sh.H;
@@ -26,14 +26,14 @@ void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
     IntraParams p{};
     p.sh = sh;
     p.chunks = L.chunks;
-    p.k = a.k_out;
+    p.k = a.k_out.packed16();
     p.g = a.g;
     p.beta = a.beta;
     p.A_log = pb.has_A_log ? a.A_log : nullptr;
     p.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
     p.gate = int(pb.gate);
     p.gcum = a.gcum;
-    p.Phi = a.Phi;
+    p.Phi = a.Phi.packed16();
     const size_t smem = IntraSmem<K>::bytes;
     allow_smem(gdn_intra_kernel<DT, K>, smem);
     gdn_intra_kernel<DT, K><<<unsigned(sh.NT * sh.HV), kThreads, smem, st>>>(p);
@@ -43,9 +43,9 @@ void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
 }  // namespace
 
 void launch_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
-  const bool fp16 = a.ctx.problem.dtype == DType::FP16;
-  if (a.ctx.problem.K == 64) fp16 ? run_prep<Fp16, 64>(a, L, st) : run_prep<Bf16, 64>(a, L, st);
-  else fp16 ? run_prep<Fp16, 128>(a, L, st) : run_prep<Bf16, 128>(a, L, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
+    run_prep<typename decltype(dt)::type, decltype(kdim)::value>(a, L, st);
+  });
 }
 
 }  // namespace kcp::kernels::cuda

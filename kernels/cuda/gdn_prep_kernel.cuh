@@ -20,7 +20,7 @@ namespace kcp::kernels::cuda {
 
 struct PrepQkParams {
   const float* x[2];   // q, k: [T, H, K] dtype
-  float* y[2];         // q_out, k_out: [T, H, K] dtype, 16-bit storage
+  uint16_t* y[2];      // q_out, k_out: [T, H, K] dtype, 16-bit storage
   float* rstd[2];      // [T, H] fp32 (l2norm only)
   int64_t rows;        // T * H
   int l2norm;
@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
   if (row >= p.rows) return;
   const bool kside = blockIdx.y != 0;  // (selects, not indexes, the parameter arrays)
   const float* x = (kside ? p.x[1] : p.x[0]) + row * K;
-  uint16_t* y = as16(kside ? p.y[1] : p.y[0]) + row * K;
+  uint16_t* y = (kside ? p.y[1] : p.y[0]) + row * K;
   constexpr int E = K / 32;  // 2 or 4 floats per lane
   float v[E];
   if constexpr (E == 4) {
@@ -59,14 +59,14 @@ __global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
 struct IntraParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const float* k;        // [T, H, K] dtype: k after prep, 16-bit storage
+  const uint16_t* k;     // [T, H, K] dtype: k after prep, 16-bit storage
   const float* g;        // [T, HV] gate input
   const float* beta;     // [T, HV]
   const float* A_log;    // [HV] or null
   const float* dt_bias;  // [HV] or null
   int gate;              // GateForm
   float* gcum;           // [T, HV] fp32, log2 units
-  float* Phi;            // [T, HV, 64] dtype, 16-bit storage
+  uint16_t* Phi;         // [T, HV, 64] dtype, 16-bit storage
 };
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
     sA[tid] = a;
     sB[tid] = b;
   }
-  stage_rows16<DT, kC, K>(sk, Sm::kLd, as16(p.k) + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  stage_rows16<DT, kC, K>(sk, Sm::kLd, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
   __syncthreads();
 
   // K K^T (64 x 64, k = K) on tensor cores; thread 0 forms the cumsum meanwhile (the products do
@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
     const int r = e / (kC / 2), s = (e % (kC / 2)) * 2;
     const float p0 = (s <= r && s < L) ? sPhi[r * Sm::kPld + s] : 0.0f;
     const float p1 = (s + 1 <= r && s + 1 < L) ? sPhi[r * Sm::kPld + s + 1] : 0.0f;
-    st16x2<DT>(as16(p.Phi) + ((t0 + r) * HV + j) * kC + s, p0, p1);
+    st16x2<DT>(p.Phi + ((t0 + r) * HV + j) * kC + s, p0, p1);
   }
 }
 

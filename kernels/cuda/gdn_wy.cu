@@ -11,13 +11,13 @@ void run_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
   WyParams p{};
   p.sh = sh;
   p.chunks = L.chunks;
-  p.k = a.k;
+  p.k = a.k.packed16();
   p.v = a.v;
   p.beta = a.beta;
   p.gcum = a.gcum;
-  p.Phi = a.Phi;
-  p.W = a.W;
-  p.U = a.U;
+  p.Phi = a.Phi.packed16();
+  p.W = a.W.packed16();
+  p.U = a.U.packed16();
   const size_t smem = WySmem<K, K>::bytes;
   allow_smem(gdn_wy_kernel<DT, K, K>, smem);
   gdn_wy_kernel<DT, K, K><<<unsigned(sh.NT * sh.HV), kThreads, smem, st>>>(p);
@@ -26,9 +26,9 @@ void run_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
 }  // namespace
 
 void launch_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
-  const bool fp16 = a.ctx.problem.dtype == DType::FP16;
-  if (a.ctx.problem.K == 64) fp16 ? run_wy<Fp16, 64>(a, L, st) : run_wy<Bf16, 64>(a, L, st);
-  else fp16 ? run_wy<Fp16, 128>(a, L, st) : run_wy<Bf16, 128>(a, L, st);
+  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
+    run_wy<typename decltype(dt)::type, decltype(kdim)::value>(a, L, st);
+  });
 }
 
 }  // namespace kcp::kernels::cuda

@@ -15,13 +15,13 @@ namespace kcp::kernels::cuda {
 struct WyParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const float* k;     // [T, H, K] dtype, 16-bit storage
+  const uint16_t* k;  // [T, H, K] dtype, 16-bit storage
   const float* v;     // [T, HV, V] dtype
   const float* beta;  // [T, HV]
   const float* gcum;  // [T, HV] fp32 log2
-  const float* Phi;   // [T, HV, 64] dtype, 16-bit storage
-  float* W;           // [T, HV, K] dtype, 16-bit storage
-  float* U;           // [T, HV, V] dtype, 16-bit storage
+  const uint16_t* Phi;  // [T, HV, 64] dtype, 16-bit storage
+  uint16_t* W;        // [T, HV, K] dtype, 16-bit storage
+  uint16_t* U;        // [T, HV, V] dtype, 16-bit storage
 };
 
 template <int K, int V>
@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
     Tile16<kC, kC> tP;
     Tile16<kC, K> tk;
     Tile<kC, V> tv;
-    tP.load(as16(p.Phi) + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
-    tk.load(as16(p.k) + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+    tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
+    tk.load(p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
     tv.load(p.v + (t0 * HV + j) * V, int64_t(HV) * V, L);
     __syncthreads();  // beta, exp2(g)
     tP.template store<DT>(sPhi, Sm::kPld);
@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
     });
   }
   __syncthreads();
-  store_rows16<K>(as16(p.W) + (t0 * HV + j) * K, int64_t(HV) * K, sX, Sm::kXld, L);
-  store_rows16<V>(as16(p.U) + (t0 * HV + j) * V, int64_t(HV) * V, sU, Sm::kUld, L);
+  store_rows16<K>(p.W + (t0 * HV + j) * K, int64_t(HV) * K, sX, Sm::kXld, L);
+  store_rows16<V>(p.U + (t0 * HV + j) * V, int64_t(HV) * V, sU, Sm::kUld, L);
 }
 
 }  // namespace kcp::kernels::cuda

@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   run.in.g = g;
   run.in.beta = beta;
   run.in.dO = dO;
-  run.saved = kk::bind_saved(saved, saved_n, p, L, kk::SavedKind::Full, ex.package);
+  run.saved = be.bind_saved_for(saved, saved_n, p, L, kk::SavedKind::Full, ex.package);
   run.ws = be.bind_workspace_for(ws, ws_n, p, L, ex.package);
   const kk::OutputTensors out{o, ht};
   const kk::GradTensors gr{dq, dk, dv, dg, dbeta, nullptr, nullptr, dh0};

@@ -85,9 +85,9 @@ std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Pr
   return {{"q", s.q, T * p.H * p.K}, {"k", s.k, T * p.H * p.K}, {"Phi", s.Phi, T * p.HV * p.chunk}};
 }
 
-std::vector<float> pack16(const float* x, int64_t n, kk::DType dt) {
-  std::vector<float> out(static_cast<size_t>((n + 1) / 2), 0.0f);
-  uint16_t* o = reinterpret_cast<uint16_t*>(out.data());
+std::vector<uint16_t> pack16(const float* x, int64_t n, kk::DType dt) {
+  std::vector<uint16_t> out(static_cast<size_t>(n), 0);
+  uint16_t* o = out.data();
   for (int64_t e = 0; e < n; ++e) {
     const uint16_t h = f32_to_16(x[e], dt);
     const float back = f16_to_32(h, dt);
@@ -99,8 +99,8 @@ std::vector<float> pack16(const float* x, int64_t n, kk::DType dt) {
   return out;
 }
 
-std::vector<float> unpack16(const float* packed, int64_t n, kk::DType dt) {
-  const uint16_t* s = reinterpret_cast<const uint16_t*>(packed);
+std::vector<float> unpack16(const uint16_t* packed, int64_t n, kk::DType dt) {
+  const uint16_t* s = packed;
   std::vector<float> out(static_cast<size_t>(n));
   for (int64_t e = 0; e < n; ++e) out[size_t(e)] = f16_to_32(s[e], dt);
   return out;

@@ -21,22 +21,22 @@ Diff diff(const std::vector<float>& a, const std::vector<float>& b);
 // Bitwise equality (NaN patterns included); returns the first differing index or -1.
 int64_t first_bit_difference(const std::vector<float>& a, const std::vector<float>& b);
 
-// CUDA-internal 16-bit storage (kernels/cuda/cuda_backend.cu, header comment): the workspace and
-// saved-set tensors the CUDA backend keeps as raw dtype bits (element e at byte 2 e of the
-// tensor's region). A test that supplies them to a CUDA phase packs them; one that reads them
-// back unpacks them.
+// The "dtype" tensors of a workspace / saved set (DtypeTensor, kernels/api/dtype_tensor.h): the
+// CUDA backend stores them as Storage::Packed16 (raw dtype bits, element e at byte 2 e of the
+// tensor's region), the twin as Storage::F32. A test that supplies twin values to a CUDA phase
+// packs them; one that reads CUDA values back takes packed16() and unpacks them.
 struct Region16 {
   const char* name;
-  float* p;   // the tensor's pointer in the workspace
-  int64_t n;  // elements (the region holds n / 2 floats' worth of 16-bit values, rounded up)
+  kk::DtypeTensor t;  // the tensor in the workspace / saved set, in the binding backend's storage
+  int64_t n;          // elements (Packed16 uses the first ceil(n / 2) floats of the region)
 };
 std::vector<Region16> cuda_16bit_tensors(const kk::WorkspaceTensors& w, const kk::Problem& p, const kk::LayoutView& L);
 std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Problem& p, const kk::LayoutView& L);
-// n floats holding exact dtype values -> ceil(n / 2) floats of 16-bit storage; throws
-// std::logic_error if a value is not exactly representable (NaN is kept as a NaN).
-std::vector<float> pack16(const float* x, int64_t n, kk::DType dt);
-// ceil(n / 2) floats of 16-bit storage -> n floats.
-std::vector<float> unpack16(const float* packed, int64_t n, kk::DType dt);
+// n floats holding exact dtype values -> n raw 16-bit dtype values; throws std::logic_error if a
+// value is not exactly representable (NaN is kept as a NaN).
+std::vector<uint16_t> pack16(const float* x, int64_t n, kk::DType dt);
+// n raw 16-bit dtype values -> n floats (exact).
+std::vector<float> unpack16(const uint16_t* packed, int64_t n, kk::DType dt);
 // All bits set: NaN as a float and as each of its 16-bit halves (bf16 and fp16), so poison for
 // 16-bit storage.
 float poison16();

@@ -4,9 +4,10 @@
 // saved set and workspace then hold every intermediate tensor. For each phase the GPU gets a
 // fresh copy of those arenas (so its inputs are exactly the twin's), the phase's outputs are
 // poisoned with NaN, the GPU phase runs, and its outputs are compared with the twin's. The CUDA
-// backend stores W, U, h, v_new, dh and dv2 as 16-bit dtype values inside the workspace
-// (kernels/cuda/cuda_backend.cu): the device image packs them, and they are unpacked (exactly)
-// before the comparison; their poison is NaN in every 16-bit half.
+// backend stores the "dtype" saved / workspace tensors (q, k, Phi, W, U, h, v_new, dv_local, dh,
+// dv2) as Storage::Packed16 (kernels/api/dtype_tensor.h), the twin as F32: the device image packs
+// them, and they are unpacked (exactly) before the comparison; their poison is NaN in every
+// 16-bit half.
 //
 // Tolerance: both sides use the same dtype operands and the same rounding points; they differ
 // only in the order of fp32 accumulation (tensor-core fragments vs sequential loops) and, in the
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 
 #include "gpu_harness.h"
@@ -82,8 +84,11 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     // ---- the twin, host memory ----
     h_saved_.assign(size_t(cpu_->saved_floats(p_, L_, kk::SavedKind::Full)), kNaN);
     h_ws_.assign(size_t(gpu_->workspace_floats(p_, L_)), kNaN);  // the GPU's size (with its scratch)
-    hs_ = kk::bind_saved(h_saved_.data(), int64_t(h_saved_.size()), p_, L_, kk::SavedKind::Full, kk::Package::Det);
-    hw_ = gpu_->bind_workspace_for(h_ws_.data(), int64_t(h_ws_.size()), p_, L_, kk::Package::Det);
+    // The twin's storage (F32), the GPU's workspace size (its scratch last, so every other tensor
+    // sits at the same offset as on the device).
+    hs_ = cpu_->bind_saved_for(h_saved_.data(), int64_t(h_saved_.size()), p_, L_, kk::SavedKind::Full, kk::Package::Det);
+    hw_ = kk::bind_workspace(h_ws_.data(), int64_t(h_ws_.size()), p_, L_, kk::Package::Det,
+                             gpu_->extra_workspace_floats(p_, L_), cpu_->dtype_storage());
     h_o_.assign(size_t(T) * c_.HV * c_.V, kNaN);
     h_ht_.assign(size_t(N * S), kNaN);
     h_dq_.assign(size_t(T) * c_.H * c_.K, kNaN);
@@ -109,19 +114,13 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     // The device images of the workspace and the saved set: the CUDA backend's 16-bit tensors
     // packed (cuda_backend.cu).
     h_ws_dev_ = h_ws_;
-    for (const Region16& r : cuda_16bit_tensors(hw_, p_, L_)) {
-      const std::vector<float> pk = pack16(r.p, r.n, c_.dtype);
-      std::copy(pk.begin(), pk.end(), h_ws_dev_.begin() + (r.p - h_ws_.data()));
-    }
+    for (const Region16& r : cuda_16bit_tensors(hw_, p_, L_)) put16(h_ws_dev_, h_ws_, r);
     h_saved_dev_ = h_saved_;
-    for (const Region16& r : cuda_16bit_tensors(hs_, p_, L_)) {
-      const std::vector<float> pk = pack16(r.p, r.n, c_.dtype);
-      std::copy(pk.begin(), pk.end(), h_saved_dev_.begin() + (r.p - h_saved_.data()));
-    }
+    for (const Region16& r : cuda_16bit_tensors(hs_, p_, L_)) put16(h_saved_dev_, h_saved_, r);
     // ---- device copies ----
     d_saved_ = Buf(*gpu_, int64_t(h_saved_.size()));
     d_ws_ = Buf(*gpu_, int64_t(h_ws_.size()));
-    ds_ = kk::bind_saved(d_saved_.get(), d_saved_.size(), p_, L_, kk::SavedKind::Full, kk::Package::Det);
+    ds_ = gpu_->bind_saved_for(d_saved_.get(), d_saved_.size(), p_, L_, kk::SavedKind::Full, kk::Package::Det);
     dw_ = gpu_->bind_workspace_for(d_ws_.get(), d_ws_.size(), p_, L_, kk::Package::Det);
     for (auto* pr : {&q_, &k_, &v_, &g_, &beta_, &A_log_, &dt_bias_, &h0_, &dO_, &dht_}) *pr = Buf();
     q_ = Buf(*gpu_, d_.q);
@@ -136,6 +135,13 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     dht_ = Buf(*gpu_, d_.dht);
     din_ = inputs(q_.get(), k_.get(), v_.get(), g_.get(), beta_.get(), A_log_.get(), dt_bias_.get(), h0_.get(),
                   dO_.get(), dht_.get());
+  }
+
+  // Writes the twin tensor r (F32, in harena) packed into the same place of the device image
+  // `image` (a byte image of the arena: Packed16 uses the first ceil(n / 2) floats of the region).
+  void put16(std::vector<float>& image, const std::vector<float>& harena, const Region16& r) const {
+    const std::vector<uint16_t> pk = pack16(r.t.f32(), r.n, c_.dtype);
+    std::memcpy(image.data() + (r.t.f32() - harena.data()), pk.data(), pk.size() * sizeof(uint16_t));
   }
 
   kk::InputTensors inputs(const float* q, const float* k, const float* v, const float* g, const float* beta,
@@ -162,8 +168,11 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   }
   // Poisons n floats at a device pointer.
   void poison(float* p, int64_t n) const { gpu_->fill_floats(p, kNaN, n, kk::Exec{}); }
-  // Poisons a tensor in the CUDA backend's 16-bit storage (every 16-bit element NaN).
-  void poison16(float* p, int64_t n) const { gpu_->fill_floats(p, kcp::test::poison16(), (n + 1) / 2, kk::Exec{}); }
+  // Poisons a tensor in the CUDA backend's 16-bit storage (every 16-bit element NaN): the region's
+  // first ceil(n / 2) floats, filled as floats whose halves are each a 16-bit NaN.
+  void poison16(kk::DtypeTensor t, int64_t n) const {
+    gpu_->fill_floats(reinterpret_cast<float*>(t.packed16()), kcp::test::poison16(), (n + 1) / 2, kk::Exec{});
+  }
   std::vector<float> down(const float* p, int64_t n) const {
     std::vector<float> h(static_cast<size_t>(n));
     gpu_->download(h.data(), p, n, kk::Exec{});
@@ -192,14 +201,21 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   }
   // A workspace / saved-set tensor in the CUDA backend's 16-bit storage, unpacked to floats for
   // the comparison.
-  void expect_ws16(const char* phase, const char* name, float* dev, int64_t n) { expect16(phase, name, dev, n, d_ws_, h_ws_); }
-  void expect_saved16(const char* phase, const char* name, float* dev, int64_t n) {
+  void expect_ws16(const char* phase, const char* name, kk::DtypeTensor dev, int64_t n) {
+    expect16(phase, name, dev, n, d_ws_, h_ws_);
+  }
+  void expect_saved16(const char* phase, const char* name, kk::DtypeTensor dev, int64_t n) {
     expect16(phase, name, dev, n, d_saved_, h_saved_);
   }
-  void expect16(const char* phase, const char* name, float* dev, int64_t n, const Buf& darena,
+  void expect16(const char* phase, const char* name, kk::DtypeTensor dev, int64_t n, const Buf& darena,
                 const std::vector<float>& harena) {
-    const std::vector<float> a = unpack16(down(dev, (n + 1) / 2).data(), n, c_.dtype);
-    const float* host = host_of(dev, darena, harena);
+    // The region's first ceil(n / 2) floats, downloaded as bytes, are the n 16-bit elements.
+    std::vector<uint16_t> raw(size_t((n + 1) / 2) * 2);
+    gpu_->download(reinterpret_cast<float*>(raw.data()), reinterpret_cast<const float*>(dev.packed16()), (n + 1) / 2,
+                   kk::Exec{});
+    const std::vector<float> a = unpack16(raw.data(), n, c_.dtype);
+    const float* dev_region = static_cast<const float*>(static_cast<const void*>(dev.packed16()));
+    const float* host = host_of(dev_region, darena, harena);
     const std::vector<float> b(host, host + n);
     const Diff df = diff(a, b);
     const double u = unit_roundoff(c_);

@@ -177,10 +177,23 @@ struct Fixture {
     run.kind = kk::SavedKind::Full;
     run.in = {d.q.data(), d.k.data(), d.v.data(), d.g.data(), d.beta.data(), nullptr, nullptr, nullptr, d.dO.data(),
               nullptr};
-    run.saved = kk::bind_saved(saved.data(), int64_t(saved.size()), p, run.layout, kk::SavedKind::Full, pkg);
+    run.saved = be->bind_saved_for(saved.data(), int64_t(saved.size()), p, run.layout, kk::SavedKind::Full, pkg);
     run.ws = be->bind_workspace_for(ws.data(), int64_t(ws.size()), p, run.layout, pkg);
   }
   kk::PhaseCtx ctx() const { return {run.problem, run.layout, run.exec}; }
+  // Well-formed GDN wy Args on the bound saved set and workspace.
+  kk::WyArgs wy_args() const {
+    kk::WyArgs w;
+    w.ctx = ctx();
+    w.k = run.saved.k;
+    w.v = d.v.data();
+    w.beta = d.beta.data();
+    w.gcum = run.saved.gcum;
+    w.Phi = run.saved.Phi;
+    w.W = run.ws.W;
+    w.U = run.ws.U;
+    return w;
+  }
 };
 
 TEST(BadArgs, NullTensorsAreNamed) {
@@ -196,16 +209,8 @@ TEST(BadArgs, NullTensorsAreNamed) {
   s.W = f.run.ws.W;
   s.U = f.run.ws.U;
   EXPECT_MESSAGE_HAS(f.be->fwd_states(s), "gdn fwd_states: args.seg_entry is null");
-  kk::WyArgs w;
-  w.ctx = f.ctx();
-  w.k = f.run.saved.k;
-  w.v = f.d.v.data();
-  w.beta = f.d.beta.data();
-  w.gcum = f.run.saved.gcum;
-  w.Phi = f.run.saved.Phi;
-  w.W = f.run.ws.W;
-  w.U = f.run.ws.U;
-  w.kg = f.run.ws.W;
+  kk::WyArgs w = f.wy_args();
+  w.kg = f.run.ws.W.f32();
   EXPECT_MESSAGE_HAS(f.be->wy(w), "args.kg must be null");
   kk::FoldArgs fo;
   fo.HV = 1;
@@ -224,6 +229,24 @@ TEST(BadArgs, NullTensorsAreNamed) {
   bad.problem.HV = 3;
   s.ctx = bad;
   EXPECT_MESSAGE_HAS(f.be->fwd_states(s), "problem.HV (3)");
+}
+
+// The twin binds its "dtype" tensors as F32 and refuses one in another storage (a saved set or
+// workspace bound for the CUDA backend) before it writes anything, naming the field.
+TEST(BadArgs, DtypeTensorsOfAnotherStorageAreRefused) {
+  Fixture f;
+  EXPECT_EQ(f.be->dtype_storage(), kk::Storage::F32);
+  EXPECT_EQ(f.run.saved.q.storage(), kk::Storage::F32);
+  EXPECT_EQ(f.run.ws.dv2.storage(), kk::Storage::F32);
+  const kk::SavedTensors s16 = kk::bind_saved(f.saved.data(), int64_t(f.saved.size()), f.run.problem, f.run.layout,
+                                              kk::SavedKind::Full, kk::Package::Det, kk::Storage::Packed16);
+  EXPECT_EQ(s16.Phi.storage(), kk::Storage::Packed16);
+  EXPECT_EQ(s16.Phi.address(), f.run.saved.Phi.address());  // same carving, only the tag differs
+  kk::WyArgs w = f.wy_args();
+  w.k = s16.k;
+  const std::vector<float> before(f.ws.begin(), f.ws.end());
+  EXPECT_MESSAGE_HAS(f.be->wy(w), "gdn wy: args.k is stored as packed16, this backend stores dtype tensors as f32");
+  EXPECT_EQ(std::memcmp(before.data(), f.ws.data(), before.size() * sizeof(float)), 0) << "wrote before refusing";
 }
 
 TEST(BadArgs, DriverRulesAndTags) {

@@ -265,7 +265,7 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
     run.in.h0 = c.h0 ? rs.h0.get() : nullptr;
     run.in.dO = dO.get() + rs.g0 * c.HV * c.V;
     run.in.dht = c.dht ? rs.dht.get() : nullptr;
-    run.saved = kk::bind_saved(rs.saved.get(), rs.saved.size(), p, L, opt.kind, opt.package);
+    run.saved = be.bind_saved_for(rs.saved.get(), rs.saved.size(), p, L, opt.kind, opt.package);
     run.ws = be.bind_workspace_for(rs.ws.get(), rs.ws.size(), p, L, opt.package);
   }
 

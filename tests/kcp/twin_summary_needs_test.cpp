@@ -89,12 +89,13 @@ class EverySummaryBackend final : public kk::Backend {
  public:
   const char* name() const override { return "cpu-every-summary"; }
   kk::Status can_implement(const kk::Problem& p) const override { return in_->can_implement(p); }
+  kk::Storage dtype_storage() const override { return in_->dtype_storage(); }
   void prep(const kk::PrepArgs& a) const override { in_->prep(a); }
   void wy(const kk::WyArgs& a) const override { in_->wy(a); }
   void fwd_summaries(const kk::FwdSummaryArgs& a) const override {
     const kk::Problem& p = a.ctx.problem;
     for_each_piece(a, [&](kk::FwdSummaryArgs& b, int64_t t0, int64_t s0) {
-      b.U = a.U + t0 * p.HV * p.V;
+      b.U = a.U.at(t0 * p.HV * p.V);
       b.seg_h_ext = a.seg_h_ext + s0 * p.HV * p.K * p.V;
       b.seg_Mt = a.seg_Mt + s0 * p.HV * p.K * p.K;
       in_->fwd_summaries(b);
@@ -107,9 +108,9 @@ class EverySummaryBackend final : public kk::Backend {
   void bwd_summaries(const kk::BwdSummaryArgs& a) const override {
     const kk::Problem& p = a.ctx.problem;
     for_each_piece(a, [&](kk::BwdSummaryArgs& b, int64_t t0, int64_t s0) {
-      b.q = a.q + t0 * p.H * p.K;
+      b.q = a.q.at(t0 * p.H * p.K);
       b.dO = a.dO + t0 * p.HV * p.V;
-      b.dv_local = a.dv_local + t0 * p.HV * p.V;
+      b.dv_local = a.dv_local.at(t0 * p.HV * p.V);
       b.seg_dh_ext = a.seg_dh_ext + s0 * p.HV * p.K * p.V;
       in_->bwd_summaries(b);
     });
@@ -149,9 +150,9 @@ class EverySummaryBackend final : public kk::Backend {
       auto at = [t0](const float* x, int64_t width) { return x ? x + t0 * width : x; };
       Args b = a;
       b.ctx.layout = L.view();
-      b.k = at(a.k, int64_t(p.H) * p.K);
+      b.k = a.k.at(t0 * p.H * p.K);
       b.gcum = at(a.gcum, int64_t(p.HV) * p.gate_width());
-      b.W = at(a.W, int64_t(p.HV) * p.K);
+      b.W = a.W.at(t0 * p.HV * p.K);
       b.kg = at(a.kg, int64_t(p.HV) * p.K);
       fn(b, t0, int64_t(pc.seg_begin));
     }

@@ -2,9 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <random>
+#include <string>
+#include <vector>
 
+#include "core/config/row_loader.h"
 #include "core/util/error.h"
+#include "kernels/api/tiles.h"
 
 using namespace kcp;
 
@@ -161,4 +167,92 @@ TEST(SegmentPlan, Errors) {
   EXPECT_THROW(make_plan(row_of({7}, 8), {0, "h200", 0, 0}), ConfigError);    // W > tokens
   EXPECT_THROW(make_plan(row_of({100}, 3), {0, "h200", 0, 0}), ConfigError);  // not divisible
   EXPECT_THROW(make_plan(row_of({128}, 2), {0, "a100", 0, 0}), ConfigError);  // unknown class
+}
+
+// The planned P of every row the repository ships, on the row's own planning class (budgets
+// are calibrated at the planned schedule): pinned, so a change of the planner's model (e.g.
+// tying it to the kernels' tiling, kernels/api/tiles.h; see segment_plan.cpp) shows here.
+TEST(SegmentPlan, ShippedRowsKeepTheirPlannedP) {
+  struct Want {
+    const char* file;
+    const char* row;
+    std::vector<int> P;  // planned_P per rank
+  };
+  const std::vector<Want> want = {
+      {"configs/rows/int1.json", "A1", {4, 4}},
+      {"configs/rows/int1.json", "A2", {4}},
+      {"configs/rows/int1.json", "A3", {2, 2, 2, 2}},
+      {"configs/rows/int1.json", "B1", {1, 1, 1, 2}},
+      {"configs/rows/int1.json", "C1", {4, 1, 2}},
+      {"configs/rows/int1.json", "C2", {1, 1}},
+      {"configs/rows/int1.json", "D1", {2, 2}},
+      {"configs/rows/int1.json", "E1", {2, 2}},
+      {"configs/rows/int1.json", "F1", {1, 1, 1, 1}},
+      {"configs/rows/int1.json", "KA1", {4, 4}},
+      {"configs/rows/int1.json", "KB1", {2, 2, 1, 2}},
+      {"configs/rows/int1.json", "KC1", {4, 1, 2}},
+      {"configs/rows/int1.json", "KD1", {2, 2}},
+      {"configs/rows/int1.json", "KE1", {2, 2}},
+      {"configs/rows/int1.json", "KF1", {1, 1, 1, 1}},
+      {"configs/rows/int3.json", "A4", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int3.json", "A5", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int3.json", "B4", {1, 2, 2, 2, 1, 2, 2, 2}},
+      {"configs/rows/int3.json", "C8", {2, 2, 2, 2, 2, 2, 1, 1}},
+      {"configs/rows/int3.json", "D4", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int3.json", "D5", {5, 5, 5, 5, 5, 5, 5, 5}},
+      {"configs/rows/int3.json", "E4", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int3.json", "F4", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int3.json", "KA4", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int3.json", "KB4", {2, 2, 2, 2, 2, 2, 1, 1}},
+      {"configs/rows/int3.json", "KC8", {2, 2, 2, 2, 2, 2, 1, 1}},
+      {"configs/rows/int3.json", "KD4", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int3.json", "KE4", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int4.json", "A8", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int4.json", "A9", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int4.json", "B8", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int4.json", "KA8", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"configs/rows/int4.json", "KA9", {2, 2, 2, 2, 2, 2, 2, 2}},
+      {"tests/gpu/bench_rows.json", "T1", {2}},
+      {"tests/gpu/bench_rows.json", "T2", {2}},
+  };
+  std::map<std::string, RowSet> sets;
+  for (const Want& w : want) {
+    if (!sets.count(w.file)) sets[w.file] = load_row_set(std::string(KCP_TEST_SOURCE_DIR) + "/" + w.file);
+    const RowSet& set = sets[w.file];
+    const auto it = std::find_if(set.rows.begin(), set.rows.end(), [&](const RowConfig& r) { return r.name == w.row; });
+    ASSERT_NE(it, set.rows.end()) << w.file << " " << w.row;
+    PlanRequest req;
+    if (!it->plan_device.empty()) req.device = it->plan_device;
+    const SegmentPlan plan = make_plan(*it, req);
+    std::vector<int> got;
+    for (const RankPlan& rp : plan.ranks) got.push_back(rp.planned_P);
+    EXPECT_EQ(got, w.P) << w.file << " row " << w.row;
+  }
+  size_t rows = 0;
+  for (const auto& [file, set] : sets) rows += set.rows.size();
+  EXPECT_EQ(rows, want.size()) << "a shipped row is not pinned here";
+}
+
+// The planner's v_tile comes from the kernels' tile width (kernels/api/tiles.h): 32 for V = 64,
+// 64 for V = 128. For V = 128 its P is the kernels' one-wave P, 2 sm / (HV V / 32); for V = 64
+// it is half of that (segment_plan.cpp says why it stays so).
+TEST(SegmentPlan, VTileAndTheKernelsOneWaveModel) {
+  EXPECT_EQ(make_plan(row_of({64 * 64}, 1, 4, 64), PlanRequest{}).v_tile, kernels::kStateWalkTileV);
+  EXPECT_EQ(make_plan(row_of({64 * 64}, 1, 4, 128), PlanRequest{}).v_tile, 2 * kernels::kStateWalkTileV);
+  for (const DeviceClass& dev : device_classes())
+    for (int HV : {1, 2, 4, 8, 12, 32}) {
+      const int64_t chunks = 1 << 20;  // long enough that only the occupancy model binds (below 64)
+      auto one_wave = [&](int V) {
+        const int64_t slots = int64_t(dev.sm_count) * kernels::kStateWalkBlocksPerSm;
+        const int64_t blocks = int64_t(HV) * (V / kernels::kStateWalkTileV);
+        return int(std::clamp<int64_t>(slots / blocks, 1, 64));
+      };
+      EXPECT_EQ(planned_segments(chunks, HV, 128, 64, dev), one_wave(128)) << dev.name << " HV " << HV;
+      EXPECT_EQ(planned_segments(chunks, HV, 64, 32, dev),
+                int(std::clamp<int64_t>(int64_t(dev.sm_count) / (2 * HV), 1, 64)))
+          << dev.name << " HV " << HV;
+      if (one_wave(64) < 64 && one_wave(64) > 1) {
+        EXPECT_LT(planned_segments(chunks, HV, 64, 32, dev), one_wave(64)) << dev.name << " HV " << HV;
+      }
+    }
 }

@@ -1,0 +1,101 @@
+// The typed "dtype" tensors of the saved set and the workspace (kernels/api/dtype_tensor.h,
+// tensors.h): the accessor of the other storage throws, null is null in every storage, at()
+// steps by the storage's element size, and bind_saved / bind_workspace tag every dtype tensor
+// with the storage they are given (and only those ten) without moving any tensor.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/api/dtype_tensor.h"
+#include "kernels/api/layout.h"
+#include "kernels/api/tensors.h"
+
+namespace kk = kcp::kernels;
+
+namespace {
+
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no std::invalid_argument)";
+}
+
+TEST(DtypeTensor, ReadingPacked16AsF32Throws) {
+  uint16_t raw[4] = {0x3f80, 0x4000, 0, 0};
+  const kk::DtypeTensor t = kk::DtypeTensor::of_packed16(raw);
+  EXPECT_EQ(t.storage(), kk::Storage::Packed16);
+  EXPECT_EQ(t.packed16(), raw);
+  EXPECT_EQ(message_of([&] { (void)t.f32(); }), "kcp kernels: dtype tensor stored as packed16 read as f32");
+  const kk::ConstDtypeTensor c = t;  // the read-only view keeps the storage
+  EXPECT_EQ(c.storage(), kk::Storage::Packed16);
+  EXPECT_THROW((void)c.f32(), std::invalid_argument);
+}
+
+TEST(DtypeTensor, ReadingF32AsPacked16Throws) {
+  float x[2] = {1.0f, 2.0f};
+  const kk::DtypeTensor t = kk::DtypeTensor::of_f32(x);
+  EXPECT_EQ(t.f32(), x);
+  EXPECT_EQ(message_of([&] { (void)t.packed16(); }), "kcp kernels: dtype tensor stored as f32 read as packed16");
+}
+
+TEST(DtypeTensor, NullIsNullInEveryStorage) {
+  const kk::DtypeTensor a;  // default: null, F32
+  EXPECT_FALSE(a);
+  EXPECT_EQ(a.f32(), nullptr);
+  EXPECT_EQ(a.packed16(), nullptr);
+  const kk::DtypeTensor b(nullptr, kk::Storage::Packed16);
+  EXPECT_EQ(b.f32(), nullptr);
+  EXPECT_FALSE(b.at(100));
+}
+
+TEST(DtypeTensor, AtStepsByTheStorageElement) {
+  std::vector<float> f(8);
+  EXPECT_EQ(kk::DtypeTensor::of_f32(f.data()).at(3).f32(), f.data() + 3);
+  std::vector<uint16_t> h(8);
+  const kk::ConstDtypeTensor c = kk::ConstDtypeTensor::of_packed16(h.data());
+  EXPECT_EQ(c.at(5).packed16(), h.data() + 5);
+  EXPECT_EQ(c.at(5).storage(), kk::Storage::Packed16);
+}
+
+// bind_saved / bind_workspace: the ten dtype tensors carry the declared storage at the same
+// addresses in both storages (sizes do not depend on it).
+TEST(DtypeTensor, BindGivesTheDeclaredStorage) {
+  kk::Problem p;
+  p.H = 2;
+  p.HV = 4;
+  p.K = 64;
+  p.V = 64;
+  const kk::RankLayout L = kk::RankLayout::even({200}, 1);
+  const kk::LayoutView lv = L.view();
+  const int64_t sn = kk::saved_sizes(p, lv, kk::SavedKind::Full).total_floats();
+  const int64_t wn = kk::workspace_sizes(p, lv).total_floats();
+  std::vector<float> sa(size_t(sn) + 16), wa(size_t(wn) + 16);
+  for (kk::Storage st : {kk::Storage::F32, kk::Storage::Packed16}) {
+    const kk::SavedTensors s = kk::bind_saved(sa.data(), sn, p, lv, kk::SavedKind::Full, kk::Package::Det, st);
+    const kk::SavedTensors s32 = kk::bind_saved(sa.data(), sn, p, lv, kk::SavedKind::Full, kk::Package::Det);
+    for (const kk::DtypeTensor* t : {&s.q, &s.k, &s.Phi}) {
+      ASSERT_TRUE(*t);
+      EXPECT_EQ(t->storage(), st);
+    }
+    EXPECT_EQ(s.Phi.address(), s32.Phi.address());
+    EXPECT_EQ(s32.Phi.storage(), kk::Storage::F32);  // the default is the CPU twin's
+    const kk::WorkspaceTensors w = kk::bind_workspace(wa.data(), wn, p, lv, kk::Package::Det, 0, st);
+    for (const kk::DtypeTensor* t : {&w.W, &w.U, &w.h, &w.v_new, &w.dv_local, &w.dh, &w.dv2}) {
+      ASSERT_TRUE(*t);
+      EXPECT_EQ(t->storage(), st);
+    }
+    if (st == kk::Storage::Packed16) {
+      EXPECT_THROW((void)w.h.f32(), std::invalid_argument);
+      EXPECT_NE(w.h.packed16(), nullptr);
+    }
+  }
+}
+
+}  // namespace
