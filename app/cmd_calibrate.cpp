@@ -3,6 +3,7 @@
 // checks that the file holds exactly what it would write (--check).
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "app/commands.h"
 #include "core/comm/mpi_communicator.h"
 #include "core/compare/budget.h"
+#include "core/report/results.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -65,17 +67,19 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     for (const auto& sr : rows) {
       const RowConfig& row = *sr.row;
       const auto& entry = out.entries.at(e++);
-      KCP_CHECK(entry["row"] == row.name, "entry order: {} vs {}", entry["row"].dump(), row.name);
+      KCP_CHECK(entry.row == row.name, "entry order: {} vs {}", entry.row, row.name);
+      KCP_CHECK(entry.tensors, "entry {} ran no tensors ({}: {})", entry.id, entry.status, entry.reason.value_or(""));
       nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
       std::string line = fmt::format("{:<5}", row.name);
       for (const std::string& t : all_tensor_names()) {
-        if (!entry["tensors"].contains(t)) continue;
-        const auto& m = entry["tensors"][t];
-        const double rel = m["rel_rms"].is_null() ? INFINITY : m["rel_rms"].get<double>();
-        if (m["nonfinite"].get<int64_t>() > 0 || !(rel <= twin_rel_rms_limit(t)))
+        auto it = entry.tensors->find(t);
+        if (it == entry.tensors->end()) continue;
+        const TensorMetrics& m = it->second;
+        const double rel = std::isfinite(m.rel_rms) ? m.rel_rms : INFINITY;  // written as null when non-finite
+        if (m.nonfinite > 0 || !(rel <= twin_rel_rms_limit(t)))
           violations.push_back(fmt::format("{} {}: cpu twin rel-RMS {:.3e} (non-finite {}) breaks the fixed limit {:.0e}",
-                                           row.name, t, rel, m["nonfinite"].get<int64_t>(), twin_rel_rms_limit(t)));
-        const Budget b = derive_budget(m["max_abs"].get<double>(), rel, m["ref_max_abs"].get<double>(), o->k, row.dtype);
+                                           row.name, t, rel, m.nonfinite, twin_rel_rms_limit(t)));
+        const Budget b = derive_budget(m.max_abs, rel, m.ref_max_abs, o->k, row.dtype);
         tensors[t] = {{"max_abs", b.max_abs}, {"rel_rms", b.rel_rms}};
         line += fmt::format(" {}={:.3g}/{:.3g}", t, b.max_abs, b.rel_rms);
         auto have = row.budgets.find(t);

@@ -5,7 +5,10 @@
 // row_config, or the rebuilt row's digest differs from the entry's: the row changed).
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <optional>
 #include <cstdlib>
 #include <thread>
 
@@ -13,6 +16,7 @@
 #include "core/comm/mpi_communicator.h"
 #include "core/config/row_loader.h"
 #include "core/report/report.h"
+#include "core/report/results.h"
 #include "core/report/results_compare.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
@@ -24,56 +28,101 @@ namespace {
 using nlohmann::json;
 
 // The value that follows `flag` on a recorded command line ("--flag V" or "--flag=V"), or "".
-std::string recorded_flag(const json& ctx, const std::string& flag) {
-  const json argv = ctx.value("command_line", json::array());
+std::string recorded_flag(const Context& ctx, const std::string& flag) {
+  const std::vector<std::string>& argv = ctx.command_line;
   for (size_t i = 0; i < argv.size(); ++i) {
-    if (!argv[i].is_string()) continue;
-    const std::string a = argv[i].get<std::string>();
-    if (a == flag && i + 1 < argv.size() && argv[i + 1].is_string()) return argv[i + 1].get<std::string>();
+    const std::string& a = argv[i];
+    if (a == flag && i + 1 < argv.size()) return argv[i + 1];
     if (a.rfind(flag + "=", 0) == 0) return a.substr(flag.size() + 1);
   }
   return "";
 }
 
-std::string num_text(const json& v) {
-  if (v.is_number_float()) return fmt::format("{:.17g}", v.get<double>());
-  return v.dump();
+// Values as the file shows them: doubles to the bit (17 digits), non-finite as null.
+std::string text(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string("null"); }
+std::string text(int64_t v) { return std::to_string(v); }
+std::string text(bool v) { return v ? "true" : "false"; }
+std::string text(const std::string& v) { return json(v).dump(); }
+std::string text(const json& v) { return v.dump(); }
+std::string text(const WorstElement& w) {
+  return fmt::format("{{rank {}, token {}, seq {}, head {}, channel {}, segment {}, boundary_distance {}}}", w.rank,
+                     w.token, w.seq, w.head, w.channel, w.segment, w.boundary_distance);
 }
+std::string text(const std::optional<Determinism>& d) { return d ? to_json(*d).dump() : "null"; }
+std::string text(const std::optional<FaultAt>& f) {
+  return f ? fmt::format("{{rank {}, token {}, segment {}}}", f->rank, f->token, f->segment) : "null";
+}
+
+// Equal to the bit; two nulls (NaN) are equal.
+bool same(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+template <class T>
+bool same(const T& a, const T& b) {
+  return a == b;
+}
+
+// A ratio as written: absent (null) without a budget.
+double ratio(const TensorMetrics& m, double TensorMetrics::*which) {
+  return m.has_budget ? m.*which : std::numeric_limits<double>::quiet_NaN();
+}
+
+// A field of the plan (kept as JSON: it is plan_json's), null when absent.
+json plan_field(const Entry& e, const char* key) { return e.plan ? e.plan->value(key, json()) : json(); }
 
 // What must be identical between the stored entry and its replay.
 struct Diff {
   std::vector<std::string> lines;
-  void check(const std::string& what, const json& a, const json& b) {
-    if (a != b) lines.push_back(fmt::format("{}: stored {}, replay {}", what, num_text(a), num_text(b)));
+  template <class T>
+  void check(const std::string& what, const T& a, const T& b) {
+    if (!same(a, b)) lines.push_back(fmt::format("{}: stored {}, replay {}", what, text(a), text(b)));
   }
 };
 
-Diff diff_entries(const json& a, const json& b) {
+void diff_tensor(Diff& d, const std::string& name, const TensorMetrics& a, const TensorMetrics& b) {
+  d.check(name + ".ratio_max", ratio(a, &TensorMetrics::ratio_max), ratio(b, &TensorMetrics::ratio_max));
+  d.check(name + ".rms_ratio", ratio(a, &TensorMetrics::rms_ratio), ratio(b, &TensorMetrics::rms_ratio));
+  d.check(name + ".max_abs", a.max_abs, b.max_abs);
+  d.check(name + ".rel_rms", a.rel_rms, b.rel_rms);
+  d.check(name + ".nonfinite", a.nonfinite, b.nonfinite);
+  d.check(name + ".pass", a.pass, b.pass);
+  d.check(name + ".worst", a.worst, b.worst);
+}
+
+Diff diff_entries(const Entry& a, const Entry& b) {
   Diff d;
-  d.check("status", a.value("status", json()), b.value("status", json()));
-  d.check("plan P", a.contains("plan") ? a["plan"].value("P", json()) : json(), b.contains("plan") ? b["plan"].value("P", json()) : json());
-  d.check("plan fingerprint", a.contains("plan") ? a["plan"].value("fingerprint", json()) : json(),
-          b.contains("plan") ? b["plan"].value("fingerprint", json()) : json());
-  const json ta = a.value("tensors", json::object()), tb = b.value("tensors", json::object());
-  for (auto it = ta.begin(); it != ta.end(); ++it) {
-    if (!tb.contains(it.key())) {
-      d.lines.push_back(fmt::format("tensor {}: stored, not judged in the replay", it.key()));
-      continue;
-    }
-    for (const char* k : {"ratio_max", "rms_ratio", "max_abs", "rel_rms", "nonfinite", "pass", "worst"})
-      d.check(it.key() + "." + k, it->value(k, json()), tb[it.key()].value(k, json()));
+  d.check("status", a.status, b.status);
+  d.check("plan P", plan_field(a, "P"), plan_field(b, "P"));
+  d.check("plan fingerprint", plan_field(a, "fingerprint"), plan_field(b, "fingerprint"));
+  const std::map<std::string, TensorMetrics> none;
+  const auto& ta = a.tensors ? *a.tensors : none;
+  const auto& tb = b.tensors ? *b.tensors : none;
+  for (const auto& [name, m] : ta) {
+    if (auto it = tb.find(name); it != tb.end()) diff_tensor(d, name, m, it->second);
+    else d.lines.push_back(fmt::format("tensor {}: stored, not judged in the replay", name));
   }
-  for (auto it = tb.begin(); it != tb.end(); ++it)
-    if (!ta.contains(it.key())) d.lines.push_back(fmt::format("tensor {}: judged in the replay, not stored", it.key()));
-  d.check("determinism", a.value("determinism", json()), b.value("determinism", json()));
-  d.check("fault_at", a.value("fault_at", json()), b.value("fault_at", json()));
+  for (const auto& [name, m] : tb)
+    if (!ta.count(name)) d.lines.push_back(fmt::format("tensor {}: judged in the replay, not stored", name));
+  d.check("determinism", a.determinism, b.determinism);
+  d.check("fault_at", a.fault_at, b.fault_at);
   return d;
 }
 
-void print_verdict(const char* who, const json& e) {
-  std::printf("%s: %s", who, e.value("status", std::string("?")).c_str());
-  if (e.contains("reason") && e["reason"].is_string()) std::printf(" (%s)", e["reason"].get<std::string>().c_str());
+void print_verdict(const char* who, const Entry& e) {
+  std::printf("%s: %s", who, e.status.c_str());
+  if (e.reason) std::printf(" (%s)", e.reason->c_str());
   std::printf("\n");
+}
+
+// The entry of a results file with that id (the first), or a ConfigError listing some ids.
+const Entry& find_entry(const Results& doc, const std::string& path, const std::string& id) {
+  const Entry* stored = nullptr;
+  std::string ids;
+  int n_ids = 0;
+  for (const auto& e : doc.entries) {
+    if (e.id == id && !stored) stored = &e;
+    if (n_ids++ < 12) ids += (ids.empty() ? "" : ", ") + e.id;
+  }
+  KCP_REQUIRE(stored, "{}: no entry with id \"{}\" (ids: {}{})", path, id, ids, n_ids > 12 ? ", ..." : "");
+  return *stored;
 }
 
 }  // namespace
@@ -96,64 +145,55 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
   sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks)");
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
-    const json doc = read_results_file(o->results);
-    KCP_REQUIRE(doc.is_object() && doc.contains("entries") && doc["entries"].is_array(),
+    const json raw = read_results_file(o->results);
+    KCP_REQUIRE(raw.is_object() && raw.contains("entries") && raw["entries"].is_array(),
                 "{}: not a kcpbench results file (no \"entries\" array)", o->results);
-    const json ctx = doc.value("context", json::object());
-    const json* stored = nullptr;
-    std::string ids;
-    int n_ids = 0;
-    for (const auto& e : doc["entries"]) {
-      const std::string id = e.value("id", std::string());
-      if (id == o->entry && !stored) stored = &e;
-      if (n_ids++ < 12) ids += (ids.empty() ? "" : ", ") + id;
+    Results doc;
+    try {
+      doc = results_from_json(raw);
+    } catch (const ConfigError& err) {
+      throw ConfigError(fmt::format("{}: corrupt results file: {}", o->results, err.what()));
     }
-    KCP_REQUIRE(stored, "{}: no entry with id \"{}\" (ids: {}{})", o->results, o->entry, ids, n_ids > 12 ? ", ..." : "");
-    const json& e = *stored;
-    KCP_REQUIRE(e.contains("row_config") && e["row_config"].is_object(),
-                "{}: entry {} has no row_config (written by a kcpbench that did not record rows); cannot replay",
+    const Context& ctx = doc.context;
+    const Entry& e = find_entry(doc, o->results, o->entry);
+    KCP_REQUIRE(e.row_config, "{}: entry {} has no row_config (written by a kcpbench that did not record rows); cannot replay",
                 o->results, o->entry);
-    KCP_REQUIRE(e.contains("form") && e["form"].is_object(), "{}: entry {} records no form; cannot replay", o->results,
-                o->entry);
+    KCP_REQUIRE(e.form, "{}: entry {} records no form; cannot replay", o->results, o->entry);
 
     // The row, rebuilt from the entry alone.
-    const json rows_doc = {{"schema", "kcpbench.rows/1"}, {"name", "replay"}, {"rows", json::array({e["row_config"]})}};
+    const json rows_doc = {{"schema", "kcpbench.rows/1"}, {"name", "replay"}, {"rows", json::array({*e.row_config})}};
     RowSet set = load_row_set_text(rows_doc.dump(), o->results + "#" + o->entry);
-    const std::string want = e.value("row_digest", std::string());
-    KCP_REQUIRE(set.row_digests[0] == want,
+    KCP_REQUIRE(set.row_digests[0] == e.row_digest,
                 "entry {}: the row changed: its row_config has digest {}, the entry records {}; the stored results "
                 "cannot be reproduced from it",
-                o->entry, set.row_digests[0], want);
+                o->entry, set.row_digests[0], e.row_digest);
     const auto rows = selected_rows(set, {});
 
     // The form, fault and planning of the entry.
     RunOptions opt;
-    const json& form = e["form"];
-    const std::string pk = form.value("package", std::string()), sv = form.value("saved", std::string());
+    const EntryForm& form = *e.form;
+    const std::string &pk = form.package, &sv = form.saved;
     KCP_REQUIRE(pk == "det" || pk == "nondet", "entry {}: unknown package \"{}\"", o->entry, pk);
     KCP_REQUIRE(sv == "full" || sv == "light", "entry {}: unknown saved set \"{}\"", o->entry, sv);
     opt.packages = {pk == "det" ? Package::Det : Package::Nondet};
     opt.saved = {sv == "full" ? SavedKind::Full : SavedKind::Light};
     opt.use_row_forced = false;
-    if (form.contains("P") && form["P"].is_number_integer()) {
+    if (form.P > 0) {  // else the planned schedule
       opt.run_planned = false;
-      opt.forced_P = {form["P"].get<int>()};
-    } else {
-      KCP_REQUIRE(form.value("P", json()) == "planned", "entry {}: unknown schedule {}", o->entry, form.value("P", json()).dump());
+      opt.forced_P = {form.P};
     }
-    opt.sweep = e.value("sweep", false);
-    opt.fault.kind = parse_fault(e.value("fault", std::string("none")));
-    if (e.contains("fault_at") && e["fault_at"].is_object()) opt.fault.rank = e["fault_at"].value("rank", -1);
+    opt.sweep = e.sweep.value_or(false);
+    opt.fault.kind = parse_fault(e.fault.value_or("none"));
+    if (e.fault_at) opt.fault.rank = e.fault_at->rank;
     else if (const std::string r = recorded_flag(ctx, "--inject-rank"); !r.empty()) opt.fault.rank = std::atoi(r.c_str());
     // The det contract checks as stored: a rerun for det/full; for det/light the full form runs
     // first (its bits are what light is held to) and only the light entry is compared.
-    const json det = e.value("determinism", json());
-    opt.determinism_checks = pk == "det" && det.is_object();
-    if (pk == "det" && sv == "light" && det.is_object() && det.contains("full_vs_light_identical"))
+    opt.determinism_checks = pk == "det" && e.determinism.has_value();
+    if (pk == "det" && sv == "light" && e.determinism && e.determinism->full_vs_light_identical)
       opt.saved = {SavedKind::Full, SavedKind::Light};
-    opt.device_class = ctx.value("device_class", std::string("h200"));
-    if (e.contains("plan") && e["plan"].contains("device")) {
-      const json& dev = e["plan"]["device"];
+    opt.device_class = ctx.device_class.empty() ? "h200" : ctx.device_class;
+    if (e.plan && e.plan->contains("device")) {
+      const json& dev = (*e.plan)["device"];
       if (dev.value("class", std::string()).find('@') != std::string::npos) opt.sm_count = dev.value("sm_count", 0);
     }
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
@@ -161,10 +201,10 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
     // Ranks run as threads of this process: the metrics are the same bits as under mpirun.
     KCP_REQUIRE(!(mpi_available() && mpi_launched() && mpi_world_size() > 1),
                 "replay runs the entry's ranks as threads of one process; start it without mpirun (or with -np 1)");
-    auto backend = select_backend(!o->backend.empty() ? o->backend : ctx.value("backend", std::string("auto")));
-    if (backend->device_name() != ctx.value("backend_device", std::string()))
+    auto backend = select_backend(!o->backend.empty() ? o->backend : ctx.backend.empty() ? "auto" : ctx.backend);
+    if (backend->device_name() != ctx.backend_device)
       log::warn("replay runs on \"{}\"; the results file was made on \"{}\"", backend->device_name(),
-                ctx.value("backend_device", std::string("?")));
+                ctx.backend_device.empty() ? "?" : ctx.backend_device);
     RunContext rctx;
     rctx.argv = g.argv;
     rctx.launch_mode = "threads";
@@ -178,28 +218,31 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
     rctx.seeds = {rows[0].row->seed};
     RunOutcome out = run_in_world(rows, opt, "local", o->threads, *backend, rctx);
 
-    json fresh;
+    std::optional<Entry> fresh;
     for (const auto& x : out.entries)
-      if (x.value("id", std::string()) == o->entry) fresh = json::parse(x.dump());  // as a reader of the file sees it
-    KCP_CHECK(!fresh.is_null(), "the replay of {} produced no entry with that id", o->entry);
+      if (x.id == o->entry)  // read back from its text, as a reader of the file sees it
+        fresh = entry_from_json(json::parse(to_json(x).dump()), "replay");
+    KCP_CHECK(fresh, "the replay of {} produced no entry with that id", o->entry);
     if (!o->json.empty()) {
-      json rdoc;
-      rdoc["context"] = context_block(rctx);
-      rdoc["entries"] = json::array({fresh});
-      write_json_atomic(o->json, rdoc);
+      const Results rdoc{context_block(rctx), {*fresh}, std::nullopt};
+      write_json_atomic(o->json, to_json(rdoc));
       log::info0("wrote {}", o->json);
     }
 
     print_verdict("stored", e);
-    print_verdict("replay", fresh);
-    const json ts = e.value("tensors", json::object()), tf = fresh.value("tensors", json::object());
-    for (auto it = ts.begin(); it != ts.end(); ++it) {
-      const json f = tf.value(it.key(), json::object());
-      std::printf("  %-8s ratio_max %-22s -> %-22s rms ratio %-22s -> %s\n", it.key().c_str(),
-                  num_text(it->value("ratio_max", json())).c_str(), num_text(f.value("ratio_max", json())).c_str(),
-                  num_text(it->value("rms_ratio", json())).c_str(), num_text(f.value("rms_ratio", json())).c_str());
+    print_verdict("replay", *fresh);
+    for (const auto& [name, m] : e.tensors ? *e.tensors : std::map<std::string, TensorMetrics>{}) {
+      const TensorMetrics* f = nullptr;
+      if (fresh->tensors)
+        if (auto it = fresh->tensors->find(name); it != fresh->tensors->end()) f = &it->second;
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      std::printf("  %-8s ratio_max %-22s -> %-22s rms ratio %-22s -> %s\n", name.c_str(),
+                  text(ratio(m, &TensorMetrics::ratio_max)).c_str(),
+                  text(f ? ratio(*f, &TensorMetrics::ratio_max) : nan).c_str(),
+                  text(ratio(m, &TensorMetrics::rms_ratio)).c_str(),
+                  text(f ? ratio(*f, &TensorMetrics::rms_ratio) : nan).c_str());
     }
-    const Diff d = diff_entries(e, fresh);
+    const Diff d = diff_entries(e, *fresh);
     if (d.lines.empty()) {
       std::printf("replay of %s: identical (verdict and every ratio, to the bit)\n", o->entry.c_str());
       return 0;

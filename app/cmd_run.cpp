@@ -17,6 +17,7 @@
 #include "core/kcp/row_runner.h"
 #include "core/report/npy_dump.h"
 #include "core/report/report.h"
+#include "core/report/results.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -128,8 +129,12 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
   auto skip_row = [&](const SelectedRow& sr, int rank, const std::string& why) {
     ++total.skipped;
     if (rank != 0) return;
-    total.entries.push_back({{"id", sr.row->name}, {"row", sr.row->name}, {"row_digest", sr.digest}, {"status", "skip"},
-                             {"reason", why}});
+    Entry e;
+    e.id = e.row = sr.row->name;
+    e.row_digest = sr.digest;
+    e.status = "skip";
+    e.reason = why;
+    total.entries.push_back(std::move(e));
     log::info0("{}: skipped: {}", sr.row->name, why);
   };
   if (use_mpi) {
@@ -301,17 +306,16 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     // The JSON is rewritten after every row of a threads launch (summary.complete false until the
     // end), so a run cut short (a deadline, a killed job) keeps the rows it finished.
     auto write_results = [&](const RunOutcome& t, bool complete) {
-      nlohmann::json doc;
-      doc["context"] = context_block(ctx);
-      doc["entries"] = t.entries;
-      doc["summary"] = {{"passed", t.passed}, {"failed", t.failed}, {"skipped", t.skipped},
-                        {"contract_broken", t.contract_broken}, {"complete", complete}};
-      write_json_atomic(o->json, doc);
+      Results doc;
+      doc.context = context_block(ctx);
+      doc.entries = t.entries;
+      doc.summary = Summary{t.passed, t.failed, t.skipped, t.contract_broken, complete};
+      write_json_atomic(o->json, to_json(doc));
     };
     std::function<void(const RunOutcome&)> after_row;
     if (!o->json.empty()) after_row = [&](const RunOutcome& t) { write_results(t, false); };
     RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx, after_row);
-    dumper.write_manifest(context_block(ctx));
+    dumper.write_manifest(to_json(context_block(ctx)));
     const bool rank0 = !use_mpi || mpi_world_rank() == 0;
     if (rank0) {
       if (!o->json.empty()) {

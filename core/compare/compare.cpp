@@ -224,26 +224,4 @@ void judge(std::vector<TensorMetrics>& ms, const RowConfig& row) {
   }
 }
 
-nlohmann::json metrics_json(const TensorMetrics& m) {
-  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
-  nlohmann::json j;
-  j["max_abs"] = num(m.max_abs);
-  j["rel_rms"] = num(m.rel_rms);
-  j["ref_max_abs"] = num(m.ref_max_abs);
-  j["count"] = m.count;
-  j["nonfinite"] = m.nonfinite;
-  j["worst"] = {{"rank", m.worst.rank}, {"token", m.worst.token}, {"seq", m.worst.seq}, {"head", m.worst.head},
-                {"channel", m.worst.channel}, {"segment", m.worst.segment},
-                {"boundary_distance", m.worst.boundary_distance}};
-  if (m.has_budget) {
-    j["budget"] = {{"max_abs", m.budget.max_abs}, {"rel_rms", m.budget.rel_rms}};
-    j["ratio_max"] = num(m.ratio_max);
-    j["rms_ratio"] = num(m.rms_ratio);
-  } else {
-    j["budget"] = nullptr;
-  }
-  j["pass"] = m.pass;
-  return j;
-}
-
 }  // namespace kcp

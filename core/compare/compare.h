@@ -20,31 +20,11 @@
 #include "core/config/row_config.h"
 #include "core/kcp/kcp_engine.h"
 #include "core/plan/segment_plan.h"
+#include "core/report/results.h"
 
 namespace kcp {
 
-struct WorstElement {
-  int rank = -1;
-  int64_t token = -1;     // global token (token tensors) or -1
-  int seq = -1;           // sequence (state tensors, and the token's sequence)
-  int head = -1;
-  int channel = -1;       // the innermost index (K or V channel)
-  int segment = -1;       // rank-local segment index
-  int64_t boundary_distance = -1;  // tokens to the nearest segment or rank boundary
-};
-
-struct TensorMetrics {
-  std::string name;
-  int64_t count = 0;
-  double max_abs = 0, rel_rms = 0, ref_max_abs = 0;
-  double sum_err2 = 0, sum_ref2 = 0;
-  int64_t nonfinite = 0;   // non-finite in the backend where the reference is finite
-  WorstElement worst;
-  bool has_budget = false;
-  Budget budget;
-  double ratio_max = 0, rms_ratio = 0;
-  bool pass = false;
-};
+// WorstElement and TensorMetrics are types of the results document (core/report/results.h).
 
 // Reference data a rank needs: the sequences its pieces belong to.
 std::vector<std::shared_ptr<const SequenceReference>> rank_references(const RankPlan& rp, ReferenceCache& cache);
@@ -70,7 +50,5 @@ std::vector<TensorMetrics> compare_parameter_grads(const RowConfig& row, const R
                                                    Communicator& comm);
 // Applies the row's budgets (after reduce_metrics). A tensor without a budget does not pass.
 void judge(std::vector<TensorMetrics>& m, const RowConfig& row);
-
-nlohmann::json metrics_json(const TensorMetrics& m);
 
 }  // namespace kcp

@@ -111,18 +111,18 @@ Verdict summarize(const std::vector<TensorMetrics>& ms) {
 }
 
 // Median / min / max / p90 / count of a sample (null when empty).
-nlohmann::json sample_stats(std::vector<double> v) {
+Stats sample_stats(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t m = v.size();
-  if (m == 0) return nlohmann::json(nullptr);
+  if (m == 0) return std::nullopt;
   const double med = m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
-  return nlohmann::json{{"median", med}, {"min", v.front()}, {"max", v.back()},
-                        {"p90", v[std::min(m - 1, static_cast<size_t>(0.9 * double(m)))]}, {"count", m}};
+  return SampleStats{med, v.front(), v.back(), v[std::min(m - 1, static_cast<size_t>(0.9 * double(m)))],
+                     static_cast<int64_t>(m)};
 }
 
 // Per phase (engine_phase_names order) and per phase-timed run, the slowest rank; phases no rank
 // called are left out. Every rank takes part (the all-reduces), rank 0 uses the result.
-nlohmann::json phase_stats(const RankResult& res, Communicator& comm, int runs) {
+std::map<std::string, Stats> phase_stats(const RankResult& res, Communicator& comm, int runs) {
   const std::vector<std::string>& names = engine_phase_names();
   const size_t n = static_cast<size_t>(runs);
   std::vector<double> ms(names.size() * n, 0.0), called(names.size(), 0.0);
@@ -135,7 +135,7 @@ nlohmann::json phase_stats(const RankResult& res, Communicator& comm, int runs) 
   }
   comm.allreduce(ms.data(), ms.size(), ReduceOp::Max);
   comm.allreduce(called.data(), called.size(), ReduceOp::Max);
-  nlohmann::json out = nlohmann::json::object();
+  std::map<std::string, Stats> out;
   for (size_t i = 0; i < names.size(); ++i)
     if (called[i] > 0.0) out[names[i]] = sample_stats(std::vector<double>(ms.begin() + i * n, ms.begin() + (i + 1) * n));
   return out;
@@ -143,7 +143,7 @@ nlohmann::json phase_stats(const RankResult& res, Communicator& comm, int runs) 
 
 // Median, min, max, p90 and count of per-repeat times, each the slowest rank's, and with
 // phase_times the same per phase (collective).
-nlohmann::json timing_stats(const RankResult& res, Communicator& comm, bool phase_times, int repeats) {
+Timings timing_stats(const RankResult& res, Communicator& comm, bool phase_times, int repeats) {
   const size_t n = res.forward_kernel_ms.size();
   std::vector<double> f(res.forward_kernel_ms), b(res.backward_kernel_ms), fw(res.forward_wall_ms), bw(res.backward_wall_ms);
   for (auto* v : {&f, &b, &fw, &bw})
@@ -153,28 +153,31 @@ nlohmann::json timing_stats(const RankResult& res, Communicator& comm, bool phas
     t[i] = f[i] + b[i];
     tw[i] = fw[i] + bw[i];
   }
-  nlohmann::json j = {{"forward", sample_stats(f)}, {"backward", sample_stats(b)}, {"total", sample_stats(t)},
-                      {"wall_total", sample_stats(tw)},
-                      {"what", "forward/backward/total: backend timers around the kernel phases (CUDA events on a GPU), "
-                               "the exchange excluded; wall_total: host clock, exchange included; each the slowest rank"}};
+  Timings out;
+  out.forward = sample_stats(f);
+  out.backward = sample_stats(b);
+  out.total = sample_stats(t);
+  out.wall_total = sample_stats(tw);
+  out.what = "forward/backward/total: backend timers around the kernel phases (CUDA events on a GPU), "
+             "the exchange excluded; wall_total: host clock, exchange included; each the slowest rank";
   if (phase_times) {
-    j["phases"] = phase_stats(res, comm, repeats);
-    j["phases_what"] =
+    out.phases = phase_stats(res, comm, repeats);
+    out.phases_what =
         "per backend phase (kernels/api/backend.h) of the forward and of the backward (which recomputes wy and the "
         "forward states): the kernel time of its calls in one run, summed, the slowest rank; measured on as many "
         "separate runs as the totals, with a timer pair around each call";
   }
-  return j;
+  return out;
 }
 
 // The table's per-phase lines of an entry: median ms per phase, one line per section.
-void log_phase_medians(const nlohmann::json& phases) {
+void log_phase_medians(const std::map<std::string, Stats>& phases) {
   for (const char* section : {"forward", "backward"}) {
     std::string line;
     const std::string prefix = std::string(section) + ".";
     for (const std::string& name : engine_phase_names())
-      if (name.rfind(prefix, 0) == 0 && phases.contains(name))
-        line += fmt::format("  {} {:.3f}", name.substr(prefix.size()), phases[name]["median"].get<double>());
+      if (auto it = phases.find(name); name.rfind(prefix, 0) == 0 && it != phases.end() && it->second)
+        line += fmt::format("  {} {:.3f}", name.substr(prefix.size()), it->second->median);
     if (!line.empty()) log::info0("      {:<8} phases, median ms:{}", section, line);
   }
 }
@@ -298,77 +301,79 @@ std::string plan_form(const RowContext& c, const Form& form, const RunOptions& o
 }
 
 // The fields every entry of a form has, run or skipped.
-nlohmann::json entry_head(const RowContext& c, const Form& form, const RunOptions& opt, const SegmentPlan& plan) {
-  nlohmann::json entry;
-  entry["id"] = c.row.name + "/" + form.label();
-  entry["row"] = c.row.name;
-  entry["row_digest"] = c.sel.digest;
-  if (!c.sel.json.empty()) entry["row_config"] = nlohmann::json::parse(c.sel.json);
-  entry["seed"] = c.row.seed;
-  entry["form"] = {{"package", to_string(form.package)}, {"saved", to_string(form.saved)},
-                   {"P", form.forced_P ? nlohmann::json(form.forced_P) : nlohmann::json("planned")}};
-  entry["fault"] = opt.fault.name();
-  if (opt.sweep) entry["sweep"] = true;
-  entry["planned_P"] = nlohmann::json::array();
-  for (const auto& rp : c.planned.ranks) entry["planned_P"].push_back(rp.P);
-  entry["plan"] = plan_json(plan, false);
+Entry entry_head(const RowContext& c, const Form& form, const RunOptions& opt, const SegmentPlan& plan) {
+  Entry entry;
+  entry.id = c.row.name + "/" + form.label();
+  entry.row = c.row.name;
+  entry.row_digest = c.sel.digest;
+  if (!c.sel.json.empty()) entry.row_config = nlohmann::json::parse(c.sel.json);
+  entry.seed = c.row.seed;
+  entry.form = EntryForm{to_string(form.package), to_string(form.saved), form.forced_P};
+  entry.fault = opt.fault.name();
+  if (opt.sweep) entry.sweep = true;
+  entry.planned_P.emplace();
+  for (const auto& rp : c.planned.ranks) entry.planned_P->push_back(rp.P);
+  entry.plan = plan_json(plan, false);
   return entry;
 }
 
 // The det package's bitwise checks (docs/design.md 5): a rerun of det/full gives the same bits,
 // and det/light the bits of det/full (compared by digest; det_full keeps one per schedule).
-// Returns the determinism JSON (null when no check applies) and sets `broken` to why not.
-nlohmann::json det_checks(const RowContext& c, const Form& form, const SegmentPlan& plan, const ResultDigest& bits,
-                          std::map<int, ResultDigest>& det_full, Communicator& comm, const kernels::Backend& backend,
-                          const EngineOptions& eo, std::string& broken) {
-  nlohmann::json det = nlohmann::json::object();
+// Returns the checks made (none when no check applies) and sets `broken` to why not.
+Determinism det_checks(const RowContext& c, const Form& form, const SegmentPlan& plan, const ResultDigest& bits,
+                       std::map<int, ResultDigest>& det_full, Communicator& comm, const kernels::Backend& backend,
+                       const EngineOptions& eo, std::string& broken) {
+  Determinism det;
   std::vector<std::string> differ;
   if (form.saved == SavedKind::Full) {
     const ResultDigest again = digest(run_form(c.row, plan, form, c.shard, comm, backend, eo));
     differ = differing_tensors(comm, bits, again);
-    det["rerun_identical"] = differ.empty();
+    det.rerun_identical = differ.empty();
     if (!differ.empty()) broken = fmt::format("det package: a rerun differs in {}", fmt::join(differ, ", "));
     det_full[form.forced_P] = bits;
   } else if (auto it = det_full.find(form.forced_P); it != det_full.end()) {
     differ = differing_tensors(comm, it->second, bits);
-    det["full_vs_light_identical"] = differ.empty();
+    det.full_vs_light_identical = differ.empty();
     if (!differ.empty()) broken = fmt::format("det package: light differs from full in {}", fmt::join(differ, ", "));
   }
-  if (!differ.empty()) det["differing"] = differ;
+  if (!differ.empty()) det.differing = differ;
   return det;
 }
 
-// Rank 0's entry fields of a run form, and its table line.
-void finish_entry(nlohmann::json& entry, const RowContext& c, const Form& form, const SegmentPlan& plan,
-                  const std::vector<TensorMetrics>& ms, const Verdict& v, const std::string& status,
-                  const std::string& broken, const nlohmann::json& det, const nlohmann::json& timings,
-                  const std::vector<double>& mem_all) {
-  entry["status"] = status;
-  if (!v.pass) entry["reason"] = v.reason;
-  if (!broken.empty()) entry["reason"] = broken;
-  entry["tensors"] = nlohmann::json::object();
-  for (const auto& m : ms) entry["tensors"][m.name] = metrics_json(m);
-  entry["worst"] = {{"ratio_max", v.worst_ratio ? v.worst_ratio->ratio_max : 0.0},
-                    {"ratio_max_tensor", v.worst_ratio ? v.worst_ratio->name : ""},
-                    {"rms_ratio", v.worst_rms ? v.worst_rms->rms_ratio : 0.0},
-                    {"rms_ratio_tensor", v.worst_rms ? v.worst_rms->name : ""}};
-  entry["determinism"] = det;
-  entry["timings_ms"] = timings;
-  entry["memory_bytes_per_rank"] = nlohmann::json::array();
-  for (double b : mem_all) entry["memory_bytes_per_rank"].push_back(int64_t(b));
-  entry["reference_seconds_rank0"] = c.ref_seconds;
+// The table line of a run entry (rank 0).
+void log_entry(const Entry& entry, const RowContext& c, const Form& form, const SegmentPlan& plan, const Verdict& v) {
+  const Timings& t = entry.timings_ms;
   log::info0("[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}", c.row_no,
-             c.row_total, c.row.name, form.label(), p_text(plan), v.worst_ratio ? v.worst_ratio->ratio_max : 0.0,
-             v.worst_ratio ? v.worst_ratio->name : "", v.worst_rms ? v.worst_rms->rms_ratio : 0.0,
-             v.worst_rms ? v.worst_rms->name : "", timings["total"]["median"].get<double>(),
-             status == "pass"   ? std::string("PASS")
-             : status == "fail" ? "FAIL: " + v.reason
-                                : std::string("CONTRACT BROKEN"));
-  if (timings.contains("phases")) log_phase_medians(timings["phases"]);
+             c.row_total, c.row.name, form.label(), p_text(plan), entry.worst.ratio_max, entry.worst.ratio_max_tensor,
+             entry.worst.rms_ratio, entry.worst.rms_ratio_tensor, t.total ? t.total->median : 0.0,
+             entry.status == "pass"   ? std::string("PASS")
+             : entry.status == "fail" ? "FAIL: " + v.reason
+                                      : std::string("CONTRACT BROKEN"));
+  if (t.phases) log_phase_medians(*t.phases);
+}
+
+// Rank 0's entry fields of a run form, and its table line.
+void finish_entry(Entry& entry, const RowContext& c, const Form& form, const SegmentPlan& plan,
+                  const std::vector<TensorMetrics>& ms, const Verdict& v, const std::string& status,
+                  const std::string& broken, const std::optional<Determinism>& det, const Timings& timings,
+                  const std::vector<double>& mem_all) {
+  entry.status = status;
+  if (!v.pass) entry.reason = v.reason;
+  if (!broken.empty()) entry.reason = broken;
+  entry.tensors.emplace();
+  for (const auto& m : ms) (*entry.tensors)[m.name] = m;
+  entry.worst = {v.worst_ratio ? v.worst_ratio->ratio_max : 0.0, v.worst_rms ? v.worst_rms->rms_ratio : 0.0,
+                 v.worst_ratio ? v.worst_ratio->name : "", v.worst_rms ? v.worst_rms->name : ""};
+  entry.determinism = det;
+  entry.timings_ms = timings;
+  entry.memory_bytes_per_rank.clear();
+  for (double b : mem_all) entry.memory_bytes_per_rank.push_back(int64_t(b));
+  entry.reference_seconds_rank0 = c.ref_seconds;
+  log_entry(entry, c, form, plan, v);
 }
 
 // The faulting rank's location, gathered from every rank (rank 0 writes it into the entry).
-void record_fault_at(nlohmann::json* entry, const RankResult& res, Communicator& comm) {
+void record_fault_at(Entry* entry, const RankResult& res, Communicator& comm) {
   const int W = comm.size();
   double loc[3] = {double(res.faulted_token >= 0 ? comm.rank() : -1), double(res.faulted_token),
                    double(res.faulted_segment)};
@@ -376,8 +381,7 @@ void record_fault_at(nlohmann::json* entry, const RankResult& res, Communicator&
   comm.allgather(loc, all.data(), 3);
   if (!entry) return;
   for (int q = 0; q < W; ++q)
-    if (all[3 * q + 1] >= 0)
-      (*entry)["fault_at"] = {{"rank", q}, {"token", int64_t(all[3 * q + 1])}, {"segment", int(all[3 * q + 2])}};
+    if (all[3 * q + 1] >= 0) entry->fault_at = FaultAt{q, int64_t(all[3 * q + 1]), int(all[3 * q + 2])};
 }
 
 // Runs one form on every rank, judges it and counts it; rank 0 appends its entry.
@@ -386,14 +390,14 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   const int r = comm.rank();
   SegmentPlan plan;
   const std::string skip = plan_form(c, form, opt, backend, plan);
-  nlohmann::json entry = entry_head(c, form, opt, plan);
+  Entry entry = entry_head(c, form, opt, plan);
   if (!skip.empty()) {
-    entry["status"] = "skip";
-    entry["reason"] = skip;
+    entry.status = "skip";
+    entry.reason = skip;
     ++outcome.skipped;
     if (r == 0) {
       log::info0("[{}/{}] {} {}: skipped: {}", c.row_no, c.row_total, c.row.name, form.label(), skip);
-      outcome.entries.push_back(entry);
+      outcome.entries.push_back(std::move(entry));
     }
     return;
   }
@@ -417,9 +421,10 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   const ResultDigest bits = digest(res);
   release_tensors(res);  // the tensors are freed before a det rerun
   std::string broken;
-  const nlohmann::json det = checks ? det_checks(c, form, plan, bits, det_full, comm, backend, eo, broken) : nullptr;
+  std::optional<Determinism> det;  // null when no det check runs
+  if (checks) det = det_checks(c, form, plan, bits, det_full, comm, backend, eo, broken);
   // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
-  const nlohmann::json timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
+  const Timings timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
   std::vector<double> mem_all(comm.size());
   const double mem_mine = double(res.device_bytes);
   comm.allgather(&mem_mine, mem_all.data(), 1);
@@ -427,7 +432,7 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   ++(status == "pass" ? outcome.passed : status == "fail" ? outcome.failed : outcome.contract_broken);
   if (r == 0) finish_entry(entry, c, form, plan, ms, v, status, broken, det, timings, mem_all);
   if (opt.fault.kind != FaultKind::None) record_fault_at(r == 0 ? &entry : nullptr, res, comm);
-  if (r == 0) outcome.entries.push_back(entry);
+  if (r == 0) outcome.entries.push_back(std::move(entry));
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "core/compare/reference_data.h"
 #include "core/config/row_config.h"
 #include "core/kcp/kcp_engine.h"
+#include "core/report/results.h"
 #include "kernels/api/backend.h"
 
 namespace kcp {
@@ -61,7 +62,7 @@ class ReferenceStore {
 };
 
 struct RunOutcome {
-  nlohmann::json entries = nlohmann::json::array();  // rank 0 only
+  std::vector<Entry> entries;  // rank 0 only
   int passed = 0, failed = 0, skipped = 0, contract_broken = 0;
 };
 

@@ -14,37 +14,37 @@
 
 namespace kcp {
 
-nlohmann::json build_info() {
-  nlohmann::json b;
-  b["version"] = KCP_VERSION;
-  b["git_sha"] = KCP_GIT_SHA;
-  b["git_dirty"] = KCP_GIT_DIRTY != 0;
-  b["build_type"] = KCP_BUILD_TYPE;
-  b["compiler"] = KCP_CXX_COMPILER;
-  b["cuda"] = KCP_ENABLE_CUDA ? nlohmann::json(KCP_CUDA_VERSION) : nlohmann::json(nullptr);
-  b["nccl"] = KCP_ENABLE_NCCL ? nlohmann::json(KCP_NCCL_VERSION) : nlohmann::json(nullptr);
-  b["mpi"] = KCP_ENABLE_MPI ? nlohmann::json(KCP_MPI_VERSION) : nlohmann::json(nullptr);
+BuildInfo build_info() {
+  BuildInfo b;
+  b.version = KCP_VERSION;
+  b.git_sha = KCP_GIT_SHA;
+  b.git_dirty = KCP_GIT_DIRTY != 0;
+  b.build_type = KCP_BUILD_TYPE;
+  b.compiler = KCP_CXX_COMPILER;
+  if (KCP_ENABLE_CUDA) b.cuda = KCP_CUDA_VERSION;
+  if (KCP_ENABLE_NCCL) b.nccl = KCP_NCCL_VERSION;
+  if (KCP_ENABLE_MPI) b.mpi = KCP_MPI_VERSION;
   return b;
 }
 
-nlohmann::json context_block(const RunContext& ctx) {
-  nlohmann::json c;
-  c["schema_version"] = kResultsSchema;
-  c["build"] = build_info();
+Context context_block(const RunContext& ctx) {
+  Context c;
+  c.schema_version = kResultsSchema;
+  c.build = build_info();
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  c["date"] = buf;
-  c["command_line"] = ctx.argv;
-  c["world_size"] = ctx.world;
-  c["launch_mode"] = ctx.launch_mode;
-  c["comm"] = ctx.comm;
-  c["backend"] = ctx.backend;
-  c["backend_device"] = ctx.backend_device;
-  c["device_class"] = ctx.device_class;
-  c["devices"] = ctx.devices;
-  c["seeds"] = ctx.seeds;
-  c["row_set"] = {{"name", ctx.row_set}, {"file", ctx.row_set_file}, {"digest", ctx.row_set_digest}};
+  c.date = buf;
+  c.command_line = ctx.argv;
+  c.world_size = ctx.world;
+  c.launch_mode = ctx.launch_mode;
+  c.comm = ctx.comm;
+  c.backend = ctx.backend;
+  c.backend_device = ctx.backend_device;
+  c.device_class = ctx.device_class;
+  c.devices = ctx.devices;
+  c.seeds = ctx.seeds;
+  c.row_set = {ctx.row_set, ctx.row_set_file, ctx.row_set_digest};
   return c;
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/report/results.h"
+
 namespace kcp {
 
 inline constexpr const char* kResultsSchema = "kcpbench.results/1";
@@ -27,8 +29,9 @@ struct RunContext {
 };
 
 // Build facts: version, git sha (+ dirty), build type, compiler, CUDA/NCCL/MPI availability.
-nlohmann::json build_info();
-nlohmann::json context_block(const RunContext& ctx);
+BuildInfo build_info();
+// The context of a results document: the run's facts, the build, the schema and the date (now).
+Context context_block(const RunContext& ctx);
 
 // Writes `doc` to `path` atomically (temp file + rename). Throws ApiError naming the path.
 void write_json_atomic(const std::string& path, const nlohmann::json& doc);

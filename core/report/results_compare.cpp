@@ -4,11 +4,13 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
 
 #include "core/report/report.h"
+#include "core/report/results.h"
 #include "core/util/error.h"
 
 namespace kcp {
@@ -49,121 +51,89 @@ int CompareReport::count(const std::string& cls) const {
 
 namespace {
 
-std::string str(const json& j, const char* key, const std::string& dflt = "") {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : dflt;
-}
-
-// A number, or NaN for null / absent (metrics write null for a non-finite value).
-double num(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
-}
-
 // The match key: row digest + form + injected fault (see the header).
-std::string entry_key(const json& e) {
-  std::string form = "-";
-  if (auto f = e.find("form"); f != e.end() && f->is_object())
-    form = fmt::format("{}/{}/{}", str(*f, "package"), str(*f, "saved"), f->contains("P") ? (*f)["P"].dump() : "?");
-  else
-    form = "id=" + str(e, "id");
-  const std::string digest = str(e, "row_digest", "row=" + str(e, "row"));
-  return digest + "|" + form + "|" + str(e, "fault", "none");
+std::string entry_key(const Entry& e) {
+  const std::string form = e.form ? fmt::format("{}/{}/{}", e.form->package, e.form->saved, form_P_json(*e.form).dump())
+                                  : "id=" + e.id;
+  return e.row_digest + "|" + form + "|" + e.fault.value_or("none");
 }
 
-bool ran(const std::string& status) { return status == "pass" || status == "fail" || status == "contract_broken"; }
 bool failed(const std::string& status) { return status != "pass" && status != "skip" && !status.empty(); }
+std::string or_text(const std::string& s, const char* dflt) { return s.empty() ? dflt : s; }
 
-std::string device_of(const json& ctx) {
-  return fmt::format("{} / {} / class {}", str(ctx, "backend", "?"), str(ctx, "backend_device", "?"),
-                     str(ctx, "device_class", "?"));
+std::string device_of(const Context& ctx) {
+  return fmt::format("{} / {} / class {}", or_text(ctx.backend, "?"), or_text(ctx.backend_device, "?"),
+                     or_text(ctx.device_class, "?"));
 }
 
-std::string about(const json& ctx) {
-  std::string s = str(ctx, "date", "undated");
-  if (auto b = ctx.find("build"); b != ctx.end() && b->is_object())
-    s += fmt::format(", git {}{}", str(*b, "git_sha", "?"), b->value("git_dirty", false) ? " (dirty)" : "");
-  if (auto r = ctx.find("row_set"); r != ctx.end() && r->is_object()) s += ", " + str(*r, "name", "?");
-  return s;
+std::string about(const Context& ctx) {
+  return fmt::format("{}, git {}{}, {}", or_text(ctx.date, "undated"), or_text(ctx.build.git_sha, "?"),
+                     ctx.build.git_dirty ? " (dirty)" : "", or_text(ctx.row_set.name, "?"));
 }
 
-void check_document(const json& doc, const char* which) {
+// The friendly refusals first (not a results file, another schema), then every field's type.
+Results read_document(const json& doc, const char* which) {
   if (!doc.is_object() || !doc.contains("entries") || !doc["entries"].is_array())
     throw ConfigError(fmt::format("compare: {} is not a kcpbench results file (no \"entries\" array)", which));
   const json ctx = doc.value("context", json::object());
-  const std::string schema = str(ctx, "schema_version");
+  const auto sv = ctx.is_object() ? ctx.find("schema_version") : ctx.end();
+  const std::string schema = ctx.is_object() && sv != ctx.end() && sv->is_string() ? sv->get<std::string>() : "";
   if (schema != kResultsSchema)
     throw ConfigError(fmt::format("compare: {} has schema \"{}\", expected \"{}\"", which, schema, kResultsSchema));
+  try {
+    return results_from_json(doc);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("compare: {} is a corrupt results file: {}", which, e.what()));
+  }
 }
 
 struct TimeStats {
   double median = NAN, min = NAN, max = NAN;
-  int count = 0;
+  int64_t count = 0;
   bool valid() const { return count > 0 && std::isfinite(median) && median > 0; }
   double spread() const { return (max - min) / median; }
 };
 
-TimeStats total_time(const json& e) {
+TimeStats total_time(const Entry& e) {
   TimeStats t;
-  auto tm = e.find("timings_ms");
-  if (tm == e.end() || !tm->is_object()) return t;
-  auto tot = tm->find("total");
-  if (tot == tm->end() || !tot->is_object()) return t;
-  t.median = num(*tot, "median");
-  t.min = num(*tot, "min");
-  t.max = num(*tot, "max");
-  t.count = tot->value("count", 0);
+  if (const Stats& s = e.timings_ms.total) t = {s->median, s->min, s->max, s->count};
   return t;
 }
 
-void compare_entry(const json& b, const json& n, const CompareOptions& opt, std::vector<CompareFinding>& out) {
-  const std::string id = str(n, "id", str(b, "id")), row = str(n, "row", str(b, "row"));
-  const std::string bs = str(b, "status"), ns = str(n, "status");
-  auto add = [&](std::string cls, std::string policy, std::string tensor, double base, double now, std::string detail) {
-    out.push_back({std::move(cls), std::move(policy), id, row, std::move(tensor), base, now, std::move(detail)});
-  };
-  if (bs == "pass" && failed(ns)) {
-    add("pass_to_fail", "accuracy", "", 0, 0, fmt::format("pass -> {}: {}", ns, str(n, "reason", "(no reason)")));
-  } else if (failed(bs) && ns == "pass") {
-    add("fail_to_pass", "", "", 0, 0, fmt::format("{} -> pass", bs));
-  } else if (ran(bs) && !ran(ns)) {
-    add("missing", "missing", "", 0, 0,
-        fmt::format("ran in BASE ({}), {} in NEW: {}", bs, ns.empty() ? "no status" : ns, str(n, "reason", "(no reason)")));
-    return;
-  } else if (!ran(bs) && ran(ns)) {
-    add("now_runs", "", "", 0, 0, fmt::format("{} in BASE, runs in NEW: {}", bs.empty() ? "no status" : bs, ns));
-    return;
-  }
-  if (!ran(bs) || !ran(ns)) return;
+// A ratio as compared: NaN when the tensor has no budget (no ratio written) or it is non-finite.
+double ratio(const TensorMetrics& m, double TensorMetrics::*which) {
+  return m.has_budget ? m.*which : std::numeric_limits<double>::quiet_NaN();
+}
 
-  // Per tensor: ratios and non-finite counts.
-  const json bt = b.value("tensors", json::object()), nt = n.value("tensors", json::object());
-  for (auto it = bt.begin(); it != bt.end(); ++it) {
-    const std::string& name = it.key();
+void compare_tensors(const Entry& b, const Entry& n, const CompareOptions& opt,
+                     const std::function<void(std::string, std::string, std::string, double, double, std::string)>& add) {
+  const std::map<std::string, TensorMetrics> none;
+  const auto& bt = b.tensors ? *b.tensors : none;
+  const auto& nt = n.tensors ? *n.tensors : none;
+  for (const auto& [name, bm] : bt) {
     auto jt = nt.find(name);
     if (jt == nt.end()) {
       add("missing", "missing", name, 0, 0, fmt::format("tensor {} judged in BASE, not in NEW", name));
       continue;
     }
-    const json& bm = *it;
-    const json& nm = *jt;
-    for (const char* metric : {"ratio_max", "rms_ratio"}) {
-      const double x = num(bm, metric), y = num(nm, metric);
-      const bool rise = std::isfinite(x) ? (!std::isfinite(y) && nm.contains(metric)) || y - x > opt.ratio_threshold
-                                         : false;
+    const TensorMetrics& nm = jt->second;
+    for (auto [metric, which] : {std::pair{"ratio_max", &TensorMetrics::ratio_max}, std::pair{"rms_ratio", &TensorMetrics::rms_ratio}}) {
+      const double x = ratio(bm, which), y = ratio(nm, which);
+      const bool rise = std::isfinite(x) ? (!std::isfinite(y) && nm.has_budget) || y - x > opt.ratio_threshold : false;
       if (rise)
         add("ratio_rise", "accuracy", name, x, y,
             fmt::format("{} {}: {:.4f} -> {} (rise {} > {})", name, metric, x,
                         std::isfinite(y) ? fmt::format("{:.4f}", y) : std::string("non-finite"),
                         std::isfinite(y) ? fmt::format("{:+.4f}", y - x) : std::string("inf"), opt.ratio_threshold));
     }
-    const int64_t bn = bm.value("nonfinite", int64_t(0)), nn = nm.value("nonfinite", int64_t(0));
-    if (nn > bn)
-      add("new_nonfinite", "accuracy", name, double(bn), double(nn),
-          fmt::format("{}: {} non-finite value(s), BASE had {}", name, nn, bn));
+    if (nm.nonfinite > bm.nonfinite)
+      add("new_nonfinite", "accuracy", name, double(bm.nonfinite), double(nm.nonfinite),
+          fmt::format("{}: {} non-finite value(s), BASE had {}", name, nm.nonfinite, bm.nonfinite));
   }
+}
 
-  // Time: the total (forward + backward kernel time), judged against the repeat spread.
+void compare_times(const Entry& b, const Entry& n, const CompareOptions& opt,
+                   const std::function<void(std::string, std::string, std::string, double, double, std::string)>& add) {
   const TimeStats tb = total_time(b), tn = total_time(n);
   if (!tb.valid() || !tn.valid()) return;
   const double change = tn.median / tb.median - 1.0;
@@ -184,21 +154,50 @@ void compare_entry(const json& b, const json& n, const CompareOptions& opt, std:
   }
 }
 
+void compare_entry(const Entry& b, const Entry& n, const CompareOptions& opt, std::vector<CompareFinding>& out) {
+  const std::string& id = n.id;
+  const std::string& row = n.row;
+  const std::string &bs = b.status, &ns = n.status;
+  auto add = [&](std::string cls, std::string policy, std::string tensor, double base, double now, std::string detail) {
+    out.push_back({std::move(cls), std::move(policy), id, row, std::move(tensor), base, now, std::move(detail)});
+  };
+  if (bs == "pass" && failed(ns)) {
+    add("pass_to_fail", "accuracy", "", 0, 0, fmt::format("pass -> {}: {}", ns, n.reason.value_or("(no reason)")));
+  } else if (failed(bs) && ns == "pass") {
+    add("fail_to_pass", "", "", 0, 0, fmt::format("{} -> pass", bs));
+  } else if (b.ran() && !n.ran()) {
+    add("missing", "missing", "", 0, 0,
+        fmt::format("ran in BASE ({}), {} in NEW: {}", bs, ns.empty() ? "no status" : ns, n.reason.value_or("(no reason)")));
+    return;
+  } else if (!b.ran() && n.ran()) {
+    add("now_runs", "", "", 0, 0, fmt::format("{} in BASE, runs in NEW: {}", bs.empty() ? "no status" : bs, ns));
+    return;
+  }
+  if (!b.ran() || !n.ran()) return;
+  compare_tensors(b, n, opt, add);  // per tensor: ratios and non-finite counts
+  compare_times(b, n, opt, add);    // the total (forward + backward kernel time), judged against the repeat spread
+}
+
 }  // namespace
 
 CompareReport compare_results(const json& base, const json& now, const CompareOptions& options) {
-  check_document(base, "BASE");
-  check_document(now, "NEW");
+  const Results b = read_document(base, "BASE");
+  const Results n = read_document(now, "NEW");
+  return compare_results(b, n, options);
+}
+
+CompareReport compare_results(const Results& base, const Results& now, const CompareOptions& options) {
   CompareReport rep;
   rep.options = options;
-  const json bc = base.value("context", json::object()), nc = now.value("context", json::object());
+  const Context &bc = base.context, &nc = now.context;
   rep.base_device = device_of(bc);
   rep.new_device = device_of(nc);
   rep.base_about = about(bc);
   rep.new_about = about(nc);
-  for (const char* k : {"backend", "backend_device", "device_class"})
-    if (str(bc, k) != str(nc, k))
-      rep.device_notes.push_back(fmt::format("{}: \"{}\" in BASE, \"{}\" in NEW", k, str(bc, k), str(nc, k)));
+  for (auto [k, field] : {std::pair{"backend", &Context::backend}, std::pair{"backend_device", &Context::backend_device},
+                          std::pair{"device_class", &Context::device_class}})
+    if (bc.*field != nc.*field)
+      rep.device_notes.push_back(fmt::format("{}: \"{}\" in BASE, \"{}\" in NEW", k, bc.*field, nc.*field));
   if (!rep.device_notes.empty() && !options.allow_device_mismatch) {
     std::string msg = "compare: BASE and NEW come from different device classes (";
     for (size_t i = 0; i < rep.device_notes.size(); ++i) msg += (i ? "; " : "") + rep.device_notes[i];
@@ -207,8 +206,8 @@ CompareReport compare_results(const json& base, const json& now, const CompareOp
   }
 
   // Keys of NEW (a repeated key gets "#2", "#3" in order, on both sides alike).
-  auto keyed = [](const json& entries) {
-    std::vector<std::pair<std::string, const json*>> out;
+  auto keyed = [](const std::vector<Entry>& entries) {
+    std::vector<std::pair<std::string, const Entry*>> out;
     std::map<std::string, int> seen;
     for (const auto& e : entries) {
       std::string k = entry_key(e);
@@ -217,24 +216,23 @@ CompareReport compare_results(const json& base, const json& now, const CompareOp
     }
     return out;
   };
-  const auto bk = keyed(base["entries"]), nk = keyed(now["entries"]);
-  std::map<std::string, const json*> nmap;
+  const auto bk = keyed(base.entries), nk = keyed(now.entries);
+  std::map<std::string, const Entry*> nmap;
   for (const auto& [k, e] : nk) nmap[k] = e;
   std::set<std::string> used;
   rep.base_entries = static_cast<int>(bk.size());
   rep.new_entries = static_cast<int>(nk.size());
   // Row names whose digest is in NEW, to say "the row changed" for a missing entry.
   std::map<std::string, std::string> new_digest_of_row;
-  for (const auto& [k, e] : nk) new_digest_of_row[str(*e, "row")] = str(*e, "row_digest");
+  for (const auto& [k, e] : nk) new_digest_of_row[e->row] = e->row_digest;
 
   for (const auto& [k, b] : bk) {
     auto it = nmap.find(k);
     if (it == nmap.end()) {
-      const std::string row = str(*b, "row");
       std::string why = "in BASE, not in NEW";
-      if (auto d = new_digest_of_row.find(row); d != new_digest_of_row.end() && d->second != str(*b, "row_digest"))
-        why += fmt::format(" (row {} has another digest in NEW: the row changed)", row);
-      rep.findings.push_back({"missing", "missing", str(*b, "id"), row, "", 0, 0, why});
+      if (auto d = new_digest_of_row.find(b->row); d != new_digest_of_row.end() && d->second != b->row_digest)
+        why += fmt::format(" (row {} has another digest in NEW: the row changed)", b->row);
+      rep.findings.push_back({"missing", "missing", b->id, b->row, "", 0, 0, why});
       continue;
     }
     used.insert(k);
@@ -243,8 +241,7 @@ CompareReport compare_results(const json& base, const json& now, const CompareOp
   }
   for (const auto& [k, e] : nk)
     if (!used.count(k))
-      rep.findings.push_back({"new_entry", "", str(*e, "id"), str(*e, "row"), "", 0, 0,
-                              fmt::format("in NEW only (status {})", str(*e, "status", "?"))});
+      rep.findings.push_back({"new_entry", "", e->id, e->row, "", 0, 0, fmt::format("in NEW only (status {})", or_text(e->status, "?"))});
   return rep;
 }
 

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "core/report/results.h"
+
 namespace kcp {
 
 struct CompareOptions {
@@ -60,9 +62,12 @@ struct CompareReport {
   int exit_code() const { return regressions().empty() ? 0 : 1; }
 };
 
-// Compares two parsed results documents. Throws ConfigError when a document is not a results
-// file, or when the device classes differ and options.allow_device_mismatch is false.
+// Compares two results documents. Throws ConfigError when a document is not a results file or
+// a field has the wrong type (a corrupt file is refused, never reported as a regression; the
+// message names the field's JSON path), or when the device classes differ and
+// options.allow_device_mismatch is false.
 CompareReport compare_results(const nlohmann::json& base, const nlohmann::json& now, const CompareOptions& options);
+CompareReport compare_results(const Results& base, const Results& now, const CompareOptions& options);
 
 // Plain text for the terminal: one line per finding that is not "same", then a summary line.
 std::string render_text(const CompareReport& report);

@@ -236,6 +236,51 @@ TEST(ResultsCompare, RejectsWhatIsNotAResultsFile) {
   EXPECT_THROW(compare_results(doc({entry()}), wrong, CompareOptions{}), kcp::ConfigError);
 }
 
+// A corrupt NEW file (a field of the wrong type, a run entry without its tensors) is refused as a
+// ConfigError naming the field, not read as a regression (a string ratio is not a rise).
+TEST(ResultsCompare, ACorruptNewFileIsAConfigErrorNotARegression) {
+  auto refusal = [](const json& now) -> std::string {
+    try {
+      (void)compare_results(doc({entry(), entry("2")}), now, CompareOptions{});
+    } catch (const kcp::ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  json string_ratio = doc({entry(), entry("2")});
+  string_ratio["entries"][1]["tensors"]["dq"]["ratio_max"] = "abc";
+  std::string msg = refusal(string_ratio);
+  EXPECT_NE(msg.find("NEW"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("entries[1].tensors.dq.ratio_max: expected a number or null, got \"abc\""), std::string::npos) << msg;
+
+  json no_tensors = doc({entry(), entry("2")});
+  no_tensors["entries"][0].erase("tensors");
+  msg = refusal(no_tensors);
+  EXPECT_NE(msg.find("entries[0].tensors: missing"), std::string::npos) << msg;
+
+  json bad_count = doc({entry()});
+  bad_count["entries"][0]["tensors"]["o"]["nonfinite"] = "many";
+  msg = refusal(bad_count);
+  EXPECT_NE(msg.find("entries[0].tensors.o.nonfinite: expected an integer"), std::string::npos) << msg;
+
+  // The same corruption in BASE is refused the same way, naming BASE.
+  try {
+    (void)compare_results(string_ratio, doc({entry()}), CompareOptions{});
+    ADD_FAILURE() << "a corrupt BASE was accepted";
+  } catch (const kcp::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("BASE"), std::string::npos) << e.what();
+  }
+}
+
+// A null ratio (non-finite, as written) is still a rise; a tensor without a budget is not judged.
+TEST(ResultsCompare, NullRatioIsNonFinite) {
+  json now = doc({entry()});
+  now["entries"][0]["tensors"]["o"]["ratio_max"] = nullptr;
+  const auto rep = compare_results(doc({entry()}), now, CompareOptions{});
+  EXPECT_EQ(rep.count("ratio_rise"), 1);
+  EXPECT_EQ(rep.exit_code(), 1);
+}
+
 TEST(ResultsCompare, ParseFailOn) {
   EXPECT_EQ(kcp::parse_fail_on("accuracy,time"), (std::set<std::string>{"accuracy", "time"}));
   EXPECT_EQ(kcp::parse_fail_on("all"), (std::set<std::string>{"accuracy", "time", "missing"}));
