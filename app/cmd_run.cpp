@@ -10,6 +10,7 @@
 
 #include "app/commands.h"
 #include "app/deadline_watchdog.h"
+#include "app/run_guard.h"
 #include "core/comm/local_communicator.h"
 #include "core/comm/mpi_communicator.h"
 #include "core/comm/nccl_communicator.h"
@@ -207,9 +208,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   sub->add_option("--json", o->json, "Write the results JSON (kcpbench.results/1) to this path");
   sub->add_option("--inject", o->inject, "Inject a fault to prove the harness catches it: drop-segment-entry, "
                                          "drop-rank-incoming, skip-output-tile, saved-to-other-package, "
-                                         "workspace-of-other-package, hang (with --deadline)")->capture_default_str();
+                                         "workspace-of-other-package, hang (needs a finite --deadline)")->capture_default_str();
   sub->add_option("--deadline", o->deadline, "Seconds one row may take on a rank before the run is aborted with "
-                                             "exit code 5, naming rank, row and phase (0: no deadline)")
+                                             "exit code 5, naming rank, row and phase (0: no deadline; refused with --inject hang)")
       ->capture_default_str();
   sub->add_option("--inject-rank", o->inject_rank, "Rank that takes the fault (default: the last rank that can)");
   sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables; default "
@@ -281,6 +282,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     KCP_REQUIRE(o->comm != "nccl" || std::string(backend->name()) == "cuda",
                 "--comm nccl exchanges device buffers: it needs --backend cuda (this run uses {})", backend->name());
     const std::string comm_kind = o->comm == "auto" ? (launched ? "mpi" : "local") : o->comm;
+    check_before_run(opt, {o->deadline, sub->count("--deadline") > 0});
 
     RunContext ctx;
     ctx.argv = g.argv;

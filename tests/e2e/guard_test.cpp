@@ -1,5 +1,5 @@
 // Whole-program tests of kcpbench's guards against its own failure modes: a damaged or unwritable
-// FP64 reference cache.
+// FP64 reference cache, a hang injected without a finite deadline.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -142,4 +142,31 @@ TEST(Guard, AReadOnlyCacheFolderWarnsOnceAndTheRunGoesOn) {
                         "it: Permission denied); running without a reference cache"),
             std::string::npos)
       << rr.out;
+}
+
+// A hang lasts until the deadline aborts it: without one (--deadline 0) it would last forever,
+// so it is refused before anything runs. (`timeout` keeps a regression from hanging the suite.)
+TEST(Guard, AHangWithoutADeadlineIsRefused) {
+  const CmdResult r = run_command(std::string("timeout 60 ") + KCPBENCH_EXE +
+                                  " -q run --rows int1 --row A1 --package det --saved full --cache none --inject hang "
+                                  "--deadline 0");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--inject hang needs a finite --deadline"), std::string::npos) << r.out;
+}
+
+// With the default deadline (an hour) the run warns how long the hang lasts before anything runs;
+// with an explicit one it says that one.
+TEST(Guard, AHangWarnsHowLongItLastsBeforeTheDeadlineAbortsIt) {
+  const CmdResult d = run_command(std::string("timeout 5 ") + KCPBENCH_EXE +
+                                  " -q run --rows int1 --row A1 --package det --saved full --cache none --inject hang");
+  EXPECT_EQ(d.code, 124) << d.out;  // still hanging when timeout ends it
+  EXPECT_EQ(count(d.out, "warning: --inject hang"), 1u) << d.out;
+  EXPECT_NE(d.out.find("until the deadline of 3600 s (the default; --deadline SECONDS shortens it) aborts the run "
+                       "with exit code 5"),
+            std::string::npos)
+      << d.out;
+  const CmdResult e = run_kcpbench("-q run --rows int1 --row A1 --package det --saved full --cache none --inject hang "
+                                   "--deadline 2");
+  EXPECT_EQ(e.code, 5) << e.out;
+  EXPECT_NE(e.out.find("until the deadline of 2 s aborts the run with exit code 5"), std::string::npos) << e.out;
 }
