@@ -1,5 +1,6 @@
 // Whole-program tests of kcpbench's guards against its own failure modes: a damaged or unwritable
-// FP64 reference cache, a hang injected without a finite deadline.
+// FP64 reference cache, a hang injected without a finite deadline, a row too large for the memory
+// at hand.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -169,4 +170,57 @@ TEST(Guard, AHangWarnsHowLongItLastsBeforeTheDeadlineAbortsIt) {
                                    "--deadline 2");
   EXPECT_EQ(e.code, 5) << e.out;
   EXPECT_NE(e.out.find("until the deadline of 2 s aborts the run with exit code 5"), std::string::npos) << e.out;
+}
+
+namespace {
+// One sequence of 2^40 tokens: petabytes of inputs alone.
+std::string huge_row_file() {
+  const std::string rows = tmp("guard_huge_row.json");
+  std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "huge", "rows": [
+    {"name": "Z1", "op": "gdn", "H": 4, "HV": 8, "K": 128, "V": 128, "seqlens": [1099511627776], "world": 2,
+     "forms": {"packages": ["nondet"], "saved": ["full"]}}]})";
+  return rows;
+}
+}  // namespace
+
+// A row that needs more memory than there is is refused before anything is allocated, naming the
+// row, what it needs and what is available; `plan` shows the same estimate.
+TEST(Guard, ARowTooLargeForThisMachineIsRefusedBeforeItRunsAndPlanShowsIt) {
+  const std::string rows = huge_row_file();
+  const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json");
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  const nlohmann::json j = nlohmann::json::parse(plan.out);
+  const int64_t need = j[0]["memory"]["host_bytes"].get<int64_t>();
+  EXPECT_GT(need, int64_t(1) << 50) << j[0]["memory"].dump();  // over a PiB
+  EXPECT_EQ(j[0]["memory"]["fits"], false);
+  EXPECT_GT(j[0]["memory"]["ranks"][1]["form_arrays"].get<int64_t>(), int64_t(1) << 45);
+  const CmdResult table = run_kcpbench("plan --rows " + rows);
+  EXPECT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("  memory: host "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("`run` refuses it"), std::string::npos) << table.out;
+
+  const CmdResult r = run_kcpbench("-q run --rows " + rows + " --cache none");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("row Z1 needs " + std::to_string(need) + " bytes ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of host memory in this process"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("are available (MemAvailable in /proc/meminfo)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("bad_alloc"), std::string::npos) << r.out;
+}
+
+// --max-host-mem says how much there is: below an int1 row's need the row is refused, above it
+// runs; a bad value is a command-line error.
+TEST(Guard, MaxHostMemOverridesTheAvailableMemory) {
+  const std::string quick = "-q run --rows int1 --row A1 --package nondet --saved full --cache none ";
+  const CmdResult small = run_kcpbench(quick + "--max-host-mem 1M");
+  EXPECT_EQ(small.code, 2) << small.out;
+  EXPECT_NE(small.out.find("row A1 needs "), std::string::npos) << small.out;
+  EXPECT_NE(small.out.find("and 1048576 bytes (1.0 MiB) are available (--max-host-mem)"), std::string::npos) << small.out;
+  EXPECT_EQ(run_kcpbench(quick + "--max-host-mem 64GiB").code, 0);
+  EXPECT_EQ(run_kcpbench(quick + "--max-host-mem auto").code, 0);
+  const CmdResult bad = run_kcpbench(quick + "--max-host-mem lots");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--max-host-mem: expected a byte count"), std::string::npos) << bad.out;
+  const CmdResult help = run_kcpbench("run --help");
+  EXPECT_NE(help.out.find("--max-host-mem"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--max-device-mem"), std::string::npos) << help.out;
 }
