@@ -1,17 +1,55 @@
 // `kcpbench plan`: how each selected row is planned for a world size and a device class.
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "app/commands.h"
+#include "app/run_guard.h"
 #include "core/config/row_loader.h"
+#include "core/plan/memory_estimate.h"
 #include "core/plan/segment_plan.h"
 #include "core/report/plan_json.h"
 #include "core/util/error.h"
 
 namespace kcp::app {
 
+namespace {
+
+nlohmann::json memory_json(const MemoryEstimate& m, int64_t available) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankMemory& r : m.ranks)
+    ranks.push_back({{"rank", r.rank}, {"inputs", r.inputs}, {"reference", r.reference}, {"form_arrays", r.form_arrays},
+                     {"saved_set", r.saved_set}, {"workspace", r.workspace}, {"host_results", r.host_results}});
+  return {{"what", "estimated bytes of a threads launch (all ranks in one process) on the CPU twin: host_bytes is the "
+                   "process's peak; form_arrays per rank are device memory on a GPU (backend scratch excluded)"},
+          {"host_bytes", m.host_bytes},
+          {"host_available", available},
+          {"fits", available <= 0 || m.host_bytes <= available},
+          {"phase_prepare", m.phase_prepare},
+          {"phase_forms", m.phase_forms},
+          {"sequences", m.sequences},
+          {"reference_work", m.reference_work},
+          {"fixed", m.fixed},
+          {"ranks", ranks}};
+}
+
+std::string describe_memory(const MemoryEstimate& m, int64_t available) {
+  int64_t form = 0;
+  for (const RankMemory& r : m.ranks) form = std::max(form, r.form_arrays);
+  std::string s = fmt::format("  memory: host {} ({} bytes; FP64 reference {} + its working set {}, then forms {}), "
+                              "largest rank's form arrays {} (device memory on a GPU)",
+                              human_bytes(m.host_bytes), m.host_bytes, human_bytes(m.sequences),
+                              human_bytes(m.reference_work), human_bytes(m.phase_forms), human_bytes(form));
+  if (available > 0 && m.host_bytes > available)
+    s += fmt::format(": more than the {} available here, `run` refuses it", human_bytes(available));
+  return s + "\n";
+}
+
+}  // namespace
+
 std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
   auto* sub = app.add_subcommand("plan", "Show the segment plan of rows: per-rank token ranges, pieces, P and "
-                                         "segments, workspace sizes");
+                                         "segments, workspace sizes, and the host and device memory the row needs");
   struct Opts {
     std::string rows = "int1";
     std::vector<std::string> row;
@@ -37,6 +75,7 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
     nlohmann::json out = nlohmann::json::array();
+    const int64_t available = host_memory_available();
     for (const RowConfig* row : select_rows(set, o->row)) {
       PlanRequest req;
       req.device = !o->device.empty() ? o->device : !row->plan_device.empty() ? row->plan_device : "h200";
@@ -49,8 +88,21 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
       } catch (const ConfigError& e) {
         throw ConfigError(fmt::format("while planning row {} of {}: {}", row->name, set.file, e.what()));
       }
-      if (o->json) out.push_back(plan_json(plan, o->segments));
-      else std::fputs(describe(plan).c_str(), stdout);
+      // Memory of a threads launch (every rank a thread of one process) on the CPU twin; the form
+      // arrays are what each rank would hold in device memory on a GPU (without backend scratch).
+      MemoryRequest mreq;
+      mreq.plan = req;
+      mreq.forced_P = row->forms.forced_P;
+      mreq.reference_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      const MemoryEstimate mem = estimate_memory(*row, mreq);
+      if (o->json) {
+        nlohmann::json j = plan_json(plan, o->segments);
+        j["memory"] = memory_json(mem, available);
+        out.push_back(j);
+      } else {
+        std::fputs(describe(plan).c_str(), stdout);
+        std::fputs(describe_memory(mem, available).c_str(), stdout);
+      }
     }
     if (o->json) std::printf("%s\n", out.dump(2).c_str());
     return 0;

@@ -10,6 +10,7 @@
 
 #include "app/commands.h"
 #include "app/deadline_watchdog.h"
+#include "app/run_guard.h"
 #include "core/comm/local_communicator.h"
 #include "core/comm/mpi_communicator.h"
 #include "core/comm/nccl_communicator.h"
@@ -94,6 +95,7 @@ struct RunCli {
   std::string rows = "int1";
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
+  std::string max_host_mem = "auto", max_device_mem = "auto";
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
@@ -212,9 +214,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   sub->add_option("--json", o->json, "Write the results JSON (kcpbench.results/1) to this path");
   sub->add_option("--inject", o->inject, "Inject a fault to prove the harness catches it: drop-segment-entry, "
                                          "drop-rank-incoming, skip-output-tile, saved-to-other-package, "
-                                         "workspace-of-other-package, hang (with --deadline)")->capture_default_str();
+                                         "workspace-of-other-package, hang (needs a finite --deadline)")->capture_default_str();
   sub->add_option("--deadline", o->deadline, "Seconds one row may take on a rank before the run is aborted with "
-                                             "exit code 5, naming rank, row and phase (0: no deadline)")
+                                             "exit code 5, naming rank, row and phase (0: no deadline; refused with --inject hang)")
       ->capture_default_str();
   sub->add_option("--inject-rank", o->inject_rank, "Rank that takes the fault (default: the last rank that can)");
   sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables; default "
@@ -230,6 +232,15 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                                                  "timed: per-phase median/min/max in the JSON (timings_ms.phases), "
                                                  "medians in the table");
   sub->add_flag("--no-det-checks", o->no_det_checks, "Skip the det package's rerun and full-vs-light bitwise checks");
+  sub->add_option("--max-host-mem", o->max_host_mem,
+                  "Host memory a process may use (BYTES like 64G, 512MiB, or auto: MemAvailable of /proc/meminfo, "
+                  "shared by the processes of an mpirun on one host). A row whose estimated need (kcpbench plan "
+                  "shows it) is larger is refused before anything runs (exit 2); 0: no check")
+      ->capture_default_str();
+  sub->add_option("--max-device-mem", o->max_device_mem,
+                  "Device memory the ranks of one device may use (BYTES, or auto: the GPU's total memory; the CPU "
+                  "twin keeps its arrays in host memory). A row that needs more is refused (exit 2); 0: no check")
+      ->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
@@ -286,6 +297,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     KCP_REQUIRE(o->comm != "nccl" || std::string(backend->name()) == "cuda",
                 "--comm nccl exchanges device buffers: it needs --backend cuda (this run uses {})", backend->name());
     const std::string comm_kind = o->comm == "auto" ? (launched ? "mpi" : "local") : o->comm;
+    check_before_run(rows, opt, *backend,
+                     {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi, o->threads});
 
     RunContext ctx;
     ctx.argv = g.argv;

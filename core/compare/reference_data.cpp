@@ -2,8 +2,17 @@
 // counter-based values every rank sees), converted to double, run through reference/.
 #include "core/compare/reference_data.h"
 
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -82,43 +91,118 @@ SequenceReference compute_sequence(const RowConfig& row, const std::string& dige
   return r;
 }
 
-// Binary cache file: a header line, then each vector as (int64 size, doubles).
+// Cache file (kcpbench-ref/2): the magic line, a header with the key the file was made for (row
+// digest, seed, sequence, reference version, the element count of every field) and a checksum
+// of the payload, then the payload: each field's doubles in fields() order. A file that does not
+// match its key, is cut short, is longer, or fails the checksum is reported in one warning line
+// naming the file and why, recomputed and rewritten.
 std::vector<std::vector<double>*> fields(SequenceReference& r) {
   return {&r.o, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.ht, &r.dh0, &r.dA_log, &r.ddt_bias};
 }
-constexpr const char* kCacheMagic = "kcpbench-ref/1";
+constexpr int kFields = 10;
+constexpr char kCacheMagic[] = "kcpbench-ref/2\n";
+constexpr size_t kMagicBytes = sizeof(kCacheMagic) - 1;
+// Bump when reference/ changes the numbers it computes: files of another version are recomputed.
+constexpr int64_t kReferenceVersion = 1;
 constexpr int64_t kMaxCachedBytes = int64_t(256) << 20;  // per sequence
 
-bool load(const std::string& path, SequenceReference& r) {
+struct CacheHeader {
+  char digest[64] = {};  // the row digest (hex), zero padded
+  uint64_t seed = 0;
+  int64_t seq = 0;
+  int64_t version = kReferenceVersion;
+  int64_t counts[kFields] = {};
+  uint64_t checksum = 0;  // payload_checksum of the payload
+};
+
+// FNV-1a over 64-bit words: each step is a bijection of the state for a given word, so a change
+// in any one word of the payload always changes the checksum.
+uint64_t payload_checksum(SequenceReference& r) {
+  uint64_t h = 1469598103934665603ull;
+  for (auto* v : fields(r))
+    for (double d : *v) {
+      uint64_t w;
+      std::memcpy(&w, &d, sizeof(w));
+      h = (h ^ w) * 1099511628211ull;
+    }
+  return h;
+}
+
+// Loads a cache file made for `key`. Returns false with why empty when there is no file, with
+// why set when the file cannot be used.
+bool load(const std::string& path, const CacheHeader& key, SequenceReference& r, std::string& why) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;
   std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::string magic;
-  std::getline(f, magic);
-  if (magic != kCacheMagic) return false;
-  for (auto* v : fields(r)) {
-    int64_t n = 0;
-    if (!f.read(reinterpret_cast<char*>(&n), sizeof(n)) || n < 0 || n > (int64_t(1) << 40)) return false;
-    v->resize(static_cast<size_t>(n));
-    if (!f.read(reinterpret_cast<char*>(v->data()), n * int64_t(sizeof(double)))) return false;
+  if (!f) {
+    why = fmt::format("cannot be opened ({})", std::strerror(errno));
+    return false;
+  }
+  char magic[kMagicBytes] = {};
+  if (!f.read(magic, kMagicBytes) || std::memcmp(magic, kCacheMagic, kMagicBytes) != 0) {
+    why = "not a kcpbench-ref/2 file (another format or version of kcpbench)";
+    return false;
+  }
+  CacheHeader h;
+  if (!f.read(reinterpret_cast<char*>(&h), sizeof(h))) {
+    why = "short read (the header is cut off)";
+    return false;
+  }
+  const std::string have(h.digest, strnlen(h.digest, sizeof(h.digest))), want(key.digest, strnlen(key.digest, sizeof(key.digest)));
+  if (have != want) why = fmt::format("made for row digest {}, not {}", have.substr(0, 16), want.substr(0, 16));
+  else if (h.seed != key.seed) why = fmt::format("made for seed {}, not {}", h.seed, key.seed);
+  else if (h.seq != key.seq) why = fmt::format("made for sequence {}, not {}", h.seq, key.seq);
+  else if (h.version != key.version) why = fmt::format("made by reference version {}, not {}", h.version, key.version);
+  else if (!std::equal(h.counts, h.counts + kFields, key.counts))
+    why = fmt::format("element counts [{}] differ from the row's [{}]", fmt::join(h.counts, h.counts + kFields, ", "),
+                      fmt::join(key.counts, key.counts + kFields, ", "));
+  if (!why.empty()) return false;
+  int64_t payload = 0;
+  auto fs = fields(r);
+  for (int i = 0; i < kFields; ++i) {
+    fs[i]->resize(static_cast<size_t>(key.counts[i]));
+    payload += key.counts[i] * int64_t(sizeof(double));
+  }
+  int64_t got = 0;
+  for (auto* v : fs) {
+    f.read(reinterpret_cast<char*>(v->data()), static_cast<std::streamsize>(v->size() * sizeof(double)));
+    got += f.gcount();
+    if (!f) {
+      why = fmt::format("short read ({} of {} payload bytes)", got, payload);
+      return false;
+    }
+  }
+  if (f.peek() != std::char_traits<char>::eof()) {
+    why = "longer than its header says";
+    return false;
+  }
+  if (payload_checksum(r) != h.checksum) {
+    why = "checksum mismatch (damaged)";
+    return false;
   }
   return true;
 }
 
-void store(const std::string& path, SequenceReference& r) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp." + std::to_string(reinterpret_cast<uintptr_t>(&r));
+void store(const std::string& path, CacheHeader key, SequenceReference& r) {
+  static std::atomic<int> counter{0};
+  const std::string tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), counter++);
+  key.checksum = payload_checksum(r);
   {
     std::ofstream f(tmp, std::ios::binary);
-    if (!f) return;  // the cache is an optimisation: an unwritable cache only costs time
-    f << kCacheMagic << "\n";
-    for (auto* v : fields(r)) {
-      const int64_t n = static_cast<int64_t>(v->size());
-      f.write(reinterpret_cast<const char*>(&n), sizeof(n));
-      f.write(reinterpret_cast<const char*>(v->data()), n * int64_t(sizeof(double)));
+    if (!f) return;  // the folder was usable when the run began; the cache only saves time
+    f.write(kCacheMagic, kMagicBytes);
+    f.write(reinterpret_cast<const char*>(&key), sizeof(key));
+    for (auto* v : fields(r)) f.write(reinterpret_cast<const char*>(v->data()), std::streamsize(v->size() * sizeof(double)));
+    if (!f.flush()) {
+      f.close();
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      return;
     }
   }
+  std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
 }
 
 size_t expected_size(const RowConfig& row, int seq, int which) {
@@ -136,6 +220,41 @@ size_t expected_size(const RowConfig& row, int seq, int which) {
     default: return row.dt_bias ? HV * gw : 0;
   }
 }
+CacheHeader cache_key(const RowConfig& row, const std::string& digest, int seq) {
+  CacheHeader h;
+  std::memcpy(h.digest, digest.data(), std::min(digest.size(), sizeof(h.digest)));
+  h.seed = row.seed;
+  h.seq = seq;
+  for (int i = 0; i < kFields; ++i) h.counts[i] = static_cast<int64_t>(expected_size(row, seq, i));
+  return h;
+}
+
+// The cache folder if it can be created and written, else "" after one warning line per folder
+// and process (not per row or sequence): the run goes on without a cache.
+std::string usable_cache_dir(const std::string& dir) {
+  if (dir.empty()) return dir;
+  static std::mutex mutex;
+  static std::map<std::string, bool> checked;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = checked.find(dir); it != checked.end()) return it->second ? dir : "";
+  std::string why;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    why = ec ? fmt::format("it cannot be created: {}", ec.message()) : "it is not a folder";
+  } else {
+    const std::string probe = fmt::format("{}/.kcpbench-probe-{}", dir, ::getpid());
+    std::FILE* f = std::fopen(probe.c_str(), "wb");
+    if (!f) why = fmt::format("a file cannot be created in it: {}", std::strerror(errno));
+    else {
+      std::fclose(f);
+      std::filesystem::remove(probe, ec);
+    }
+  }
+  checked[dir] = why.empty();
+  if (!why.empty()) log::warn("FP64 reference cache folder {} cannot be used ({}); running without a reference cache", dir, why);
+  return why.empty() ? dir : "";
+}
 }  // namespace
 
 struct ReferenceCache::Impl {
@@ -147,7 +266,8 @@ struct ReferenceCache::Impl {
   std::map<int, std::shared_ptr<const SequenceReference>> done;
   std::map<int, bool> running;
   double seconds = 0;
-  Impl(const RowConfig& r, std::string d, std::string c, int t) : row(r), digest(std::move(d)), dir(std::move(c)), threads(t) {}
+  Impl(const RowConfig& r, std::string d, std::string c, int t)
+      : row(r), digest(std::move(d)), dir(usable_cache_dir(c)), threads(t) {}
 };
 
 ReferenceCache::ReferenceCache(const RowConfig& row, std::string digest, std::string cache_dir, int threads)
@@ -170,11 +290,10 @@ std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq) {
   auto r = std::make_shared<SequenceReference>();
   const std::string path =
       m.dir.empty() ? "" : fmt::format("{}/{}-seed{}-seq{}.bin", m.dir, m.digest.substr(0, 16), m.row.seed, seq);
-  bool loaded = !path.empty() && load(path, *r);
-  if (loaded) {
-    auto fs = fields(*r);
-    for (int i = 0; i < int(fs.size()); ++i) loaded = loaded && fs[i]->size() == expected_size(m.row, seq, i);
-  }
+  const CacheHeader key = cache_key(m.row, m.digest, seq);
+  std::string why;
+  const bool loaded = !path.empty() && load(path, key, *r, why);
+  if (!why.empty()) log::warn("FP64 reference cache file {}: {}; recomputing it", path, why);
   double secs = 0;
   if (!loaded) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -190,8 +309,10 @@ std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq) {
     // Long sequences are not cached: an int3 sequence's FP64 gradients take gigabytes, more disk
     // than recomputing them costs time.
     int64_t bytes = 0;
+    std::error_code ec;
     for (auto* v : fields(*r)) bytes += static_cast<int64_t>(v->size() * sizeof(double));
-    if (!path.empty() && bytes <= kMaxCachedBytes) store(path, *r);
+    if (!path.empty() && bytes <= kMaxCachedBytes) store(path, key, *r);
+    else if (!why.empty()) std::filesystem::remove(path, ec);  // too large to store again: no stale file
   }
   int64_t t0 = 0;
   for (int s = 0; s < seq; ++s) t0 += m.row.seqlens[s];

@@ -2,8 +2,10 @@
 // reference problem, so a rank computes only the sequences its tokens touch, and the threads
 // of one process (the local launch mode) share one computation per sequence through
 // ReferenceCache. Results are cached on disk by row digest and seed (a cache directory of
-// binary files; sequences over 256 MiB of results are not stored); a file that does not match the
-// expected sizes is recomputed.
+// binary files; sequences over 256 MiB of results are not stored). Each file carries the key it
+// was made for and a checksum of its contents: a file of another key, cut short or damaged is
+// recomputed and rewritten with one warning line naming it and why. A cache folder that cannot be
+// created or written gets one warning line per process and the run goes on without a cache.
 #pragma once
 
 #include <cstdint>

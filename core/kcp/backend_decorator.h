@@ -35,6 +35,7 @@ class BackendDecorator : public kernels::Backend {
   void download(float* d, const float* s, int64_t n, const kernels::Exec& e) const override { inner_.download(d, s, n, e); }
   std::unique_ptr<kernels::PhaseTimer> make_timer() const override { return inner_.make_timer(); }
   std::string device_name() const override { return inner_.device_name(); }
+  int64_t device_memory_bytes() const override { return inner_.device_memory_bytes(); }
 
  protected:
   const kernels::Backend& inner_;

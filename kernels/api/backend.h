@@ -107,6 +107,9 @@ class Backend {
   virtual std::unique_ptr<PhaseTimer> make_timer() const = 0;
   // Human-readable device description ("cpu (2 threads)", "NVIDIA H200 (132 SMs)").
   virtual std::string device_name() const = 0;
+  // Bytes of memory of the device the backend computes on, for the memory check before a run
+  // (core/plan/memory_estimate.h); 0 = unknown or not a device (the CPU twin computes in host memory).
+  virtual int64_t device_memory_bytes() const { return 0; }
 };
 
 }  // namespace kcp::kernels

@@ -310,6 +310,12 @@ class CudaBackend final : public Backend {
   }
   std::unique_ptr<PhaseTimer> make_timer() const override { return std::make_unique<CudaTimer>(device_); }
   std::string device_name() const override { return name_; }
+  int64_t device_memory_bytes() const override {
+    bind();
+    size_t free_bytes = 0, total_bytes = 0;
+    KCP_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return static_cast<int64_t>(total_bytes);
+  }
 
  private:
   struct Entry {

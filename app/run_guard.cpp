@@ -1,0 +1,119 @@
+#include "app/run_guard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "core/comm/mpi_communicator.h"
+#include "core/plan/memory_estimate.h"
+#include "core/util/error.h"
+#include "core/util/log.h"
+
+namespace kcp::app {
+
+int64_t parse_bytes(const std::string& text, const char* option) {
+  if (text == "auto") return -1;
+  size_t used = 0;
+  double v = -1;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  if (unit.ends_with("iB")) unit.resize(unit.size() - 2);
+  else if (unit.ends_with("B")) unit.resize(unit.size() - 1);
+  static const std::string units = "KMGTP";
+  const size_t u = unit.size() == 1 ? units.find(unit[0]) : std::string::npos;
+  KCP_REQUIRE(used > 0 && v >= 0 && std::isfinite(v) && (unit.empty() || u != std::string::npos),
+              "{}: expected a byte count (like 64G, 512MiB or 1000000) or 'auto', got \"{}\"", option, text);
+  const double bytes = v * std::pow(1024.0, u == std::string::npos ? 0 : double(u + 1));
+  KCP_REQUIRE(bytes < 9.2e18, "{}: {} bytes do not fit in 64 bits", option, text);
+  return static_cast<int64_t>(bytes);
+}
+
+int64_t host_memory_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("MemAvailable:", 0) == 0) return std::atoll(line.c_str() + 13) * 1024;  // "MemAvailable: N kB"
+  return 0;
+}
+
+namespace {
+
+// Processes of this launch on this host (mpirun's environment; 1 without one).
+int local_processes() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
+  return 1;
+}
+
+void check_hang(const RunOptions& opt, const RunGuard& guard) {
+  if (opt.fault.kind != FaultKind::Hang) return;
+  KCP_REQUIRE(guard.deadline > 0,
+              "--inject hang needs a finite --deadline: the injected hang lasts until the deadline aborts the run, and "
+              "--deadline {} sets none (give one, e.g. --deadline 30)",
+              guard.deadline);
+  log::warn("--inject hang: one rank hangs until the deadline of {} s{} aborts the run with exit code 5", guard.deadline,
+            guard.deadline_given ? "" : " (the default; --deadline SECONDS shortens it)");
+}
+
+void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
+                  const RunGuard& guard) {
+  const int64_t host_flag = parse_bytes(guard.max_host_mem, "--max-host-mem");
+  const int64_t device_flag = parse_bytes(guard.max_device_mem, "--max-device-mem");
+  const int procs = guard.use_mpi ? local_processes() : 1;
+  const int64_t host_avail = host_flag >= 0 ? host_flag : host_memory_available() / procs;
+  const int64_t device_avail = device_flag >= 0 ? device_flag : backend.device_memory_bytes();
+  const std::string host_source =
+      host_flag >= 0 ? "--max-host-mem"
+      : procs > 1    ? fmt::format("MemAvailable in /proc/meminfo, shared by the {} processes of this host", procs)
+                     : "MemAvailable in /proc/meminfo";
+  const std::string device_source = device_flag >= 0 ? "--max-device-mem" : fmt::format("{} memory", backend.device_name());
+  const bool device_is_host = std::string(backend.name()) == "cpu";
+  const int hw = std::max(1u, std::thread::hardware_concurrency());
+  for (const SelectedRow& sr : rows) {
+    const RowConfig& row = *sr.row;
+    MemoryRequest req;
+    req.plan.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
+    req.plan.sm_count = opt.sm_count;
+    req.forced_P = opt.forced_P;
+    if (opt.use_row_forced) req.forced_P.insert(req.forced_P.end(), row.forms.forced_P.begin(), row.forms.forced_P.end());
+    req.device_is_host = device_is_host;
+    req.backend = &backend;
+    req.spare_workspace = opt.fault.kind == FaultKind::WorkspaceOfOtherPackage;
+    if (guard.use_mpi) {
+      if (row.world != mpi_world_size()) continue;  // recorded as skipped by the run
+      req.ranks = {mpi_world_rank()};
+      req.reference_threads = std::max(1, guard.threads);  // as run_in_world gives the reference
+    } else {
+      req.reference_threads = hw;
+    }
+    const MemoryEstimate e = estimate_memory(row, req);
+    const char* per = guard.use_mpi ? " in this rank's process" : " in this process (its ranks are threads)";
+    if (host_avail > 0 && e.host_bytes > host_avail)
+      KCP_THROW(ConfigError,
+                "row {} needs {} bytes ({}) of host memory{} and {} bytes ({}) are available ({}); --max-host-mem "
+                "BYTES overrides the check (kcpbench plan shows the estimate)",
+                row.name, e.host_bytes, human_bytes(e.host_bytes), per, host_avail, human_bytes(host_avail), host_source);
+    if (device_avail > 0 && e.device_bytes > device_avail)
+      KCP_THROW(ConfigError,
+                "row {} needs {} bytes ({}) of device memory{} and the device has {} bytes ({}; {}); "
+                "--max-device-mem BYTES overrides the check (kcpbench plan shows the estimate)",
+                row.name, e.device_bytes, human_bytes(e.device_bytes), per, device_avail, human_bytes(device_avail),
+                device_source);
+  }
+}
+
+}  // namespace
+
+void check_before_run(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
+                      const RunGuard& guard) {
+  check_hang(opt, guard);
+  check_memory(rows, opt, backend, guard);
+}
+
+}  // namespace kcp::app

@@ -1,0 +1,266 @@
+// The memory estimate of a row (see memory_estimate.h for what is counted and why).
+#include "core/plan/memory_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "core/kcp/kcp_engine.h"
+#include "core/kcp/rank_exchange.h"
+#include "core/kcp/rank_result.h"
+#include "core/util/error.h"
+
+namespace kcp {
+
+namespace {
+// a `sign` b, or ConfigError naming the row when either is negative or the result overflows.
+template <class Op>
+int64_t checked(int64_t a, int64_t b, Op overflows, const char* sign, const std::string& row, const char* what) {
+  int64_t r = 0;
+  if (a < 0 || b < 0 || overflows(a, b, &r))
+    KCP_THROW(ConfigError, "row {}: the memory of {} does not fit in 64 bits ({} {} {}): the row is too large to run",
+              row, what, a, sign, b);
+  return r;
+}
+}  // namespace
+
+int64_t checked_mul(int64_t a, int64_t b, const std::string& row, const char* what) {
+  return checked(a, b, [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); }, "x", row, what);
+}
+
+int64_t checked_add(int64_t a, int64_t b, const std::string& row, const char* what) {
+  return checked(a, b, [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); }, "+", row, what);
+}
+
+std::string human_bytes(int64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = double(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+namespace {
+
+constexpr int64_t kFloat = 4, kDouble = 8;
+// Binary, shared libraries, allocator arenas and thread stacks of a kcpbench process: peak RSS is
+// 7 MiB for `plan` and 23 MiB for the smallest int1 run (A2, one rank); 48 MiB leaves room for
+// the per-thread allocator arenas of more ranks.
+constexpr int64_t kFixedBytes = int64_t(48) << 20;
+// The FP64 reference's checkpoint windows (reference/detail.h Tuning: window 64, at most 256
+// checkpoints per work item before it switches to two levels of about sqrt(windows) each).
+constexpr int64_t kRefWindow = 64, kRefMaxCheckpoints = 256;
+
+// Sums of sizes, every step checked and named.
+struct Sizer {
+  const std::string& row;
+  int64_t mul(std::initializer_list<int64_t> f, const char* what) const {
+    int64_t r = 1;
+    for (int64_t x : f) r = checked_mul(r, x, row, what);
+    return r;
+  }
+  int64_t add(std::initializer_list<int64_t> f, const char* what) const {
+    int64_t r = 0;
+    for (int64_t x : f) r = checked_add(r, x, row, what);
+    return r;
+  }
+};
+
+// Elements per token of a Token result tensor (heads x width, width 0 meaning 1).
+int64_t per_token(const RowConfig& row, ResultTensor t) {
+  const auto [heads, width] = token_dims(row, t);
+  return heads * std::max<int64_t>(width, 1);
+}
+
+// Elements per token of the inputs q, k, v, g, beta, dO.
+int64_t input_per_token(const RowConfig& row) {
+  const int64_t gw = row.op == Op::Kda ? row.K : 1;
+  return 2 * int64_t(row.H) * row.K + 2 * int64_t(row.HV) * row.V + int64_t(row.HV) * gw + row.HV;
+}
+
+// Host bytes of a rank's input shard (core/inputs/inputs.h): the token tensors of its range and,
+// when the row has them, h0 / dht of every global sequence.
+int64_t shard_bytes(const RowConfig& row, int64_t tokens, const Sizer& s) {
+  const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
+  const int64_t nseq = static_cast<int64_t>(row.seqlens.size());
+  const int64_t states = (row.initial_state ? 1 : 0) + (row.dht ? 1 : 0);
+  return s.mul({kFloat, s.add({s.mul({tokens, input_per_token(row)}, "the input shard"),
+                               s.mul({states, nseq, HVKV}, "the input states"), 2 * int64_t(row.HV) * row.K},
+                              "the input shard")},
+               "the input shard");
+}
+
+// Host bytes of the FP64 reference of one sequence as ReferenceCache holds it.
+int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, const Sizer& s) {
+  const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
+  int64_t tok = 0;
+  for (ResultTensor t : {ResultTensor::o, ResultTensor::dq, ResultTensor::dk, ResultTensor::dv, ResultTensor::dg,
+                         ResultTensor::dbeta})
+    tok += per_token(row, t);
+  const int64_t gw = row.op == Op::Kda ? row.K : 1;
+  return s.mul({kDouble, s.add({s.mul({len, tok}, "the FP64 reference"), HVKV, row.initial_state ? HVKV : 0,
+                                int64_t(row.HV) * (1 + gw)},
+                               "the FP64 reference")},
+               "the FP64 reference");
+}
+
+// Host bytes the FP64 reference computation of one sequence uses besides its results: the
+// sequence's inputs as float (make_inputs) and as double, the prepared per-token arrays
+// (reference/detail.h Prepared) and the checkpointed states of the work items running at once
+// (at most one per thread and value head, each over all of K x V).
+int64_t reference_work_bytes(const RowConfig& row, int64_t len, int threads, const Sizer& s) {
+  const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
+  const int64_t gw = row.op == Op::Kda ? row.K : 1;
+  const int64_t nseq = static_cast<int64_t>(row.seqlens.size());
+  const int64_t states = (row.initial_state ? 1 : 0) + (row.dht ? 1 : 0);
+  const int64_t in_f = s.mul({kFloat, s.add({s.mul({len, input_per_token(row)}, "the reference inputs"),
+                                            s.mul({states, nseq, HVKV}, "the reference inputs")},
+                                           "the reference inputs")},
+                             "the reference inputs");
+  const int64_t in_d = s.mul({kDouble, s.add({s.mul({len, input_per_token(row)}, "the reference inputs"),
+                                             s.mul({states, HVKV}, "the reference inputs")},
+                                            "the reference inputs")},
+                             "the reference inputs");
+  int64_t prep_per_token = int64_t(row.H) + int64_t(row.HV) * gw;  // qk, dec
+  if (row.qk_l2norm) prep_per_token += 2 * int64_t(row.H) * row.K + 2 * int64_t(row.H);
+  const int64_t prepared = s.mul({kDouble, len, prep_per_token}, "the reference's prepared arrays");
+  const int64_t windows = (len + kRefWindow - 1) / kRefWindow;
+  const int64_t seg = int64_t(std::ceil(std::sqrt(double(windows))));
+  const int64_t ckpt = windows <= kRefMaxCheckpoints ? windows : seg + (windows + seg - 1) / seg;
+  const int64_t items = std::min<int64_t>(std::max(threads, 1), row.HV);
+  const int64_t checkpoints =
+      s.mul({kDouble, items, ckpt + 4, int64_t(row.K), int64_t(row.V)}, "the reference's checkpoints");
+  return s.add({in_f, in_d, prepared, checkpoints}, "the FP64 reference's working set");
+}
+
+// One form's arrays on one rank (core/kcp/form_buffers.cpp), in bytes; saved / ws out.
+int64_t form_bytes(const RowConfig& row, const RankPlan& rp, int world, SavedKind kind, const MemoryRequest& req,
+                   const Sizer& s, int64_t& saved_out, int64_t& ws_out) {
+  const kernels::Problem p = kernel_problem(row);
+  const int64_t T = rp.tokens(), NT = rp.chunks, S = static_cast<int64_t>(rp.segments.size()),
+                N = static_cast<int64_t>(rp.pieces.size());
+  const int64_t HV = row.HV, K = row.K, V = row.V, gw = row.op == Op::Kda ? row.K : 1;
+  // The kernel API's sizes (kernels/api/tensors.h) multiply unchecked: their largest products,
+  // with room for the ~20 arrays they add up and the alignment, must fit first.
+  const int64_t widest = std::max<int64_t>({K, V, p.chunk, gw});
+  s.mul({T, HV, widest, 64}, "the workspace");
+  s.mul({NT + S + N + 1, HV, K, std::max(K, V), 64}, "the workspace");
+  kernels::LayoutView L;  // the counts are all the sizes read (no tables: a huge row has billions of chunks)
+  L.T = T;
+  L.n_chunks = NT;
+  L.n_pieces = static_cast<int32_t>(N);
+  L.n_segments = static_cast<int32_t>(S);
+  const int64_t scratch = req.backend ? req.backend->extra_workspace_floats(p, L) : 0;
+  const int64_t saved = kernels::saved_sizes(p, L, kind).total_floats();
+  const int64_t ws = kernels::workspace_sizes(p, L, scratch).total_floats() * (req.spare_workspace ? 2 : 1);
+  const int64_t HVKV = HV * K * V;
+  const int64_t inputs = s.add({s.mul({T, input_per_token(row)}, "the form's inputs"), row.A_log ? HV : 0,
+                                row.dt_bias ? HV * gw : 0, s.mul({(row.initial_state ? 1 : 0) + (row.dht ? 1 : 0), N, HVKV}, "the form's inputs")},
+                               "the form's inputs");
+  int64_t results = 0;
+  for (int i = 0; i < kResultTensorCount; ++i) {
+    const ResultTensor t = result_tensor(i);
+    if (place_of(t) == TensorPlace::Token) results = s.add({results, s.mul({T, per_token(row, t)}, "the results")}, "the results");
+    if (place_of(t) == TensorPlace::State) results = s.add({results, s.mul({N, HVKV}, "the results")}, "the results");
+    if (place_of(t) == TensorPlace::Param && row_has(row, t)) results += t == ResultTensor::ddt_bias ? HV * gw : HV;
+  }
+  const SummaryBlock block = summary_block(p);
+  // send and gathered blocks, the incoming state and exit gradient, and the fold's start states.
+  const bool sends_fwd = !rp.pieces.empty() && rp.pieces.back().to_next_rank;
+  const bool receives = !rp.pieces.empty() && rp.pieces.front().from_prev_rank;
+  const int64_t fold_states = 2 + (row.initial_state && receives ? 1 : 0) + (row.dht && sends_fwd ? 1 : 0);
+  const int64_t exchange =
+      s.add({s.mul({int64_t(world) + 1, block.floats()}, "the exchange"), fold_states * HVKV}, "the exchange");
+  saved_out = s.mul({kFloat, saved}, "the saved set");
+  ws_out = s.mul({kFloat, ws}, "the workspace");
+  return s.mul({kFloat, s.add({inputs, saved, ws, results, exchange}, "the form's arrays")}, "the form's arrays");
+}
+
+// Host bytes of a rank's reference slice (core/compare/compare.h RankReference) and of its
+// downloaded results, host exchange buffers and comparison scratch.
+void rank_host_bytes(const RowConfig& row, const RankPlan& rp, int world, const Sizer& s, int64_t& reference,
+                     int64_t& results) {
+  const int64_t T = rp.tokens(), N = static_cast<int64_t>(rp.pieces.size());
+  const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
+  int64_t tok = 0;
+  for (int i = 0; i < kResultTensorCount; ++i)
+    if (place_of(result_tensor(i)) == TensorPlace::Token) tok += per_token(row, result_tensor(i));
+  const int64_t states = (row.final_state ? 1 : 0) + (row.initial_state ? 1 : 0);
+  const int64_t elems = s.add({s.mul({T, tok}, "the reference slice"), s.mul({states, N, HVKV}, "the reference slice")},
+                              "the reference slice");
+  reference = s.mul({kDouble, elems}, "the reference slice");
+  const int64_t block = int64_t(row.HV) * row.K * (row.K + row.V);
+  results = s.add({s.mul({kFloat, elems}, "the downloaded results"), s.mul({kFloat, int64_t(world) + 1, block}, "the exchange"),
+                   s.mul({4, T}, "the comparison")},
+                  "the downloaded results");
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
+  const Sizer s{row.name};
+  MemoryEstimate e;
+  e.row = row.name;
+  e.fixed = kFixedBytes;
+  const SegmentPlan planned = make_plan(row, req.plan);
+  // The largest form: the planned schedule or a forced one (more segments), with the full saved
+  // set (a light-only run needs slightly less).
+  std::vector<SegmentPlan> plans{planned};
+  for (int P : std::set<int>(req.forced_P.begin(), req.forced_P.end())) {
+    if (P <= 0 || !forced_p_unfit_reason(planned, P).empty()) continue;
+    PlanRequest fr = req.plan;
+    fr.forced_P = P;
+    plans.push_back(make_plan(row, fr));
+  }
+  const SavedKind kind = SavedKind::Full;
+
+  std::vector<int> ranks = req.ranks;
+  if (ranks.empty())
+    for (int r = 0; r < planned.world; ++r) ranks.push_back(r);
+  std::set<int> seqs;
+  int64_t prepare = 0, forms = 0, device = 0;
+  for (int r : ranks) {
+    KCP_CHECK(r >= 0 && r < planned.world, "rank {} of a world of {}", r, planned.world);
+    const RankPlan& rp = planned.ranks[r];
+    RankMemory m;
+    m.rank = r;
+    m.inputs = shard_bytes(row, rp.tokens(), s);
+    rank_host_bytes(row, rp, planned.world, s, m.reference, m.host_results);
+    for (const SegmentPlan& pl : plans) {
+      int64_t saved = 0, ws = 0;
+      const int64_t f = form_bytes(row, pl.ranks[r], pl.world, kind, req, s, saved, ws);
+      if (f > m.form_arrays) {
+        m.form_arrays = f;
+        m.saved_set = saved;
+        m.workspace = ws;
+      }
+    }
+    for (const Piece& pc : rp.pieces) seqs.insert(pc.seq);
+    prepare = s.add({prepare, m.inputs, m.reference}, "the row");
+    forms = s.add({forms, m.inputs, m.reference, m.host_results, req.device_is_host ? m.form_arrays : 0}, "the row");
+    device = s.add({device, req.device_is_host ? 0 : m.form_arrays}, "the row");
+    e.ranks.push_back(m);
+  }
+  // The sequences the process's ranks touch are all held until every rank has its slice; as
+  // many are computed at once as there are ranks (each at most one), the longest ones counted.
+  std::vector<int64_t> lens;
+  for (int q : seqs) {
+    e.sequences = s.add({e.sequences, sequence_reference_bytes(row, row.seqlens[q], s)}, "the FP64 reference");
+    lens.push_back(row.seqlens[q]);
+  }
+  std::sort(lens.rbegin(), lens.rend());
+  const size_t at_once = std::min(lens.size(), ranks.size());
+  for (size_t i = 0; i < at_once; ++i)
+    e.reference_work =
+        s.add({e.reference_work, reference_work_bytes(row, lens[i], req.reference_threads, s)}, "the FP64 reference");
+  e.phase_prepare = s.add({prepare, e.sequences, e.reference_work}, "the row");
+  e.phase_forms = forms;
+  e.host_bytes = s.add({e.fixed, std::max(e.phase_prepare, e.phase_forms)}, "the row");
+  e.device_bytes = device;
+  return e;
+}
+
+}  // namespace kcp

@@ -1,0 +1,226 @@
+// Whole-program tests of kcpbench's guards against its own failure modes: a damaged or unwritable
+// FP64 reference cache, a hang injected without a finite deadline, a row too large for the memory
+// at hand.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "e2e_util.h"
+
+namespace {
+std::string tmp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+}  // namespace
+
+namespace {
+std::vector<std::filesystem::path> cache_files(const std::string& dir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& f : std::filesystem::directory_iterator(dir))
+    if (f.path().extension() == ".bin") files.push_back(f.path());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  return nlohmann::json::parse(f);
+}
+// Overwrites 8 bytes in the middle of a file (inside the payload), keeping its size.
+void corrupt(const std::filesystem::path& file) {
+  const auto size = std::filesystem::file_size(file);
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(size / 2));
+  const char junk[8] = {'\x7f', '\x7f', '\x7f', '\x7f', '\x7f', '\x7f', '\x7f', '\x7f'};
+  f.write(junk, sizeof(junk));
+}
+const char* kD1 = "-q run --rows int1 --row D1 --package det --saved full --no-det-checks --cache ";
+}  // namespace
+
+// A cache file damaged in place (same size) is detected by its checksum, reported in one line
+// naming the file, recomputed and rewritten: the run gives the metrics of an undamaged run.
+TEST(Guard, ACorruptedReferenceCacheFileIsRecomputedWithAWarning) {
+  const std::string cache = tmp("guard_refcache"), a = tmp("guard_a.json"), b = tmp("guard_b.json"),
+                    c = tmp("guard_c.json");
+  std::filesystem::remove_all(cache);
+  const CmdResult first = run_kcpbench(kD1 + cache + " --json " + a);
+  ASSERT_EQ(first.code, 0) << first.out;
+  EXPECT_EQ(first.out.find("warning"), std::string::npos) << first.out;
+  const auto files = cache_files(cache);
+  ASSERT_EQ(files.size(), 2u) << "one file per sequence";
+  const auto size = std::filesystem::file_size(files[1]);
+  corrupt(files[1]);
+  ASSERT_EQ(std::filesystem::file_size(files[1]), size);
+
+  const CmdResult second = run_kcpbench(kD1 + cache + " --json " + b);
+  ASSERT_EQ(second.code, 0) << second.out;
+  EXPECT_EQ(count(second.out, "warning:"), 1u) << second.out;
+  EXPECT_NE(second.out.find("warning: FP64 reference cache file " + files[1].string() +
+                            ": checksum mismatch (damaged); recomputing it"),
+            std::string::npos)
+      << second.out;
+  EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
+
+  // It was rewritten: the next run loads it silently.
+  const CmdResult third = run_kcpbench(kD1 + cache + " --json " + c);
+  ASSERT_EQ(third.code, 0) << third.out;
+  EXPECT_EQ(third.out.find("warning"), std::string::npos) << third.out;
+  EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(c)["entries"][0]["tensors"]);
+}
+
+// Each cache file holds the key it was made for: a file copied under another sequence's name, a
+// truncated file and a file of the old format are each recomputed with a warning naming why.
+TEST(Guard, ACacheFileOfAnotherKeyOrCutShortIsRecomputed) {
+  const std::string cache = tmp("guard_refcache_key"), a = tmp("guard_key_a.json"), b = tmp("guard_key_b.json");
+  std::filesystem::remove_all(cache);
+  ASSERT_EQ(run_kcpbench(kD1 + cache + " --json " + a).code, 0);
+  auto files = cache_files(cache);
+  ASSERT_EQ(files.size(), 2u);
+  ASSERT_NE(files[0].string().find("-seq0.bin"), std::string::npos);
+  std::filesystem::copy_file(files[0], files[1], std::filesystem::copy_options::overwrite_existing);
+  CmdResult r = run_kcpbench(kD1 + cache + " --json " + b);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count(r.out, "warning:"), 1u) << r.out;
+  EXPECT_NE(r.out.find("cache file " + files[1].string() + ": made for sequence 0, not 1"), std::string::npos) << r.out;
+  EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
+
+  std::filesystem::resize_file(files[0], std::filesystem::file_size(files[0]) / 2);
+  r = run_kcpbench(kD1 + cache + " --json " + b);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("cache file " + files[0].string() + ": short read"), std::string::npos) << r.out;
+  EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
+
+  std::ofstream(files[0], std::ios::binary) << "kcpbench-ref/1\n" << std::string(64, '\0');
+  r = run_kcpbench(kD1 + cache + " --json " + b);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("cache file " + files[0].string() + ": not a kcpbench-ref/2 file"), std::string::npos) << r.out;
+  EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
+}
+
+// A cache folder that cannot be written costs one warning per run (not one per sequence or row)
+// and the run goes on without a cache.
+TEST(Guard, AnUnwritableCacheFolderWarnsOnceAndTheRunGoesOn) {
+  const std::string file = tmp("guard_cache_is_a_file");
+  std::ofstream(file) << "not a folder\n";
+  const CmdResult r = run_kcpbench("-q run --rows int1 --row D1 --row B1 --package det --saved full --no-det-checks "
+                                   "--cache " + file);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(count(r.out, "warning:"), 1u) << r.out;
+  EXPECT_NE(r.out.find("warning: FP64 reference cache folder " + file + " cannot be used ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("); running without a reference cache"), std::string::npos) << r.out;
+  const CmdResult sub = run_kcpbench(std::string(kD1) + file + "/sub");
+  EXPECT_EQ(sub.code, 0) << sub.out;
+  EXPECT_EQ(count(sub.out, "warning:"), 1u) << sub.out;
+
+}
+
+// A read-only folder: root writes into any folder, so as root the run drops to user nobody.
+TEST(Guard, AReadOnlyCacheFolderWarnsOnceAndTheRunGoesOn) {
+  const bool root = geteuid() == 0;
+  if (root && std::system("setpriv --reuid=65534 --regid=65534 --clear-groups true") != 0)
+    GTEST_SKIP() << "running as root without setpriv: a read-only folder is writable";
+  const std::string ro = tmp("guard_cache_read_only");
+  std::filesystem::remove_all(ro);
+  std::filesystem::create_directories(ro);
+  std::filesystem::permissions(ro, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec |
+                                       std::filesystem::perms::others_read | std::filesystem::perms::others_exec);
+  const std::string as_user = root ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  const CmdResult rr = run_command(as_user + KCPBENCH_EXE + " " + kD1 + ro);
+  std::filesystem::permissions(ro, std::filesystem::perms::owner_all);
+  EXPECT_EQ(rr.code, 0) << rr.out;
+  EXPECT_EQ(count(rr.out, "warning:"), 1u) << rr.out;
+  EXPECT_NE(rr.out.find("warning: FP64 reference cache folder " + ro + " cannot be used (a file cannot be created in "
+                        "it: Permission denied); running without a reference cache"),
+            std::string::npos)
+      << rr.out;
+}
+
+// A hang lasts until the deadline aborts it: without one (--deadline 0) it would last forever,
+// so it is refused before anything runs. (`timeout` keeps a regression from hanging the suite.)
+TEST(Guard, AHangWithoutADeadlineIsRefused) {
+  const CmdResult r = run_command(std::string("timeout 60 ") + KCPBENCH_EXE +
+                                  " -q run --rows int1 --row A1 --package det --saved full --cache none --inject hang "
+                                  "--deadline 0");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--inject hang needs a finite --deadline"), std::string::npos) << r.out;
+}
+
+// With the default deadline (an hour) the run warns how long the hang lasts before anything runs;
+// with an explicit one it says that one.
+TEST(Guard, AHangWarnsHowLongItLastsBeforeTheDeadlineAbortsIt) {
+  const CmdResult d = run_command(std::string("timeout 5 ") + KCPBENCH_EXE +
+                                  " -q run --rows int1 --row A1 --package det --saved full --cache none --inject hang");
+  EXPECT_EQ(d.code, 124) << d.out;  // still hanging when timeout ends it
+  EXPECT_EQ(count(d.out, "warning: --inject hang"), 1u) << d.out;
+  EXPECT_NE(d.out.find("until the deadline of 3600 s (the default; --deadline SECONDS shortens it) aborts the run "
+                       "with exit code 5"),
+            std::string::npos)
+      << d.out;
+  const CmdResult e = run_kcpbench("-q run --rows int1 --row A1 --package det --saved full --cache none --inject hang "
+                                   "--deadline 2");
+  EXPECT_EQ(e.code, 5) << e.out;
+  EXPECT_NE(e.out.find("until the deadline of 2 s aborts the run with exit code 5"), std::string::npos) << e.out;
+}
+
+namespace {
+// One sequence of 2^40 tokens: petabytes of inputs alone.
+std::string huge_row_file() {
+  const std::string rows = tmp("guard_huge_row.json");
+  std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "huge", "rows": [
+    {"name": "Z1", "op": "gdn", "H": 4, "HV": 8, "K": 128, "V": 128, "seqlens": [1099511627776], "world": 2,
+     "forms": {"packages": ["nondet"], "saved": ["full"]}}]})";
+  return rows;
+}
+}  // namespace
+
+// A row that needs more memory than there is is refused before anything is allocated, naming the
+// row, what it needs and what is available; `plan` shows the same estimate.
+TEST(Guard, ARowTooLargeForThisMachineIsRefusedBeforeItRunsAndPlanShowsIt) {
+  const std::string rows = huge_row_file();
+  const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json");
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  const nlohmann::json j = nlohmann::json::parse(plan.out);
+  const int64_t need = j[0]["memory"]["host_bytes"].get<int64_t>();
+  EXPECT_GT(need, int64_t(1) << 50) << j[0]["memory"].dump();  // over a PiB
+  EXPECT_EQ(j[0]["memory"]["fits"], false);
+  EXPECT_GT(j[0]["memory"]["ranks"][1]["form_arrays"].get<int64_t>(), int64_t(1) << 45);
+  const CmdResult table = run_kcpbench("plan --rows " + rows);
+  EXPECT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("  memory: host "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("`run` refuses it"), std::string::npos) << table.out;
+
+  const CmdResult r = run_kcpbench("-q run --rows " + rows + " --cache none");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("row Z1 needs " + std::to_string(need) + " bytes ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of host memory in this process"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("are available (MemAvailable in /proc/meminfo)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("bad_alloc"), std::string::npos) << r.out;
+}
+
+// --max-host-mem says how much there is: below an int1 row's need the row is refused, above it
+// runs; a bad value is a command-line error.
+TEST(Guard, MaxHostMemOverridesTheAvailableMemory) {
+  const std::string quick = "-q run --rows int1 --row A1 --package nondet --saved full --cache none ";
+  const CmdResult small = run_kcpbench(quick + "--max-host-mem 1M");
+  EXPECT_EQ(small.code, 2) << small.out;
+  EXPECT_NE(small.out.find("row A1 needs "), std::string::npos) << small.out;
+  EXPECT_NE(small.out.find("and 1048576 bytes (1.0 MiB) are available (--max-host-mem)"), std::string::npos) << small.out;
+  EXPECT_EQ(run_kcpbench(quick + "--max-host-mem 64GiB").code, 0);
+  EXPECT_EQ(run_kcpbench(quick + "--max-host-mem auto").code, 0);
+  const CmdResult bad = run_kcpbench(quick + "--max-host-mem lots");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--max-host-mem: expected a byte count"), std::string::npos) << bad.out;
+  const CmdResult help = run_kcpbench("run --help");
+  EXPECT_NE(help.out.find("--max-host-mem"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--max-device-mem"), std::string::npos) << help.out;
+}

@@ -1,0 +1,130 @@
+// The memory estimate of a row (core/plan/memory_estimate.h): its form arrays are exactly what
+// FormBuffers allocates on every rank of every int1 row, its host terms follow the shapes, and a
+// size beyond 64 bits is an error naming the row, not a wrapped number.
+#include "core/plan/memory_estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "core/config/row_loader.h"
+#include "core/inputs/inputs.h"
+#include "core/kcp/form_buffers.h"
+#include "core/kcp/kcp_engine.h"
+#include "core/util/error.h"
+#include "kernels/cpu/cpu_backend.h"
+
+using namespace kcp;
+
+namespace {
+RowConfig gdn_row(std::vector<int64_t> seqlens, int world) {
+  RowConfig r;
+  r.name = "M1";
+  r.H = 2;
+  r.HV = 4;
+  r.K = 64;
+  r.V = 32;
+  r.seqlens = std::move(seqlens);
+  r.world = world;
+  r.plan_device = "cpu";
+  return r;
+}
+MemoryRequest request(const RowConfig& row) {
+  MemoryRequest q;
+  q.plan.device = row.plan_device.empty() ? "h200" : row.plan_device;
+  return q;
+}
+std::string error_of(const RowConfig& row) {
+  try {
+    estimate_memory(row, request(row));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// Every rank of every int1 row: the estimate's form arrays (full saved set, planned schedule)
+// are the bytes FormBuffers allocates for that form on the CPU twin.
+TEST(MemoryEstimate, FormArraysAreWhatFormBuffersAllocatesForEveryInt1Row) {
+  const RowSet set = load_row_set(std::string(KCP_TEST_SOURCE_DIR) + "/configs/rows/int1.json");
+  const auto backend = kernels::make_cpu_backend();
+  for (const RowConfig& row : set.rows) {
+    MemoryRequest req = request(row);
+    req.backend = backend.get();
+    const MemoryEstimate e = estimate_memory(row, req);
+    const SegmentPlan plan = make_plan(row, req.plan);
+    ASSERT_EQ(e.ranks.size(), size_t(row.world)) << row.name;
+    for (const RankPlan& rp : plan.ranks) {
+      const RowInputs shard = make_inputs(row, set.row_digests[row.index], rp.global_begin, rp.global_end);
+      const kernels::RankLayout layout = kernel_layout(rp);
+      const FormBuffers buf(*backend, row, rp, plan.world, shard, kernel_problem(row), layout.view(), SavedKind::Full, {});
+      EXPECT_EQ(e.ranks[rp.rank].form_arrays, buf.bytes()) << row.name << " rank " << rp.rank;
+      EXPECT_EQ(e.ranks[rp.rank].saved_set, int64_t(sizeof(float)) * buf.saved_arena().size()) << row.name;
+      EXPECT_EQ(e.ranks[rp.rank].workspace, int64_t(sizeof(float)) * buf.workspace_arena().size()) << row.name;
+      // The shard as generated (the estimate adds a few floats of gate parameters at most).
+      const int64_t shard_bytes = int64_t(sizeof(float)) * int64_t(shard.q.size() + shard.k.size() + shard.v.size() +
+                                                                   shard.g.size() + shard.beta.size() + shard.dO.size() +
+                                                                   shard.h0.size() + shard.dht.size());
+      EXPECT_GE(e.ranks[rp.rank].inputs, shard_bytes) << row.name;
+      EXPECT_LE(e.ranks[rp.rank].inputs, shard_bytes + 2 * 4 * row.HV * row.K) << row.name;
+    }
+  }
+}
+
+// The host terms by hand for one small row: 1000 tokens of GDN, H 2, HV 4, K 64, V 32, W 1.
+TEST(MemoryEstimate, HostTermsFollowTheShapes) {
+  const RowConfig row = gdn_row({600, 400}, 1);
+  const MemoryEstimate e = estimate_memory(row, request(row));
+  ASSERT_EQ(e.ranks.size(), 1u);
+  const int64_t T = 1000, per_token_in = 2 * 2 * 64 + 2 * 4 * 32 + 4 + 4;  // q k | v dO | g | beta
+  EXPECT_EQ(e.ranks[0].inputs, 4 * (T * per_token_in + 2 * 4 * 64));
+  const int64_t per_token_out = 4 * 32 + 2 * 2 * 64 + 4 * 32 + 4 + 4;  // o | dq dk | dv | dg | dbeta
+  EXPECT_EQ(e.ranks[0].reference, 8 * T * per_token_out);
+  // Both sequences' FP64 results (plus ht of each) are held while the rank takes its slice.
+  EXPECT_EQ(e.sequences, 8 * (T * per_token_out + 2 * (4 * 64 * 32 + 4 * 2)));
+  EXPECT_EQ(e.host_bytes, e.fixed + std::max(e.phase_prepare, e.phase_forms));
+  EXPECT_EQ(e.phase_forms, e.ranks[0].inputs + e.ranks[0].reference + e.ranks[0].host_results + e.ranks[0].form_arrays);
+  EXPECT_EQ(e.device_bytes, 0) << "the CPU twin's arrays are host memory";
+
+  // On a GPU the form arrays move to the device; one rank of an mpirun holds only its own.
+  MemoryRequest gpu = request(row);
+  gpu.device_is_host = false;
+  const MemoryEstimate g = estimate_memory(row, gpu);
+  EXPECT_EQ(g.device_bytes, e.ranks[0].form_arrays);
+  EXPECT_EQ(g.phase_forms, e.phase_forms - e.ranks[0].form_arrays);
+  const RowConfig two = gdn_row({600, 400}, 2);
+  MemoryRequest one_rank = request(two);
+  one_rank.ranks = {1};
+  const MemoryEstimate all = estimate_memory(two, request(two)), mine = estimate_memory(two, one_rank);
+  ASSERT_EQ(mine.ranks.size(), 1u);
+  EXPECT_EQ(mine.ranks[0].rank, 1);
+  EXPECT_LT(mine.host_bytes, all.host_bytes);
+}
+
+// Doubling every sequence about doubles the need (the token terms dominate).
+TEST(MemoryEstimate, GrowsWithTheTokens) {
+  const RowConfig a = gdn_row({1 << 20}, 2), b = gdn_row({1 << 21}, 2);
+  const MemoryEstimate ea = estimate_memory(a, request(a)), eb = estimate_memory(b, request(b));
+  EXPECT_NEAR(double(eb.host_bytes - eb.fixed) / double(ea.host_bytes - ea.fixed), 2.0, 0.05);
+}
+
+// Sizes past 64 bits are refused naming the row (checked multiplication), never wrapped.
+TEST(MemoryEstimate, OverflowIsAnErrorNamingTheRow) {
+  RowConfig huge = gdn_row({int64_t(1) << 40}, 1);
+  EXPECT_EQ(error_of(huge), "") << "2^40 tokens fit in 64 bits";
+  EXPECT_GT(estimate_memory(huge, request(huge)).host_bytes, int64_t(1) << 50);
+  huge.seqlens = {int64_t(1) << 58};
+  huge.HV = 64;
+  huge.H = 64;
+  huge.K = huge.V = 256;
+  const std::string why = error_of(huge);
+  EXPECT_NE(why.find("row M1: the memory of "), std::string::npos) << why;
+  EXPECT_NE(why.find("does not fit in 64 bits"), std::string::npos) << why;
+  EXPECT_THROW(checked_mul(std::numeric_limits<int64_t>::max() / 2 + 1, 2, "X", "y"), ConfigError);
+  EXPECT_THROW(checked_add(std::numeric_limits<int64_t>::max(), 1, "X", "y"), ConfigError);
+  EXPECT_EQ(checked_mul(int64_t(1) << 31, int64_t(1) << 31, "X", "y"), int64_t(1) << 62);
+  EXPECT_EQ(human_bytes(3 * (int64_t(1) << 50)), "3.0 PiB");
+  EXPECT_EQ(human_bytes(512), "512 B");
+}
