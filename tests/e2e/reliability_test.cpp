@@ -83,3 +83,36 @@ TEST(Reliability, BadRowFilesExitTwoNamingTheProblem) {
       {"list --rows " + dir, dir + ": is a directory, not a row file"},
   });
 }
+
+TEST(Reliability, BadOptionValuesExitTwoNamingFlagAndValue) {
+  const std::string run = "run --rows int1 --row A1 --cache none ";
+  expect_exit_two({
+      {"plan --rows int1 --row A1 --sm-count 0", "--sm-count: Value 0 not in range 1 to 4096"},
+      {"plan --rows int1 --row A1 --sm-count -1", "--sm-count: Value -1 not in range 1 to 4096"},
+      {run + "--sm-count 0", "--sm-count: Value 0 not in range 1 to 4096"},
+      {run + "--deadline -1", "--deadline: expected a finite number of seconds >= 0, got \"-1\""},
+      {run + "--deadline nan", "--deadline: expected a finite number of seconds >= 0, got \"nan\""},
+      {run + "--deadline inf", "--deadline: expected a finite number of seconds >= 0, got \"inf\""},
+      {run + "--threads 0", "--threads: Value 0 not in range 1 to 1024"},
+      {run + "--threads 100000", "--threads: Value 100000 not in range 1 to 1024"},
+      {"calibrate --rows int1 --row A1 --threads 0", "--threads: Value 0 not in range 1 to 1024"},
+      {"plan --rows int1 --row A1 --world 0", "--world: Value 0 not in range 1 to 4096"},
+      {"plan --rows int1 --row A1 --P 0", "--P: Value 0 not in range 1 to 64"},
+      {run + "--inject-rank 1", "--inject-rank requires --inject"},
+      {run + "--inject hang --inject-rank -2", "--inject-rank: Value -2 not in range 0 to 4095"},
+      {run + "--sweep-P 1,,2", "--sweep-P: empty element in the comma list \"1,,2\""},
+      {run + "--P planned,", "--P: empty element in the comma list \"planned,\""},
+      {run + "--package ,det", "--package: empty element in the comma list \",det\""},
+      {"-q -v list", "--quiet excludes --verbose"},
+      {"list -q -v", "--quiet excludes --verbose"},
+  });
+}
+
+// -q and -v belong to kcpbench but may also be written after the subcommand.
+TEST(Reliability, QuietWorksAfterTheSubcommand) {
+  const std::string out = tmp("quiet.json");
+  const CmdResult r = run_kcpbench("run --rows int1 --row A2 --package det --saved full --P planned --cache none -q --json " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("wrote " + out), std::string::npos) << "-q after run must silence info lines:\n" << r.out;
+  EXPECT_EQ(run_kcpbench("plan --rows int1 --row A1 -v").code, 0);
+}
