@@ -116,3 +116,15 @@ TEST(Reliability, QuietWorksAfterTheSubcommand) {
   EXPECT_EQ(r.out.find("wrote " + out), std::string::npos) << "-q after run must silence info lines:\n" << r.out;
   EXPECT_EQ(run_kcpbench("plan --rows int1 --row A1 -v").code, 0);
 }
+
+// --deadline 0.05 used to be reported as "deadline of 0 s"; a deadline below the watchdog's
+// 200 ms poll must still fire, and soon.
+TEST(Reliability, ASmallDeadlineFiresAndIsReportedAsGiven) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const CmdResult r = run_kcpbench("-q run --rows int1 --row A1 --package det --saved full --P planned --cache none "
+                                   "--inject hang --deadline 0.05");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.code, 5) << r.out;
+  EXPECT_NE(r.out.find("deadline of 0.05 s passed: row A1"), std::string::npos) << r.out;
+  EXPECT_LT(s, 30.0);
+}
