@@ -128,3 +128,17 @@ TEST(Reliability, ASmallDeadlineFiresAndIsReportedAsGiven) {
   EXPECT_NE(r.out.find("deadline of 0.05 s passed: row A1"), std::string::npos) << r.out;
   EXPECT_LT(s, 30.0);
 }
+
+// --inject-rank 7 on a 2-rank row: the entry says that rank does not exist (it used to give a
+// fault-specific reason, "needs a rank that cuts a piece").
+TEST(Reliability, AnInjectRankTheRowDoesNotHaveIsNamedInTheEntry) {
+  const std::string out = tmp("rank7.json");
+  const CmdResult r = run_kcpbench("run --rows int1 --row A1 --package det --saved full --P planned --cache none "
+                                   "--inject drop-segment-entry --inject-rank 7 --json " + out);
+  std::ifstream in(out);
+  const json j = json::parse(in);
+  ASSERT_EQ(j["entries"].size(), 1u) << r.out;
+  EXPECT_EQ(j["entries"][0]["status"], "skip");
+  EXPECT_EQ(j["entries"][0]["reason"], "--inject-rank 7 is not a rank of row A1 (W = 2: ranks 0..1)");
+  EXPECT_NE(r.out.find("A1 det/full/planned: skipped: --inject-rank 7 is not a rank of row A1"), std::string::npos) << r.out;
+}
