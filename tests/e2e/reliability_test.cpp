@@ -1,5 +1,6 @@
-// Bad inputs a demanding user tried: every one is refused with exit 2 and a message naming the
-// flag or JSON path and the value as given, never truncated, wrapped or silently accepted.
+// Bad inputs a demanding user tried (docs/reliability.md lists each with its exit code and
+// message): every one is refused with exit 2 and a message naming the flag or JSON path and the
+// value as given, never truncated, wrapped or silently accepted.
 #include <gtest/gtest.h>
 
 #include <chrono>
