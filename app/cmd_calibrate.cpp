@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "app/cli_checks.h"
 #include "app/commands.h"
 #include "core/comm/mpi_communicator.h"
 #include "core/compare/budget.h"
@@ -36,7 +37,8 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
   sub->add_option("--k", o->k, "Multiplier of the twin's error in the budget formula")->capture_default_str();
   sub->add_flag("--write", o->write, "Write the budgets into the row file (atomically, other fields kept)");
   sub->add_flag("--check", o->check, "Exit 1 unless the row file holds exactly the budgets calibrate derives");
-  sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks)");
+  sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks)")
+      ->check(CLI::Range(1, kMaxThreads));
   sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables)");
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/run_guard.h"
 #include "core/config/row_loader.h"
@@ -66,9 +67,9 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
   sub->add_option("--row", o->row, "Only these rows (names or globs like 'A*'); repeatable");
   sub->add_option("--device", o->device, "Device class to plan for: h100, h200, b200, gb300, cpu (default: the "
                                          "row's plan_device, else h200)");
-  sub->add_option("--sm-count", o->sm_count, "Override the device class's SM count");
-  sub->add_option("--world", o->world, "World size W (default: the row's world)");
-  sub->add_option("--P", o->P, "Force this segment count on every rank (default: planned)");
+  sub->add_option("--sm-count", o->sm_count, "Override the device class's SM count")->check(CLI::Range(1, kMaxSmCount));
+  sub->add_option("--world", o->world, "World size W (default: the row's world)")->check(CLI::Range(1, kMaxWorld));
+  sub->add_option("--P", o->P, "Force this segment count on every rank (default: planned)")->check(CLI::Range(1, kMaxP));
   sub->add_flag("--json", o->json, "Print JSON (one plan per row) instead of text");
   sub->add_flag("--segments", o->segments, "Include every segment's token range");
   return [sub, o, &g]() -> int {

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/deadline_watchdog.h"
 #include "app/run_guard.h"
@@ -193,15 +194,19 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
       ->capture_default_str();
   sub->add_option("--row", o->row, "Only these rows (names or globs like 'K*'); repeatable");
-  sub->add_option("--package", o->package, "Packages to run: det, nondet (comma list; default: the row's)");
-  sub->add_option("--saved", o->saved, "Saved sets to run: full, light (comma list; default: the row's)");
+  sub->add_option("--package", o->package, "Packages to run: det, nondet (comma list; default: the row's)")
+      ->check(comma_list());
+  sub->add_option("--saved", o->saved, "Saved sets to run: full, light (comma list; default: the row's)")
+      ->check(comma_list());
   sub->add_option("--P", o->P, "Schedules: 'planned' and/or forced segment counts, e.g. --P planned,2,4 "
-                               "(default: planned plus the row's forms.forced_P)");
+                               "(default: planned plus the row's forms.forced_P)")
+      ->check(comma_list());
   sub->add_option("--sweep-P", o->sweep_P, "Sweep the segment count: run every row at each P forced on all its ranks "
                                            "(the row's forced_rule does not apply) plus the planned P, one entry "
                                            "each; a P a rank cannot take is a skip entry. LIST: 1,2,4,8 or "
                                            "1:64:pow2 (also A:B, A:B:STEP) or auto (powers of two up to the "
-                                           "largest P a rank can take, plus the planned P)");
+                                           "largest P a rank can take, plus the planned P)")
+      ->check(comma_list());
   sub->add_option("--backend", o->backend, "cpu (the fp32 CPU twin), cuda, or auto (cuda when a GPU is present)")
       ->capture_default_str();
   sub->add_option("--comm", o->comm, "local (ranks as threads), mpi, nccl (device buffers, one GPU per rank; "
@@ -209,16 +214,22 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
       ->capture_default_str();
   sub->add_option("--device", o->device, "Device class for planning rows without plan_device: h100, h200, b200, "
                                          "gb300, cpu")->capture_default_str();
-  sub->add_option("--sm-count", o->sm_count, "Override the planning class's SM count");
-  sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks, at least 1)");
+  sub->add_option("--sm-count", o->sm_count, "Override the planning class's SM count")->check(CLI::Range(1, kMaxSmCount));
+  sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks, at least 1)")
+      ->check(CLI::Range(1, kMaxThreads));
   sub->add_option("--json", o->json, "Write the results JSON (kcpbench.results/1) to this path");
-  sub->add_option("--inject", o->inject, "Inject a fault to prove the harness catches it: drop-segment-entry, "
-                                         "drop-rank-incoming, skip-output-tile, saved-to-other-package, "
-                                         "workspace-of-other-package, hang (needs a finite --deadline)")->capture_default_str();
+  auto* inject = sub->add_option("--inject", o->inject, "Inject a fault to prove the harness catches it: "
+                                                        "drop-segment-entry, drop-rank-incoming, skip-output-tile, "
+                                                        "saved-to-other-package, workspace-of-other-package, hang "
+                                                        "(needs a finite --deadline)")->capture_default_str();
   sub->add_option("--deadline", o->deadline, "Seconds one row may take on a rank before the run is aborted with "
                                              "exit code 5, naming rank, row and phase (0: no deadline; refused with --inject hang)")
-      ->capture_default_str();
-  sub->add_option("--inject-rank", o->inject_rank, "Rank that takes the fault (default: the last rank that can)");
+      ->capture_default_str()
+      ->check(seconds_at_least_zero());
+  sub->add_option("--inject-rank", o->inject_rank, "Rank that takes the fault (default: the last rank that can; a "
+                                                   "row without this rank records its entries as skipped)")
+      ->check(CLI::Range(0, kMaxWorld - 1))
+      ->needs(inject);
   sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables; default "
                                        "$XDG_CACHE_HOME/kcpbench or ~/.cache/kcpbench)");
   sub->add_option("--dump", o->dump, "Write inputs, FP64 reference and backend outputs/gradients of the selected "

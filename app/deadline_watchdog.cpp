@@ -1,5 +1,7 @@
 #include "app/deadline_watchdog.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -12,9 +14,12 @@ namespace kcp::app {
 
 DeadlineWatchdog::DeadlineWatchdog(double seconds) : seconds_(seconds) {
   if (seconds_ <= 0) return;
-  thread_ = std::thread([this] {
+  // Poll every 200 ms, or four times per deadline when it is shorter, so that a deadline below
+  // the poll period fires close to when it passes (at least 1 ms between polls).
+  const auto poll = std::chrono::duration<double>(std::clamp(seconds_ / 4, 1e-3, 0.2));
+  thread_ = std::thread([this, poll] {
     while (!stop_.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::this_thread::sleep_for(poll);
       const auto now = std::chrono::steady_clock::now();
       const std::vector<RankPhase> phases = rank_phases();
       bool expired = false;
@@ -23,7 +28,7 @@ DeadlineWatchdog::DeadlineWatchdog(double seconds) : seconds_(seconds) {
       if (!expired) continue;
       // Every rank of this process says where it is: the one stuck elsewhere is the culprit.
       for (const RankPhase& p : phases)
-        std::fprintf(stderr, "kcpbench: error: [r%d] deadline of %.0f s passed: row %s has run %.1f s; in phase '%s' for %.1f s\n",
+        std::fprintf(stderr, "kcpbench: error: [r%d] deadline of %g s passed: row %s has run %.1f s; in phase '%s' for %.1f s\n",
                      p.rank, seconds_, p.row.c_str(), std::chrono::duration<double>(now - p.row_started).count(),
                      p.phase.c_str(), std::chrono::duration<double>(now - p.since).count());
       std::fprintf(stderr, "kcpbench: error: aborting the communicators (exit code 5)\n");

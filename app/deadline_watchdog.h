@@ -11,7 +11,9 @@ namespace kcp::app {
 
 class DeadlineWatchdog {
  public:
-  explicit DeadlineWatchdog(double seconds);  // <= 0: no watchdog
+  // <= 0: no watchdog. Any positive deadline fires (polled every min(200 ms, seconds / 4), at
+  // least 1 ms apart) and is printed as given (%g: "deadline of 0.05 s").
+  explicit DeadlineWatchdog(double seconds);
   ~DeadlineWatchdog();
 
  private:

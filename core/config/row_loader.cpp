@@ -12,9 +12,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "core/plan/segment_plan.h"
 #include "core/util/error.h"
@@ -37,6 +39,89 @@ std::string type_name(const json& v) {
   return "an object";
 }
 
+// "must be in [lo, hi], got v" with v as written in the file; the widest bounds read as ">= lo" or
+// "at most hi" (hi is then the type's limit: the value does not fit in 64 bits).
+template <class Int>
+std::string range_error(Int lo, Int hi, const json& v) {
+  const bool below = v.is_number_integer() && !v.is_number_unsigned() && std::cmp_less(v.get<int64_t>(), lo);
+  if (hi == std::numeric_limits<Int>::max() && lo != std::numeric_limits<Int>::min())
+    return below ? fmt::format("must be >= {}, got {}", lo, v.dump()) : fmt::format("must be at most {}, got {}", hi, v.dump());
+  return fmt::format("must be in [{}, {}], got {}", lo, hi, v.dump());
+}
+
+// Reads an integer JSON value into Int when it lies in [lo, hi]. nlohmann holds an integer as
+// int64 (negative) or uint64; both are compared exactly, so nothing is truncated or wrapped.
+template <class Int>
+bool read_int(const json& v, Int lo, Int hi, Int& out, std::string& why) {
+  if (!v.is_number_integer()) {
+    why = "expected an integer, got " + type_name(v);
+    return false;
+  }
+  const auto in = [&](auto x) { return std::cmp_greater_equal(x, lo) && std::cmp_less_equal(x, hi); };
+  if (v.is_number_unsigned() ? !in(v.get<uint64_t>()) : !in(v.get<int64_t>())) {
+    why = range_error(lo, hi, v);
+    return false;
+  }
+  out = v.is_number_unsigned() ? static_cast<Int>(v.get<uint64_t>()) : static_cast<Int>(v.get<int64_t>());
+  return true;
+}
+
+// Overflow-checked 64-bit arithmetic: false when the result does not fit.
+bool add_ok(int64_t a, int64_t b, int64_t& out) { return !__builtin_add_overflow(a, b, &out); }
+bool mul_ok(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
+
+// Finds duplicate keys while nlohmann parses (it would keep the last one silently), naming each
+// by its JSON path: "rows[1].H: duplicate key \"H\" ...".
+class DuplicateKeyFinder {
+ public:
+  explicit DuplicateKeyFinder(std::vector<std::string>& errors) : errors_(errors) {}
+  bool operator()(int /*depth*/, json::parse_event_t ev, json& parsed) {
+    using E = json::parse_event_t;
+    switch (ev) {
+      case E::object_start:
+      case E::array_start: {
+        std::string path = child_path();
+        stack_.push_back({ev == E::array_start, 0, std::move(path), {}, {}});
+        break;
+      }
+      case E::object_end:
+      case E::array_end:
+        stack_.pop_back();
+        break;
+      case E::key: {
+        Frame& f = stack_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second)
+          errors_.push_back(fmt::format("{}: duplicate key \"{}\" (a JSON parser keeps only the last one; remove one)",
+                                        child_path(), f.key));
+        break;
+      }
+      case E::value:
+        if (!stack_.empty() && stack_.back().array) ++stack_.back().next;
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool array = false;
+    size_t next = 0;  // arrays: index of the next element
+    std::string path;
+    std::set<std::string> keys;
+    std::string key;  // objects: the last key read
+  };
+  // The path of the value about to be read (an object's member or an array's element).
+  std::string child_path() {
+    if (stack_.empty()) return "";
+    Frame& f = stack_.back();
+    if (f.array) return fmt::format("{}[{}]", f.path, f.next++);
+    return f.path.empty() ? f.key : f.path + "." + f.key;
+  }
+  std::vector<std::string>& errors_;
+  std::vector<Frame> stack_;
+};
+
 // The keys each kind of object accepts: one list per kind, used by the ObjectReader that parses
 // it (to reject unknown keys and to name the known ones) and by accepted_keys().
 const std::vector<std::string> kRowSetKeys = {"schema", "name", "description", "defaults", "rows"};
@@ -53,13 +138,25 @@ const std::vector<std::string> kTensorBudgetKeys = {"max_abs", "rel_rms"};
 // unknown, and collecting every problem instead of stopping at the first. Reading a key that is
 // not in `keys`, or finishing (report_unknown) without having read every key of `keys`, is a
 // loader bug (InvariantError): the list and the reads cannot drift apart.
+//
+// Every key whose value could not be read (wrong type, out of range, missing) is added to
+// `unread` as its full path ("rows[0].H"), so that validate_row skips the checks that would judge
+// the default the field kept instead: one type error never hides the row's other errors, and
+// never invents new ones.
 class ObjectReader {
  public:
-  ObjectReader(const json& obj, std::string path, std::vector<std::string>& errors, const std::vector<std::string>& keys)
-      : obj_(obj), path_(std::move(path)), errors_(errors), keys_(keys) {}
+  ObjectReader(const json& obj, std::string path, std::vector<std::string>& errors, const std::vector<std::string>& keys,
+               std::set<std::string>* unread = nullptr)
+      : obj_(obj), path_(std::move(path)), errors_(errors), keys_(keys), unread_(unread) {}
 
   std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
-  void error(const std::string& key, const std::string& msg) { errors_.push_back(at(key) + ": " + msg); }
+  void mark_unread(const std::string& key) {
+    if (unread_) unread_->insert(at(key));
+  }
+  void error(const std::string& key, const std::string& msg) {
+    mark_unread(key);
+    errors_.push_back(at(key) + ": " + msg);
+  }
   const json* find(const std::string& key) {
     KCP_CHECK(std::find(keys_.begin(), keys_.end(), key) != keys_.end(),
               "the loader reads key \"{}\" at \"{}\", which its key list does not hold", key, path_);
@@ -77,16 +174,16 @@ class ObjectReader {
     if (!v->is_string()) return error(key, "expected a string, got " + type_name(*v));
     out = v->get<std::string>();
   }
+  // An integer in [lo, hi], read as 64-bit and checked before it is narrowed to Int.
   template <class Int>
-  void get_int(const std::string& key, Int& out, bool required = false) {
+  void get_int(const std::string& key, Int& out, Int lo, Int hi, bool required = false) {
     const json* v = find(key);
     if (!v) {
       if (required) error(key, "required integer is missing");
       return;
     }
-    if (!(v->is_number_integer() || v->is_number_unsigned()))
-      return error(key, "expected an integer, got " + type_name(*v));
-    out = v->get<Int>();
+    std::string why;
+    if (!read_int(*v, lo, hi, out, why)) error(key, why);
   }
   void get_double(const std::string& key, double& out) {
     const json* v = find(key);
@@ -100,7 +197,9 @@ class ObjectReader {
     if (!v->is_boolean()) return error(key, "expected true or false, got " + type_name(*v));
     out = v->get<bool>();
   }
-  void get_int_array(const std::string& key, std::vector<int64_t>& out, bool required = false) {
+  // An array of integers, each in [lo, hi] (checked before narrowing to Int).
+  template <class Int>
+  void get_int_array(const std::string& key, std::vector<Int>& out, Int lo, Int hi, bool required = false) {
     const json* v = find(key);
     if (!v) {
       if (required) error(key, "required array of integers is missing");
@@ -109,12 +208,14 @@ class ObjectReader {
     if (!v->is_array()) return error(key, "expected an array of integers, got " + type_name(*v));
     out.clear();
     for (size_t i = 0; i < v->size(); ++i) {
-      const json& e = (*v)[i];
-      if (!(e.is_number_integer() || e.is_number_unsigned())) {
-        errors_.push_back(fmt::format("{}[{}]: expected an integer, got {}", at(key), i, type_name(e)));
+      Int x{};
+      std::string why;
+      if (!read_int((*v)[i], lo, hi, x, why)) {
+        mark_unread(key);
+        errors_.push_back(fmt::format("{}[{}]: {}", at(key), i, why));
         continue;
       }
-      out.push_back(e.get<int64_t>());
+      out.push_back(x);
     }
   }
   template <class E>
@@ -146,6 +247,7 @@ class ObjectReader {
       size_t before = errors_.size();
       r.get_enum("x", e, table);
       if (errors_.size() != before) {  // rewrite "....x: msg" to name the element itself
+        mark_unread(key);
         std::string& m = errors_.back();
         auto pos = m.find(".x: ");
         if (pos != std::string::npos) m.erase(pos, 2);
@@ -178,6 +280,7 @@ class ObjectReader {
   std::string path_;
   std::vector<std::string>& errors_;
   const std::vector<std::string>& keys_;  // one of the k*Keys lists (static lifetime)
+  std::set<std::string>* unread_;         // may be null: nobody asks which keys were unread
   std::set<std::string> used_;
 };
 
@@ -202,21 +305,22 @@ const char* name_of(const std::vector<std::pair<const char*, E>>& table, E e) {
   return "?";
 }
 
-RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::string>& errors) {
+RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::string>& errors,
+                    std::set<std::string>& unread) {
   RowConfig row;
-  ObjectReader r(obj, path, errors, kRowKeys);
+  ObjectReader r(obj, path, errors, kRowKeys, &unread);
   r.get_string("name", row.name, true);
   r.get_string("description", row.description);
   r.get_enum("op", row.op, kOps);
   if (!obj.contains("op")) r.error("op", "required (gdn or kda) is missing");
-  r.get_int("H", row.H, true);
-  r.get_int("HV", row.HV, true);
-  r.get_int("K", row.K, true);
-  r.get_int("V", row.V, true);
-  r.get_int_array("seqlens", row.seqlens, true);
-  r.get_int("world", row.world);
-  r.get_int_array("rank_tokens", row.rank_tokens);
-  r.get_int("chunk", row.chunk);
+  r.get_int("H", row.H, 1, kMaxHeads, true);
+  r.get_int("HV", row.HV, 1, kMaxHeads, true);
+  r.get_int("K", row.K, 1, kMaxHeadDim, true);
+  r.get_int("V", row.V, 1, kMaxHeadDim, true);
+  r.get_int_array("seqlens", row.seqlens, int64_t{0}, INT64_MAX, true);
+  r.get_int("world", row.world, 1, kMaxWorld);
+  r.get_int_array("rank_tokens", row.rank_tokens, int64_t{1}, INT64_MAX);
+  r.get_int("chunk", row.chunk, 1, kMaxChunk);
   r.get_enum("dtype", row.dtype, kDtypes);
   r.get_double("scale", row.scale);
   r.get_bool("qk_l2norm", row.qk_l2norm);
@@ -227,10 +331,10 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
   r.get_bool("initial_state", row.initial_state);
   r.get_bool("final_state", row.final_state);
   r.get_bool("dht", row.dht);
-  r.get_int("seed", row.seed);
+  r.get_int("seed", row.seed, uint64_t{0}, UINT64_MAX);
   r.get_string("plan_device", row.plan_device);
   if (const json* in = r.object("inputs")) {
-    ObjectReader ri(*in, r.at("inputs"), errors, kInputsKeys);
+    ObjectReader ri(*in, r.at("inputs"), errors, kInputsKeys, &unread);
     ri.get_enum("keys", row.inputs.keys, kKeys);
     ri.get_double("gate_strength", row.inputs.gate_strength);
     ri.get_double("gate_mask_p", row.inputs.gate_mask_p);
@@ -238,17 +342,15 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
     ri.report_unknown();
   }
   if (const json* fo = r.object("forms")) {
-    ObjectReader rf(*fo, r.at("forms"), errors, kFormsKeys);
+    ObjectReader rf(*fo, r.at("forms"), errors, kFormsKeys, &unread);
     rf.get_enum_list("packages", row.forms.packages, kPackages);
     rf.get_enum_list("saved", row.forms.saved, kSaved);
-    std::vector<int64_t> fp;
-    rf.get_int_array("forced_P", fp);
-    for (auto p : fp) row.forms.forced_P.push_back(static_cast<int>(p));
+    rf.get_int_array("forced_P", row.forms.forced_P, 1, kMaxP);
     rf.get_enum("forced_rule", row.forms.forced_rule, kRules);
     rf.report_unknown();
   }
   if (const json* bu = r.object("budgets")) {
-    ObjectReader rb(*bu, r.at("budgets"), errors, kBudgetsKeys);
+    ObjectReader rb(*bu, r.at("budgets"), errors, kBudgetsKeys, &unread);
     rb.get_string("source", row.budget_source);
     if (const json* te = rb.object("tensors")) {
       for (auto it = te->begin(); it != te->end(); ++it) {
@@ -297,9 +399,15 @@ std::map<std::string, std::vector<std::string>> accepted_keys() {
 const char* to_string(KeyDist v) { return name_of(kKeys, v); }
 const char* to_string(ForcedRule v) { return name_of(kRules, v); }
 
-std::vector<std::string> validate_row(const RowConfig& row, const std::string& p) {
+std::vector<std::string> validate_row(const RowConfig& row, const std::string& p, const std::set<std::string>& unread) {
   std::vector<std::string> e;
   auto bad = [&](const std::string& field, const std::string& msg) { e.push_back(p + "." + field + ": " + msg); };
+  // Were these fields read? A check that needs an unread field would judge its default instead.
+  auto read = [&](std::initializer_list<const char*> fields) {
+    for (const char* f : fields)
+      if (unread.count(p + "." + f)) return false;
+    return true;
+  };
   if (!row.name.empty()) {
     bool ok = !row.name.empty() && std::isupper(static_cast<unsigned char>(row.name[0]));
     size_t i = 0;
@@ -308,22 +416,29 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
     for (size_t j = i; j < row.name.size(); ++j) ok = ok && std::isdigit(static_cast<unsigned char>(row.name[j]));
     if (!ok) bad("name", "expected a family letter (up to 3 capitals) and a number like \"A4\" or \"KC2\", got \"" + row.name + "\"");
   }
-  if (row.H <= 0) bad("H", fmt::format("must be positive, got {}", row.H));
-  if (row.HV <= 0) bad("HV", fmt::format("must be positive, got {}", row.HV));
-  if (row.H > 0 && row.HV > 0 && row.HV % row.H != 0)
+  if (read({"H"}) && row.H <= 0) bad("H", fmt::format("must be positive, got {}", row.H));
+  if (read({"HV"}) && row.HV <= 0) bad("HV", fmt::format("must be positive, got {}", row.HV));
+  if (read({"H", "HV"}) && row.H > 0 && row.HV > 0 && row.HV % row.H != 0)
     bad("HV", fmt::format("must be a multiple of H ({}), got {}", row.H, row.HV));
   for (auto [field, val] : {std::pair{"K", row.K}, std::pair{"V", row.V}})
-    if (val != 64 && val != 128) bad(field, fmt::format("unsupported head dim (supported: 64, 128), got {}", val));
-  if (row.chunk != 64) bad("chunk", fmt::format("only chunk size 64 is supported, got {}", row.chunk));
-  if (row.seqlens.empty()) bad("seqlens", "must hold at least one sequence length, got an empty array");
-  int64_t total = 0;
-  for (size_t i = 0; i < row.seqlens.size(); ++i) {
-    if (row.seqlens[i] < 0) e.push_back(fmt::format("{}.seqlens[{}]: must be >= 0, got {}", p, i, row.seqlens[i]));
-    else total += row.seqlens[i];
+    if (read({field}) && val != 64 && val != 128)
+      bad(field, fmt::format("unsupported head dim (supported: 64, 128), got {}", val));
+  if (read({"chunk"}) && row.chunk != 64) bad("chunk", fmt::format("only chunk size 64 is supported, got {}", row.chunk));
+  // The total length, checked for overflow; -1 when unknown (unread, negative or too large).
+  int64_t total = read({"seqlens"}) ? 0 : -1;
+  if (total == 0 && row.seqlens.empty()) bad("seqlens", "must hold at least one sequence length, got an empty array");
+  for (size_t i = 0; i < row.seqlens.size() && total >= 0; ++i) {
+    if (row.seqlens[i] < 0) {
+      e.push_back(fmt::format("{}.seqlens[{}]: must be >= 0, got {}", p, i, row.seqlens[i]));
+      total = -1;
+    } else if (!add_ok(total, row.seqlens[i], total)) {
+      bad("seqlens", fmt::format("the lengths add up past {} (64-bit overflow)", INT64_MAX));
+      total = -1;
+    }
   }
   if (!row.seqlens.empty() && total == 0) bad("seqlens", "the sequences hold no tokens (total length 0)");
-  if (row.world < 1) bad("world", fmt::format("must be >= 1, got {}", row.world));
-  if (row.world >= 1 && total > 0) {
+  if (read({"world"}) && row.world < 1) bad("world", fmt::format("must be >= 1, got {}", row.world));
+  if (read({"world", "rank_tokens"}) && row.world >= 1 && total > 0) {
     if (row.rank_tokens.empty()) {
       if (total < row.world)
         bad("world", fmt::format("W = {} is larger than the {} tokens allow (every rank needs a token)", row.world, total));
@@ -331,40 +446,58 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
         bad("world", fmt::format("total tokens {} must be divisible by W = {} for an even split (or give rank_tokens)",
                                  total, row.world));
     } else {
-      if (static_cast<int>(row.rank_tokens.size()) != row.world)
+      if (static_cast<int64_t>(row.rank_tokens.size()) != row.world)
         bad("rank_tokens", fmt::format("must have W = {} entries, got {}", row.world, row.rank_tokens.size()));
-      int64_t s = 0;
-      for (size_t i = 0; i < row.rank_tokens.size(); ++i) {
-        if (row.rank_tokens[i] <= 0)
+      int64_t sum = 0;
+      for (size_t i = 0; i < row.rank_tokens.size() && sum >= 0; ++i) {
+        if (row.rank_tokens[i] <= 0) {
           e.push_back(fmt::format("{}.rank_tokens[{}]: must be positive, got {}", p, i, row.rank_tokens[i]));
-        s += row.rank_tokens[i];
+          sum = -1;
+        } else if (!add_ok(sum, row.rank_tokens[i], sum)) {
+          bad("rank_tokens", fmt::format("the counts add up past {} (64-bit overflow)", INT64_MAX));
+          sum = -1;
+        }
       }
-      if (s != total) bad("rank_tokens", fmt::format("must add up to the total tokens {}, got {}", total, s));
+      if (sum >= 0 && sum != total) bad("rank_tokens", fmt::format("must add up to the total tokens {}, got {}", total, sum));
     }
   }
-  if (row.scale < 0) bad("scale", fmt::format("must be >= 0 (0 means K^-1/2), got {}", row.scale));
-  if (row.gate == GateForm::LowerBound && row.op != Op::Kda)
+  // Every array the run allocates is at most T x HV x K x V elements (docs/design.md 3), so its
+  // size in bytes fits in 64 bits when this product does with room for the element size.
+  if (read({"HV", "K", "V"}) && total > 0 && row.HV > 0 && row.K > 0 && row.V > 0) {
+    int64_t n = total;
+    if (!(mul_ok(n, row.HV, n) && mul_ok(n, row.K, n) && mul_ok(n, row.V, n) && mul_ok(n, 8, n)))
+      e.push_back(fmt::format("{} ({}): T x HV x K x V = {} x {} x {} x {} overflows 64-bit sizes (at 8 bytes an element "
+                              "it must stay below 2^63); use fewer tokens or heads",
+                              p, row.name, total, row.HV, row.K, row.V));
+  }
+  if (read({"scale"}) && row.scale < 0) bad("scale", fmt::format("must be >= 0 (0 means K^-1/2), got {}", row.scale));
+  if (read({"gate", "op"}) && row.gate == GateForm::LowerBound && row.op != Op::Kda)
     bad("gate", "the lower_bound form exists for kda only, got it on a gdn row");
-  if (row.gate == GateForm::LowerBound && !(row.lower_bound >= -5.0 && row.lower_bound < 0.0))
+  if (read({"gate", "lower_bound"}) && row.gate == GateForm::LowerBound && !(row.lower_bound >= -5.0 && row.lower_bound < 0.0))
     bad("lower_bound", fmt::format("must be in [-5, 0), got {}", row.lower_bound));
-  if (row.gate == GateForm::Softplus && !row.A_log) bad("A_log", "the softplus gate form needs A_log: true, got false");
-  if (row.gate == GateForm::Direct && (row.A_log || row.dt_bias))
+  if (read({"gate", "A_log"}) && row.gate == GateForm::Softplus && !row.A_log)
+    bad("A_log", "the softplus gate form needs A_log: true, got false");
+  if (read({"gate", "A_log", "dt_bias"}) && row.gate == GateForm::Direct && (row.A_log || row.dt_bias))
     bad("gate", "A_log / dt_bias need a raw gate form (softplus or lower_bound), got direct");
-  if (row.dht && !row.final_state) bad("dht", "dht needs final_state: true (the loss uses ht)");
-  if (row.inputs.gate_strength <= 0)
+  if (read({"dht", "final_state"}) && row.dht && !row.final_state) bad("dht", "dht needs final_state: true (the loss uses ht)");
+  if (read({"inputs", "inputs.gate_strength"}) && row.inputs.gate_strength <= 0)
     bad("inputs.gate_strength", fmt::format("must be positive, got {}", row.inputs.gate_strength));
   for (auto [field, val] : {std::pair{"inputs.gate_mask_p", row.inputs.gate_mask_p},
                             std::pair{"inputs.gate_zero_p", row.inputs.gate_zero_p}})
-    if (!(val >= 0 && val <= 1)) bad(field, fmt::format("must be a probability in [0, 1], got {}", val));
-  if (row.forms.packages.empty()) bad("forms.packages", "must name at least one package (det, nondet)");
-  if (row.forms.saved.empty()) bad("forms.saved", "must name at least one saved set (full, light)");
+    if (read({"inputs", field}) && !(val >= 0 && val <= 1))
+      bad(field, fmt::format("must be a probability in [0, 1], got {}", val));
+  if (read({"forms", "forms.packages"}) && row.forms.packages.empty())
+    bad("forms.packages", "must name at least one package (det, nondet)");
+  if (read({"forms", "forms.saved"}) && row.forms.saved.empty())
+    bad("forms.saved", "must name at least one saved set (full, light)");
   for (size_t i = 0; i < row.forms.forced_P.size(); ++i) {
     int P = row.forms.forced_P[i];
-    if (P < 1 || P > 64) e.push_back(fmt::format("{}.forms.forced_P[{}]: must be in [1, 64], got {}", p, i, P));
+    if (P < 1 || P > kMaxP) e.push_back(fmt::format("{}.forms.forced_P[{}]: must be in [1, {}], got {}", p, i, kMaxP, P));
   }
-  for (const auto& [t, b] : row.budgets)
-    if (!row.has_tensor(t))
-      e.push_back(fmt::format("{}.budgets.tensors.{}: this row does not produce {} (check its options)", p, t, t));
+  if (read({"final_state", "A_log", "dt_bias", "initial_state"}))
+    for (const auto& [t, b] : row.budgets)
+      if (!row.has_tensor(t))
+        e.push_back(fmt::format("{}.budgets.tensors.{}: this row does not produce {} (check its options)", p, t, t));
   if (!row.plan_device.empty()) {
     bool known = false;
     std::string names;
@@ -374,8 +507,8 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
     }
     if (!known) bad("plan_device", fmt::format("unknown device class (known: {}), got \"{}\"", names, row.plan_device));
   }
-  // Forced P values must be takeable by every rank (checked on a plan when the shape is sound).
-  if (e.empty()) {
+  // Forced P values must be takeable by every rank (checked on a plan when the whole row is sound).
+  if (e.empty() && unread.empty()) {
     for (size_t i = 0; i < row.forms.forced_P.size(); ++i) {
       try {
         PlanRequest req;
@@ -393,7 +526,8 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
 
 int64_t RowConfig::total_tokens() const {
   int64_t t = 0;
-  for (auto s : seqlens) t += s;
+  for (auto s : seqlens)
+    KCP_REQUIRE(add_ok(t, s, t), "row {}: the sequence lengths add up past {} (64-bit overflow)", name, INT64_MAX);
   return t;
 }
 
@@ -406,13 +540,13 @@ bool RowConfig::has_tensor(const std::string& n) const {
 }
 
 RowSet load_row_set_text(const std::string& text, const std::string& file) {
+  std::vector<std::string> errors;
   json doc;
   try {
-    doc = json::parse(text);
+    doc = json::parse(text, DuplicateKeyFinder(errors));
   } catch (const json::parse_error& ex) {
     KCP_THROW(ConfigError, "{}: not valid JSON (byte {}): {}", file, ex.byte, ex.what());
   }
-  std::vector<std::string> errors;
   RowSet set;
   set.file = file;
   if (!doc.is_object()) KCP_THROW(ConfigError, "{}: expected a JSON object at the top level, got {}", file, type_name(doc));
@@ -427,6 +561,7 @@ RowSet load_row_set_text(const std::string& text, const std::string& file) {
   const json* rows = top.find("rows");
   if (!rows) errors.push_back("rows: required array of rows is missing");
   else if (!rows->is_array()) errors.push_back("rows: expected an array of rows, got " + type_name(*rows));
+  else if (rows->empty()) errors.push_back("rows: the row set holds no rows (a row set needs at least one row)");
   top.report_unknown();
   std::set<std::string> names;
   if (rows && rows->is_array()) {
@@ -439,14 +574,12 @@ RowSet load_row_set_text(const std::string& text, const std::string& file) {
       }
       json merged = defaults ? *defaults : json::object();
       for (auto it = raw.begin(); it != raw.end(); ++it) merged[it.key()] = *it;
-      size_t before = errors.size();
-      RowConfig row = parse_row(merged, path, errors);
+      std::set<std::string> unread;
+      RowConfig row = parse_row(merged, path, errors, unread);
       row.file = file;
       row.index = static_cast<int>(i);
-      if (errors.size() == before) {
-        auto v = validate_row(row, path);
-        errors.insert(errors.end(), v.begin(), v.end());
-      }
+      auto v = validate_row(row, path, unread);
+      errors.insert(errors.end(), v.begin(), v.end());
       if (!row.name.empty() && !names.insert(row.name).second)
         errors.push_back(fmt::format("{}.name: duplicate row name \"{}\"", path, row.name));
       set.row_digests.push_back(sha256_hex(canonical_problem(merged).dump()));
@@ -464,6 +597,10 @@ RowSet load_row_set_text(const std::string& text, const std::string& file) {
 }
 
 RowSet load_row_set(const std::string& file) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec))
+    KCP_THROW(ConfigError, "{}: is a directory, not a row file (give a row file such as {}/int1.json, or a set name)",
+              file, file);
   std::ifstream in(file);
   if (!in) KCP_THROW(ConfigError, "{}: cannot open the row file ({})", file, std::strerror(errno));
   std::stringstream ss;

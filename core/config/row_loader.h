@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,14 @@ std::string default_configs_dir();
 // The row-set names known in <configs dir>/rows (file stems), sorted.
 std::vector<std::string> known_row_sets(const std::string& configs_dir);
 
+// The ranges the loader accepts for integer fields (read as 64-bit and checked before they are
+// narrowed); the command line uses the same bounds (plan --world, --P).
+inline constexpr int kMaxHeads = 1024;    // H, HV
+inline constexpr int kMaxHeadDim = 1024;  // K, V (then held to 64 or 128)
+inline constexpr int kMaxChunk = 1024;    // chunk (then held to 64)
+inline constexpr int kMaxWorld = 4096;    // world
+inline constexpr int kMaxP = 64;          // forced segment counts
+
 RowSet load_row_set(const std::string& file);
 RowSet load_row_set_text(const std::string& text, const std::string& file);  // for tests
 
@@ -30,7 +39,10 @@ RowSet load_row_set_text(const std::string& text, const std::string& file);  // 
 std::map<std::string, std::vector<std::string>> accepted_keys();
 
 // Semantic checks of one parsed row; returns every violation ("rows[i].field: ..." without file).
-std::vector<std::string> validate_row(const RowConfig& row, const std::string& path);
+// `unread` holds the full paths ("rows[0].H") of fields the parser could not read; checks that need
+// one of them are skipped (the field holds its default, not the file's value).
+std::vector<std::string> validate_row(const RowConfig& row, const std::string& path,
+                                      const std::set<std::string>& unread = {});
 
 // Selects rows by name (exact, or a glob with * and ?); an empty pattern list selects all.
 // Throws ConfigError naming the set and the available rows when a pattern matches nothing.

@@ -29,6 +29,8 @@
 #include "core/plan/segment_plan.h"
 
 #include <algorithm>
+#include <fmt/ranges.h>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 
 #include "core/util/error.h"
@@ -54,6 +56,16 @@ DeviceClass device_class(const std::string& name) {
 
 namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A workspace size in bytes, the product of `factors`, checked: a size past 2^63 - 1 is refused
+// naming the row, the rank and the buffer instead of being planned (and printed) wrapped.
+int64_t checked_size(const SegmentPlan& plan, int rank, const char* what, std::initializer_list<int64_t> factors) {
+  int64_t n = 1;
+  for (int64_t f : factors)
+    KCP_REQUIRE(!__builtin_mul_overflow(n, f, &n), "row {}: rank {}'s workspace ({}) overflows 64-bit sizes ({}); use "
+                "fewer tokens per rank or fewer heads", plan.row, rank, what, fmt::join(factors, " x "));
+  return n;
+}
 
 // Cuts a piece of `chunks` chunks into `n` segments of whole chunks, as evenly as possible.
 void cut_piece(const Piece& pc, int piece_index, int64_t chunk, int n, std::vector<Segment>& out) {
@@ -172,11 +184,18 @@ SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
   const int64_t HV = row.HV, K = row.K, V = row.V;
   for (auto& rp : plan.ranks) {
     const int64_t nseg = static_cast<int64_t>(rp.segments.size());
-    rp.workspace.segment_summaries = nseg * HV * K * (K + V) * 4;
-    rp.workspace.transfer_planes = nseg * HV * K * K * 4;
-    rp.workspace.entry_states = nseg * HV * K * V * 4;
-    rp.workspace.chunk_states = rp.chunks * HV * K * V * 2;
-    rp.workspace.det_partials = rp.tokens() * HV * K * 4 * 2;  // per-value-head dq/dk before the GVA sum
+    WorkspaceSizes& ws = rp.workspace;
+    ws.segment_summaries = checked_size(plan, rp.rank, "segment_summaries", {nseg, HV, K, K + V, 4});
+    ws.transfer_planes = checked_size(plan, rp.rank, "transfer_planes", {nseg, HV, K, K, 4});
+    ws.entry_states = checked_size(plan, rp.rank, "entry_states", {nseg, HV, K, V, 4});
+    ws.chunk_states = checked_size(plan, rp.rank, "chunk_states", {rp.chunks, HV, K, V, 2});
+    // per-value-head dq/dk before the GVA sum
+    ws.det_partials = checked_size(plan, rp.rank, "det_partials", {rp.tokens(), HV, K, 4, 2});
+    int64_t total = 0;
+    for (int64_t part : {ws.segment_summaries, ws.transfer_planes, ws.entry_states, ws.chunk_states, ws.det_partials})
+      KCP_REQUIRE(!__builtin_add_overflow(total, part, &total),
+                  "row {}: rank {}'s workspace total overflows 64-bit sizes; use fewer tokens per rank or fewer heads",
+                  plan.row, rp.rank);
   }
   nlohmann::json fp = nlohmann::json::object();
   fp["row"] = plan.row;

@@ -137,3 +137,115 @@ TEST(RowLoader, SelectRows) {
   EXPECT_EQ(select_rows(set, {"K*"}).size(), 1u);
   EXPECT_THROW(select_rows(set, {"Z9"}), ConfigError);
 }
+
+// Integers are read as 64-bit and range-checked before narrowing: a value past 32 bits is named
+// as written, never truncated (H = 4294967298 used to load as H = 2).
+TEST(RowLoader, IntegersAreRangeCheckedAsWrittenBeforeNarrowing) {
+  const std::vector<BrokenCase> cases = {
+      {"H past 32 bits", [](json& d) { d["rows"][0]["H"] = 4294967298LL; d["rows"][0]["HV"] = 4294967298LL; },
+       "bad.json: rows[0].H: must be in [1, 1024], got 4294967298"},
+      {"HV past 32 bits", [](json& d) { d["rows"][0]["H"] = 4294967298LL; d["rows"][0]["HV"] = 4294967298LL; },
+       "bad.json: rows[0].HV: must be in [1, 1024], got 4294967298"},
+      {"world past 32 bits", [](json& d) { d["rows"][0]["world"] = 4294967298LL; },
+       "rows[0].world: must be in [1, 4096], got 4294967298"},
+      {"world 2^40", [](json& d) { d["rows"][0]["world"] = int64_t(1) << 40; },
+       "rows[0].world: must be in [1, 4096], got 1099511627776"},
+      {"K past 32 bits", [](json& d) { d["rows"][0]["K"] = 4294967360LL; }, "rows[0].K: must be in [1, 1024], got 4294967360"},
+      {"chunk past 32 bits", [](json& d) { d["rows"][0]["chunk"] = 4294967360LL; },
+       "rows[0].chunk: must be in [1, 1024], got 4294967360"},
+      {"forced P past 32 bits", [](json& d) { d["rows"][0]["forms"] = {{"forced_P", {4294967298LL}}}; },
+       "rows[0].forms.forced_P[0]: must be in [1, 64], got 4294967298"},
+      {"negative seed", [](json& d) { d["rows"][0]["seed"] = -1; },
+       "rows[0].seed: must be in [0, 18446744073709551615], got -1"},
+      {"length past int64", [](json& d) { d["rows"][0]["seqlens"] = {18446744073709551615ULL}; },
+       "rows[0].seqlens[0]: must be at most 9223372036854775807, got 18446744073709551615"},
+      {"lengths summing past 2^64", [](json& d) { d["rows"][0]["seqlens"] = {9223372036854775807LL, 9223372036854775807LL, 2}; },
+       "rows[0].seqlens: the lengths add up past 9223372036854775807 (64-bit overflow)"},
+      {"rank tokens summing past 2^63", [](json& d) { d["rows"][0]["rank_tokens"] = {9223372036854775807LL, 512}; },
+       "rows[0].rank_tokens: the counts add up past 9223372036854775807 (64-bit overflow)"},
+      {"sizes past 64 bits",
+       [](json& d) {
+         auto& r = d["rows"][0];
+         r["H"] = 1024;
+         r["HV"] = 1024;
+         r["K"] = 128;
+         r["V"] = 128;
+         r["world"] = 1;
+         r["seqlens"] = {int64_t(1) << 44};
+       },
+       "rows[0] (A1): T x HV x K x V = 17592186044416 x 1024 x 128 x 128 overflows 64-bit sizes"},
+  };
+  for (const auto& c : cases) {
+    json d = valid_set();
+    c.mutate(d);
+    const std::string msg = load_error(d);
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << c.what << ": got\n" << msg;
+  }
+  // Nothing of the wrapped values survives: no "total length 0", no "got 0", no "got 2".
+  json d = valid_set();
+  d["rows"][0]["seqlens"] = {9223372036854775807LL, 9223372036854775807LL, 2};
+  EXPECT_EQ(load_error(d).find("total length 0"), std::string::npos) << load_error(d);
+  d = valid_set();
+  d["rows"][0]["world"] = int64_t(1) << 40;
+  EXPECT_EQ(load_error(d).find("got 0"), std::string::npos) << load_error(d);
+}
+
+// A type error in one field does not stop the checks of the row's other fields, and does not
+// produce follow-on errors from the default the unreadable field kept.
+TEST(RowLoader, ATypeErrorDoesNotHideTheRowsOtherErrors) {
+  json d = valid_set();
+  d["rows"][0]["H"] = "two";  // would otherwise stay 1
+  d["rows"][0]["K"] = 96;
+  d["rows"][0]["dht"] = true;  // needs final_state
+  std::string msg = load_error(d);
+  EXPECT_NE(msg.find("3 problems"), std::string::npos) << msg;
+  for (const char* part : {"rows[0].H: expected an integer, got string \"two\"", "rows[0].K: unsupported head dim",
+                           "rows[0].dht: dht needs final_state: true"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part << "\n" << msg;
+  d = valid_set();
+  d["rows"][0]["HV"] = "four";  // the default HV = 1 must not be called "not a multiple of H (2)"
+  d["rows"][0]["seqlens"] = {"x"};  // nor the unread lengths "an empty array"
+  d["rows"][0]["world"] = 0;
+  d["rows"][1]["op"] = 7;  // nor the default gdn "lower_bound exists for kda only"
+  msg = load_error(d);
+  EXPECT_NE(msg.find("4 problems"), std::string::npos) << msg;
+  for (const char* part : {"rows[0].HV: expected an integer", "rows[0].seqlens[0]: expected an integer",
+                           "rows[0].world: must be in [1, 4096], got 0", "rows[1].op: expected one of gdn, kda"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part << "\n" << msg;
+}
+
+// nlohmann::json keeps the last of duplicate keys; the loader refuses them, naming key and path.
+TEST(RowLoader, DuplicateKeysAreRefusedNamingKeyAndPath) {
+  const std::string text = R"({"schema": "kcpbench.rows/1", "name": "t", "name": "u", "rows": [
+      {"name": "A1", "op": "gdn", "H": 2, "HV": 4, "K": 64, "V": 64, "seqlens": [512], "world": 2},
+      {"name": "A2", "op": "gdn", "H": 2, "H": 4, "HV": 4, "K": 64, "V": 64, "seqlens": [512],
+       "inputs": {"keys": "normal", "keys": "skewed"}, "forms": {"forced_P": [], "saved": ["full"]}}]})";
+  try {
+    load_row_set_text(text, "dup.json");
+    FAIL() << "duplicate keys must be refused";
+  } catch (const ConfigError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("3 problems"), std::string::npos) << msg;
+    for (const char* part : {"dup.json: name: duplicate key \"name\"", "dup.json: rows[1].H: duplicate key \"H\"",
+                             "dup.json: rows[1].inputs.keys: duplicate key \"keys\""})
+      EXPECT_NE(msg.find(part), std::string::npos) << part << "\n" << msg;
+  }
+  // The same key in sibling objects is no duplicate.
+  EXPECT_NO_THROW(load_row_set_text(valid_set().dump(), "ok.json"));
+}
+
+TEST(RowLoader, ARowSetWithoutRowsIsRefused) {
+  json d = valid_set();
+  d["rows"] = json::array();
+  EXPECT_NE(load_error(d).find("bad.json: rows: the row set holds no rows"), std::string::npos) << load_error(d);
+}
+
+TEST(RowLoader, ADirectoryIsNotARowFile) {
+  const std::string dir = std::string(KCP_TEST_SOURCE_DIR) + "/configs/rows";
+  try {
+    load_row_set(dir);
+    FAIL() << "a directory must be refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + ": is a directory, not a row file"), std::string::npos) << e.what();
+  }
+}

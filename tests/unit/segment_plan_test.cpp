@@ -256,3 +256,31 @@ TEST(SegmentPlan, VTileAndTheKernelsOneWaveModel) {
       }
     }
 }
+
+// Workspace sizes are computed with checked arithmetic: a shape whose sizes pass 2^63 - 1 bytes
+// is refused naming the row and the size, never planned with a wrapped (negative or small) size.
+TEST(SegmentPlan, WorkspaceSizesNeverWrap) {
+  RowConfig row = row_of({int64_t(1) << 52}, 1, 1024, 128);
+  row.K = 128;
+  try {
+    const SegmentPlan plan = make_plan(row, {0, "h200", 0, 0});
+    FAIL() << "planned with a wrapped workspace of " << plan.ranks[0].workspace.total() << " bytes";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("row P1: rank 0's workspace (chunk_states) overflows 64-bit sizes (70368744177664 x 1024 x 128 x 128 x 2)"),
+              std::string::npos)
+        << e.what();
+  }
+  // Lengths that add up past 2^63 - 1 are refused, not wrapped to a small total.
+  try {
+    make_plan(row_of({INT64_MAX, INT64_MAX, 2}, 1), {0, "h200", 0, 0});
+    FAIL() << "planned a row whose lengths wrap to 0";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("row P1: the sequence lengths add up past 9223372036854775807"),
+              std::string::npos)
+        << e.what();
+  }
+  // The largest sizes that fit are planned exactly.
+  const SegmentPlan ok = make_plan(row_of({int64_t(1) << 30}, 1, 1024, 128), {0, "h200", 0, 0});
+  EXPECT_EQ(ok.ranks[0].workspace.det_partials, (int64_t(1) << 30) * 1024 * 64 * 8);
+  EXPECT_GT(ok.ranks[0].workspace.total(), 0);
+}
