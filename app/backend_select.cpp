@@ -22,7 +22,8 @@ int gpu_count() {
 }
 
 std::unique_ptr<kernels::Backend> select_backend(const std::string& name) {
-  KCP_REQUIRE(name == "auto" || name == "cpu" || name == "cuda", "--backend: expected cpu, cuda or auto, got \"{}\"", name);
+  KCP_REQUIRE(name == "auto" || name == "cpu" || name == "cuda", "--backend: expected cpu, cuda or auto, got \"{}\"",
+              name);
   if (name == "cpu") return kernels::make_cpu_backend();
 #if KCP_ENABLE_CUDA
   const int n = kernels::cuda_device_count();
@@ -35,7 +36,8 @@ std::unique_ptr<kernels::Backend> select_backend(const std::string& name) {
       KCP_THROW(ApiError, "--backend {}: cannot start the CUDA backend on device {}: {}", name, local % n, e.what());
     }
   }
-  KCP_REQUIRE(name != "cuda", "--backend cuda: no CUDA device is visible (the CPU twin runs with --backend cpu or auto)");
+  KCP_REQUIRE(name != "cuda",
+              "--backend cuda: no CUDA device is visible (the CPU twin runs with --backend cpu or auto)");
 #else
   KCP_REQUIRE(name != "cuda", "--backend cuda: this kcpbench was built without the CUDA backend (KCP_ENABLE_CUDA=OFF)");
 #endif

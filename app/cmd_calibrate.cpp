@@ -20,8 +20,9 @@
 namespace kcp::app {
 
 std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
-  auto* sub = app.add_subcommand("calibrate", "Derive per-row budgets from the CPU twin's error against FP64 at the "
-                                              "planned schedule; print, --write them into the row file, or --check it");
+  auto* sub = app.add_subcommand("calibrate",
+                                 "Derive per-row budgets from the CPU twin's error against FP64 at the "
+                                 "planned schedule; print, --write them into the row file, or --check it");
   struct Opts {
     std::string rows = "int1", device = "h200", cache;
     std::vector<std::string> row;
@@ -32,8 +33,10 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
   auto o = std::make_shared<Opts>();
   sub->add_option("--rows", o->rows, "Row set: a name or a path to a row file")->capture_default_str();
   sub->add_option("--row", o->row, "Only these rows (names or globs); repeatable");
-  sub->add_option("--device", o->device, "Device class whose planned schedule is calibrated (rows with plan_device "
-                                         "use theirs)")->capture_default_str();
+  sub->add_option("--device", o->device,
+                  "Device class whose planned schedule is calibrated (rows with plan_device "
+                  "use theirs)")
+      ->capture_default_str();
   sub->add_option("--k", o->k, "Multiplier of the twin's error in the budget formula")->capture_default_str();
   sub->add_flag("--write", o->write, "Write the budgets into the row file (atomically, other fields kept)");
   sub->add_flag("--check", o->check, "Exit 1 unless the row file holds exactly the budgets calibrate derives");
@@ -79,25 +82,28 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
         const TensorMetrics& m = it->second;
         const double rel = std::isfinite(m.rel_rms) ? m.rel_rms : INFINITY;  // written as null when non-finite
         if (m.nonfinite > 0 || !(rel <= twin_rel_rms_limit(t)))
-          violations.push_back(fmt::format("{} {}: cpu twin rel-RMS {:.3e} (non-finite {}) breaks the fixed limit {:.0e}",
-                                           row.name, t, rel, m.nonfinite, twin_rel_rms_limit(t)));
+          violations.push_back(
+              fmt::format("{} {}: cpu twin rel-RMS {:.3e} (non-finite {}) breaks the fixed limit {:.0e}", row.name, t,
+                          rel, m.nonfinite, twin_rel_rms_limit(t)));
         const Budget b = derive_budget(m.max_abs, rel, m.ref_max_abs, o->k, row.dtype);
         tensors[t] = {{"max_abs", b.max_abs}, {"rel_rms", b.rel_rms}};
         line += fmt::format(" {}={:.3g}/{:.3g}", t, b.max_abs, b.rel_rms);
         auto have = row.budgets.find(t);
         if (have == row.budgets.end() || have->second.max_abs != b.max_abs || have->second.rel_rms != b.rel_rms)
-          differences.push_back(fmt::format("{} {}: file has {}, calibrate derives max_abs {} rel_rms {}", row.name, t,
-                                            have == row.budgets.end() ? std::string("no budget")
-                                                                      : fmt::format("max_abs {} rel_rms {}", have->second.max_abs,
-                                                                                    have->second.rel_rms),
-                                            b.max_abs, b.rel_rms));
+          differences.push_back(
+              fmt::format("{} {}: file has {}, calibrate derives max_abs {} rel_rms {}", row.name, t,
+                          have == row.budgets.end()
+                              ? std::string("no budget")
+                              : fmt::format("max_abs {} rel_rms {}", have->second.max_abs, have->second.rel_rms),
+                          b.max_abs, b.rel_rms));
       }
       std::printf("%s\n", line.c_str());
       doc["rows"][row.index]["budgets"] = {{"source", budget_formula(o->k, row.dtype)}, {"tensors", tensors}};
     }
     if (!violations.empty()) {
       for (const auto& v : violations) std::fprintf(stderr, "calibrate: %s\n", v.c_str());
-      std::fprintf(stderr, "calibrate: refusing to derive budgets from a twin that breaks its fixed limits (%zu problems)\n",
+      std::fprintf(stderr,
+                   "calibrate: refusing to derive budgets from a twin that breaks its fixed limits (%zu problems)\n",
                    violations.size());
       return 1;
     }

@@ -24,8 +24,9 @@ std::function<int()> add_list_command(CLI::App& app, Globals& g) {
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
-  sub->add_option("--rows", o->sets, "Row sets to list: a set name (int1 = <configs>/rows/int1.json) or a path; "
-                                     "default: every set in <configs>/rows");
+  sub->add_option("--rows", o->sets,
+                  "Row sets to list: a set name (int1 = <configs>/rows/int1.json) or a path; "
+                  "default: every set in <configs>/rows");
   sub->add_flag("--json", o->json, "Print JSON instead of the table");
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
@@ -34,9 +35,13 @@ std::function<int()> add_list_command(CLI::App& app, Globals& g) {
     for (const auto& spec : specs) {
       RowSet set = load_row_set(resolve_row_file(spec, g.configs_dir));
       if (o->json) {
-        nlohmann::json js = {{"name", set.name}, {"file", set.file}, {"digest", set.digest},
-                             {"description", set.description}, {"rows", nlohmann::json::array()}};
-        for (size_t i = 0; i < set.rows.size(); ++i) js["rows"].push_back(row_summary_json(set.rows[i], set.row_digests[i]));
+        nlohmann::json js = {{"name", set.name},
+                             {"file", set.file},
+                             {"digest", set.digest},
+                             {"description", set.description},
+                             {"rows", nlohmann::json::array()}};
+        for (size_t i = 0; i < set.rows.size(); ++i)
+          js["rows"].push_back(row_summary_json(set.rows[i], set.row_digests[i]));
         out.push_back(js);
         continue;
       }

@@ -19,10 +19,16 @@ namespace {
 nlohmann::json memory_json(const MemoryEstimate& m, int64_t available) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankMemory& r : m.ranks)
-    ranks.push_back({{"rank", r.rank}, {"inputs", r.inputs}, {"reference", r.reference}, {"form_arrays", r.form_arrays},
-                     {"saved_set", r.saved_set}, {"workspace", r.workspace}, {"host_results", r.host_results}});
-  return {{"what", "estimated bytes of a threads launch (all ranks in one process) on the CPU twin: host_bytes is the "
-                   "process's peak; form_arrays per rank are device memory on a GPU (backend scratch excluded)"},
+    ranks.push_back({{"rank", r.rank},
+                     {"inputs", r.inputs},
+                     {"reference", r.reference},
+                     {"form_arrays", r.form_arrays},
+                     {"saved_set", r.saved_set},
+                     {"workspace", r.workspace},
+                     {"host_results", r.host_results}});
+  return {{"what",
+           "estimated bytes of a threads launch (all ranks in one process) on the CPU twin: host_bytes is the "
+           "process's peak; form_arrays per rank are device memory on a GPU (backend scratch excluded)"},
           {"host_bytes", m.host_bytes},
           {"host_available", available},
           {"fits", available <= 0 || m.host_bytes <= available},
@@ -37,10 +43,11 @@ nlohmann::json memory_json(const MemoryEstimate& m, int64_t available) {
 std::string describe_memory(const MemoryEstimate& m, int64_t available) {
   int64_t form = 0;
   for (const RankMemory& r : m.ranks) form = std::max(form, r.form_arrays);
-  std::string s = fmt::format("  memory: host {} ({} bytes; FP64 reference {} + its working set {}, then forms {}), "
-                              "largest rank's form arrays {} (device memory on a GPU)",
-                              human_bytes(m.host_bytes), m.host_bytes, human_bytes(m.sequences),
-                              human_bytes(m.reference_work), human_bytes(m.phase_forms), human_bytes(form));
+  std::string s = fmt::format(
+      "  memory: host {} ({} bytes; FP64 reference {} + its working set {}, then forms {}), "
+      "largest rank's form arrays {} (device memory on a GPU)",
+      human_bytes(m.host_bytes), m.host_bytes, human_bytes(m.sequences), human_bytes(m.reference_work),
+      human_bytes(m.phase_forms), human_bytes(form));
   if (available > 0 && m.host_bytes > available)
     s += fmt::format(": more than the {} available here, `run` refuses it", human_bytes(available));
   return s + "\n";
@@ -49,8 +56,9 @@ std::string describe_memory(const MemoryEstimate& m, int64_t available) {
 }  // namespace
 
 std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
-  auto* sub = app.add_subcommand("plan", "Show the segment plan of rows: per-rank token ranges, pieces, P and "
-                                         "segments, workspace sizes, and the host and device memory the row needs");
+  auto* sub = app.add_subcommand("plan",
+                                 "Show the segment plan of rows: per-rank token ranges, pieces, P and "
+                                 "segments, workspace sizes, and the host and device memory the row needs");
   struct Opts {
     std::string rows = "int1";
     std::vector<std::string> row;
@@ -65,11 +73,13 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
   sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
       ->capture_default_str();
   sub->add_option("--row", o->row, "Only these rows (names or globs like 'A*'); repeatable");
-  sub->add_option("--device", o->device, "Device class to plan for: h100, h200, b200, gb300, cpu (default: the "
-                                         "row's plan_device, else h200)");
+  sub->add_option("--device", o->device,
+                  "Device class to plan for: h100, h200, b200, gb300, cpu (default: the "
+                  "row's plan_device, else h200)");
   sub->add_option("--sm-count", o->sm_count, "Override the device class's SM count")->check(CLI::Range(1, kMaxSmCount));
   sub->add_option("--world", o->world, "World size W (default: the row's world)")->check(CLI::Range(1, kMaxWorld));
-  sub->add_option("--P", o->P, "Force this segment count on every rank (default: planned)")->check(CLI::Range(1, kMaxP));
+  sub->add_option("--P", o->P, "Force this segment count on every rank (default: planned)")
+      ->check(CLI::Range(1, kMaxP));
   sub->add_flag("--json", o->json, "Print JSON (one plan per row) instead of text");
   sub->add_flag("--segments", o->segments, "Include every segment's token range");
   return [sub, o, &g]() -> int {

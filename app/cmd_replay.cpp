@@ -7,9 +7,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
-#include <cstdlib>
 #include <thread>
 
 #include "app/commands.h"
@@ -96,8 +96,10 @@ Diff diff_entries(const Entry& a, const Entry& b) {
   const auto& ta = a.tensors ? *a.tensors : none;
   const auto& tb = b.tensors ? *b.tensors : none;
   for (const auto& [name, m] : ta) {
-    if (auto it = tb.find(name); it != tb.end()) diff_tensor(d, name, m, it->second);
-    else d.lines.push_back(fmt::format("tensor {}: stored, not judged in the replay", name));
+    if (auto it = tb.find(name); it != tb.end())
+      diff_tensor(d, name, m, it->second);
+    else
+      d.lines.push_back(fmt::format("tensor {}: stored, not judged in the replay", name));
   }
   for (const auto& [name, m] : tb)
     if (!ta.count(name)) d.lines.push_back(fmt::format("tensor {}: judged in the replay, not stored", name));
@@ -156,7 +158,8 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
     }
     const Context& ctx = doc.context;
     const Entry& e = find_entry(doc, o->results, o->entry);
-    KCP_REQUIRE(e.row_config, "{}: entry {} has no row_config (written by a kcpbench that did not record rows); cannot replay",
+    KCP_REQUIRE(e.row_config,
+                "{}: entry {} has no row_config (written by a kcpbench that did not record rows); cannot replay",
                 o->results, o->entry);
     KCP_REQUIRE(e.form, "{}: entry {} records no form; cannot replay", o->results, o->entry);
 
@@ -184,8 +187,10 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
     }
     opt.sweep = e.sweep.value_or(false);
     opt.fault.kind = parse_fault(e.fault.value_or("none"));
-    if (e.fault_at) opt.fault.rank = e.fault_at->rank;
-    else if (const std::string r = recorded_flag(ctx, "--inject-rank"); !r.empty()) opt.fault.rank = std::atoi(r.c_str());
+    if (e.fault_at)
+      opt.fault.rank = e.fault_at->rank;
+    else if (const std::string r = recorded_flag(ctx, "--inject-rank"); !r.empty())
+      opt.fault.rank = std::atoi(r.c_str());
     // The det contract checks as stored: a rerun for det/full; for det/light the full form runs
     // first (its bits are what light is held to) and only the light entry is compared.
     opt.determinism_checks = pk == "det" && e.determinism.has_value();
@@ -247,7 +252,8 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
       std::printf("replay of %s: identical (verdict and every ratio, to the bit)\n", o->entry.c_str());
       return 0;
     }
-    std::printf("replay of %s: DIFFERS (%zu difference%s)\n", o->entry.c_str(), d.lines.size(), d.lines.size() == 1 ? "" : "s");
+    std::printf("replay of %s: DIFFERS (%zu difference%s)\n", o->entry.c_str(), d.lines.size(),
+                d.lines.size() == 1 ? "" : "s");
     for (const auto& l : d.lines) std::printf("  %s\n", l.c_str());
     return 1;
   };

@@ -46,9 +46,10 @@ std::vector<int> parse_sweep_P(const std::vector<std::string>& items, bool& is_a
   auto count = [](const std::string& t, const std::string& item) {
     char* end = nullptr;
     const long v = std::strtol(t.c_str(), &end, 10);
-    KCP_REQUIRE(!t.empty() && end && *end == 0 && v >= 1 && v <= 64,
-                "--sweep-P: expected a segment count in [1, 64] in \"{}\", got \"{}\" (forms: 1,2,4 or 1:64:pow2 or auto)",
-                item, t);
+    KCP_REQUIRE(
+        !t.empty() && end && *end == 0 && v >= 1 && v <= 64,
+        "--sweep-P: expected a segment count in [1, 64] in \"{}\", got \"{}\" (forms: 1,2,4 or 1:64:pow2 or auto)",
+        item, t);
     return static_cast<int>(v);
   };
   for (const auto& item : split_commas(items)) {
@@ -57,16 +58,19 @@ std::vector<int> parse_sweep_P(const std::vector<std::string>& items, bool& is_a
       continue;
     }
     if (item == "planned") continue;  // the planned schedule always runs in a sweep
-    std::vector<std::string> f(1);  // fields between ':' (empty ones kept, so "2:" is an error)
+    std::vector<std::string> f(1);    // fields between ':' (empty ones kept, so "2:" is an error)
     for (char c : item) {
-      if (c == ':') f.emplace_back();
-      else f.back() += c;
+      if (c == ':')
+        f.emplace_back();
+      else
+        f.back() += c;
     }
     if (f.size() == 1) {
       out.push_back(count(f[0], item));
       continue;
     }
-    KCP_REQUIRE(f.size() == 2 || f.size() == 3, "--sweep-P: expected a range A:B, A:B:STEP or A:B:pow2, got \"{}\"", item);
+    KCP_REQUIRE(f.size() == 2 || f.size() == 3, "--sweep-P: expected a range A:B, A:B:STEP or A:B:pow2, got \"{}\"",
+                item);
     const int a = count(f[0], item), b = count(f[1], item);
     KCP_REQUIRE(a <= b, "--sweep-P: range \"{}\" is empty (start > end)", item);
     if (f.size() == 3 && f[2] == "pow2") {
@@ -165,7 +169,8 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
     for (const auto& sr : rows) {
       const int W = sr.row->world;
       if (comm_kind == "nccl" && W != 1) {
-        skip_row(sr, 0, fmt::format("--comm nccl without mpirun runs one rank; row needs W = {} (use mpirun -np {})", W, W));
+        skip_row(sr, 0,
+                 fmt::format("--comm nccl without mpirun runs one rank; row needs W = {} (use mpirun -np {})", W, W));
         continue;
       }
       opt.progress_offset = static_cast<int>(&sr - rows.data());
@@ -188,8 +193,9 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
 }
 
 std::function<int()> add_run_command(CLI::App& app, Globals& g) {
-  auto* sub = app.add_subcommand("run", "Run rows forward and backward in every form, judge every output and gradient "
-                                        "against the FP64 reference, print a table and write JSON");
+  auto* sub = app.add_subcommand("run",
+                                 "Run rows forward and backward in every form, judge every output and gradient "
+                                 "against the FP64 reference, print a table and write JSON");
   auto o = std::make_shared<RunCli>();
   sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
       ->capture_default_str();
@@ -198,50 +204,65 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
       ->check(comma_list());
   sub->add_option("--saved", o->saved, "Saved sets to run: full, light (comma list; default: the row's)")
       ->check(comma_list());
-  sub->add_option("--P", o->P, "Schedules: 'planned' and/or forced segment counts, e.g. --P planned,2,4 "
-                               "(default: planned plus the row's forms.forced_P)")
+  sub->add_option("--P", o->P,
+                  "Schedules: 'planned' and/or forced segment counts, e.g. --P planned,2,4 "
+                  "(default: planned plus the row's forms.forced_P)")
       ->check(comma_list());
-  sub->add_option("--sweep-P", o->sweep_P, "Sweep the segment count: run every row at each P forced on all its ranks "
-                                           "(the row's forced_rule does not apply) plus the planned P, one entry "
-                                           "each; a P a rank cannot take is a skip entry. LIST: 1,2,4,8 or "
-                                           "1:64:pow2 (also A:B, A:B:STEP) or auto (powers of two up to the "
-                                           "largest P a rank can take, plus the planned P)")
+  sub->add_option("--sweep-P", o->sweep_P,
+                  "Sweep the segment count: run every row at each P forced on all its ranks "
+                  "(the row's forced_rule does not apply) plus the planned P, one entry "
+                  "each; a P a rank cannot take is a skip entry. LIST: 1,2,4,8 or "
+                  "1:64:pow2 (also A:B, A:B:STEP) or auto (powers of two up to the "
+                  "largest P a rank can take, plus the planned P)")
       ->check(comma_list());
   sub->add_option("--backend", o->backend, "cpu (the fp32 CPU twin), cuda, or auto (cuda when a GPU is present)")
       ->capture_default_str();
-  sub->add_option("--comm", o->comm, "local (ranks as threads), mpi, nccl (device buffers, one GPU per rank; "
-                                     "needs --backend cuda), or auto (mpi under mpirun, else local)")
+  sub->add_option("--comm", o->comm,
+                  "local (ranks as threads), mpi, nccl (device buffers, one GPU per rank; "
+                  "needs --backend cuda), or auto (mpi under mpirun, else local)")
       ->capture_default_str();
-  sub->add_option("--device", o->device, "Device class for planning rows without plan_device: h100, h200, b200, "
-                                         "gb300, cpu")->capture_default_str();
-  sub->add_option("--sm-count", o->sm_count, "Override the planning class's SM count")->check(CLI::Range(1, kMaxSmCount));
+  sub->add_option("--device", o->device,
+                  "Device class for planning rows without plan_device: h100, h200, b200, "
+                  "gb300, cpu")
+      ->capture_default_str();
+  sub->add_option("--sm-count", o->sm_count, "Override the planning class's SM count")
+      ->check(CLI::Range(1, kMaxSmCount));
   sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks, at least 1)")
       ->check(CLI::Range(1, kMaxThreads));
   sub->add_option("--json", o->json, "Write the results JSON (kcpbench.results/1) to this path");
-  auto* inject = sub->add_option("--inject", o->inject, "Inject a fault to prove the harness catches it: "
-                                                        "drop-segment-entry, drop-rank-incoming, skip-output-tile, "
-                                                        "saved-to-other-package, workspace-of-other-package, hang "
-                                                        "(needs a finite --deadline)")->capture_default_str();
-  sub->add_option("--deadline", o->deadline, "Seconds one row may take on a rank before the run is aborted with "
-                                             "exit code 5, naming rank, row and phase (0: no deadline; refused with --inject hang)")
+  auto* inject = sub->add_option("--inject", o->inject,
+                                 "Inject a fault to prove the harness catches it: "
+                                 "drop-segment-entry, drop-rank-incoming, skip-output-tile, "
+                                 "saved-to-other-package, workspace-of-other-package, hang "
+                                 "(needs a finite --deadline)")
+                     ->capture_default_str();
+  sub->add_option("--deadline", o->deadline,
+                  "Seconds one row may take on a rank before the run is aborted with "
+                  "exit code 5, naming rank, row and phase (0: no deadline; refused with --inject hang)")
       ->capture_default_str()
       ->check(seconds_at_least_zero());
-  sub->add_option("--inject-rank", o->inject_rank, "Rank that takes the fault (default: the last rank that can; a "
-                                                   "row without this rank records its entries as skipped)")
+  sub->add_option("--inject-rank", o->inject_rank,
+                  "Rank that takes the fault (default: the last rank that can; a "
+                  "row without this rank records its entries as skipped)")
       ->check(CLI::Range(0, kMaxWorld - 1))
       ->needs(inject);
-  sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables; default "
-                                       "$XDG_CACHE_HOME/kcpbench or ~/.cache/kcpbench)");
-  sub->add_option("--dump", o->dump, "Write inputs, FP64 reference and backend outputs/gradients of the selected "
-                                     "rows and forms as .npy files, with DIR/manifest.json describing each");
-  sub->add_option("--warmup", o->warmup, "Untimed forward+backward runs per form before the timed ones")->capture_default_str();
+  sub->add_option("--cache", o->cache,
+                  "FP64 reference cache folder ('none' disables; default "
+                  "$XDG_CACHE_HOME/kcpbench or ~/.cache/kcpbench)");
+  sub->add_option("--dump", o->dump,
+                  "Write inputs, FP64 reference and backend outputs/gradients of the selected "
+                  "rows and forms as .npy files, with DIR/manifest.json describing each");
+  sub->add_option("--warmup", o->warmup, "Untimed forward+backward runs per form before the timed ones")
+      ->capture_default_str();
   sub->add_option("--repeats", o->repeats, "Timed forward+backward runs per form (median/min/max/p90 in the JSON)")
       ->capture_default_str();
-  sub->add_flag("--bench", o->bench, "Benchmark mode: --warmup 3 --repeats 20 unless given, and --phase-times "
-                                     "(kernels only; results are still judged)");
-  sub->add_flag("--phase-times", o->phase_times, "After the timed runs, as many runs again with each backend phase "
-                                                 "timed: per-phase median/min/max in the JSON (timings_ms.phases), "
-                                                 "medians in the table");
+  sub->add_flag("--bench", o->bench,
+                "Benchmark mode: --warmup 3 --repeats 20 unless given, and --phase-times "
+                "(kernels only; results are still judged)");
+  sub->add_flag("--phase-times", o->phase_times,
+                "After the timed runs, as many runs again with each backend phase "
+                "timed: per-phase median/min/max in the JSON (timings_ms.phases), "
+                "medians in the table");
   sub->add_flag("--no-det-checks", o->no_det_checks, "Skip the det package's rerun and full-vs-light bitwise checks");
   sub->add_option("--max-host-mem", o->max_host_mem,
                   "Host memory a process may use (BYTES like 64G, 512MiB, or auto: MemAvailable of /proc/meminfo, "
@@ -266,7 +287,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
       opt.saved.push_back(s == "full" ? SavedKind::Full : SavedKind::Light);
     }
     const auto ps = split_commas(o->P);
-    KCP_REQUIRE(ps.empty() || o->sweep_P.empty(), "--P and --sweep-P exclude each other (a sweep always runs the planned P)");
+    KCP_REQUIRE(ps.empty() || o->sweep_P.empty(),
+                "--P and --sweep-P exclude each other (a sweep always runs the planned P)");
     if (!o->sweep_P.empty()) {
       opt.sweep = true;
       opt.use_row_forced = false;
@@ -282,7 +304,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
         }
         char* end = nullptr;
         const long v = std::strtol(p.c_str(), &end, 10);
-        KCP_REQUIRE(end && *end == 0 && v >= 1 && v <= 64, "--P: expected 'planned' or a segment count in [1, 64], got \"{}\"", p);
+        KCP_REQUIRE(end && *end == 0 && v >= 1 && v <= 64,
+                    "--P: expected 'planned' or a segment count in [1, 64], got \"{}\"", p);
         opt.forced_P.push_back(static_cast<int>(v));
       }
     }
@@ -308,8 +331,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     KCP_REQUIRE(o->comm != "nccl" || std::string(backend->name()) == "cuda",
                 "--comm nccl exchanges device buffers: it needs --backend cuda (this run uses {})", backend->name());
     const std::string comm_kind = o->comm == "auto" ? (launched ? "mpi" : "local") : o->comm;
-    check_before_run(rows, opt, *backend,
-                     {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi, o->threads});
+    check_before_run(
+        rows, opt, *backend,
+        {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi, o->threads});
 
     RunContext ctx;
     ctx.argv = g.argv;
@@ -322,7 +346,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     ctx.row_set_file = set.file;
     ctx.row_set_digest = set.digest;
     for (const auto& sr : rows)
-      if (std::find(ctx.seeds.begin(), ctx.seeds.end(), sr.row->seed) == ctx.seeds.end()) ctx.seeds.push_back(sr.row->seed);
+      if (std::find(ctx.seeds.begin(), ctx.seeds.end(), sr.row->seed) == ctx.seeds.end())
+        ctx.seeds.push_back(sr.row->seed);
 
     DeadlineWatchdog watchdog(o->deadline);
     Dumper dumper(o->dump);
@@ -346,7 +371,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
         write_results(total, true);
         log::info0("wrote {}", o->json);
       }
-      std::printf("%d passed, %d failed, %d skipped\n", total.passed, total.failed + total.contract_broken, total.skipped);
+      std::printf("%d passed, %d failed, %d skipped\n", total.passed, total.failed + total.contract_broken,
+                  total.skipped);
       std::fflush(stdout);
     }
     // Every rank holds the same counts (verdicts are reduced), so all agree on the exit code.

@@ -36,7 +36,7 @@ std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std:
 RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, const std::string& comm_kind,
                         int threads_flag, const kernels::Backend& backend, RunContext& ctx,
                         const std::function<void(const RunOutcome&)>& after_row = {});
-int gpu_count();   // CUDA devices visible (0 without a CUDA build or a driver); backend_select.cpp
+int gpu_count();  // CUDA devices visible (0 without a CUDA build or a driver); backend_select.cpp
 std::string default_cache_dir();
 std::unique_ptr<kernels::Backend> select_backend(const std::string& name);  // backend_select.cpp
 

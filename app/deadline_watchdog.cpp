@@ -28,9 +28,10 @@ DeadlineWatchdog::DeadlineWatchdog(double seconds) : seconds_(seconds) {
       if (!expired) continue;
       // Every rank of this process says where it is: the one stuck elsewhere is the culprit.
       for (const RankPhase& p : phases)
-        std::fprintf(stderr, "kcpbench: error: [r%d] deadline of %g s passed: row %s has run %.1f s; in phase '%s' for %.1f s\n",
-                     p.rank, seconds_, p.row.c_str(), std::chrono::duration<double>(now - p.row_started).count(),
-                     p.phase.c_str(), std::chrono::duration<double>(now - p.since).count());
+        std::fprintf(
+            stderr, "kcpbench: error: [r%d] deadline of %g s passed: row %s has run %.1f s; in phase '%s' for %.1f s\n",
+            p.rank, seconds_, p.row.c_str(), std::chrono::duration<double>(now - p.row_started).count(),
+            p.phase.c_str(), std::chrono::duration<double>(now - p.since).count());
       std::fprintf(stderr, "kcpbench: error: aborting the communicators (exit code 5)\n");
       std::fflush(stderr);
       mpi_abort(5);   // under mpirun: every process ends

@@ -21,8 +21,9 @@ int main(int argc, char** argv) {
   int code = 0;
   try {
     if (use_mpi) mpi_init(&argc, &argv);
-    CLI::App cli{"kcpbench: benchmark and validation harness for context-parallel (KCP) GDN and KDA training "
-                 "kernels.\nRows come from JSON row sets (configs/rows/*.json); see README.md."};
+    CLI::App cli{
+        "kcpbench: benchmark and validation harness for context-parallel (KCP) GDN and KDA training "
+        "kernels.\nRows come from JSON row sets (configs/rows/*.json); see README.md."};
     cli.require_subcommand(0, 1);
     // Options of kcpbench itself (-q, -v, --configs) may also be written after the subcommand
     // ("kcpbench run -q"): a subcommand hands options it does not know to kcpbench. Set before
@@ -32,10 +33,12 @@ int main(int argc, char** argv) {
     cli.add_flag("--version", version, "Print the version, git sha, build options and CUDA/NCCL/MPI availability");
     cli.add_option("--configs", g.configs_dir, "Folder holding rows/<set>.json (default: the source tree's configs/)");
     int quiet = 0, verbose = 0;
-    auto* q = cli.add_flag("-q,--quiet", quiet, "Print only the table, the summary and errors (before or after the "
-                                                "subcommand)");
-    auto* v = cli.add_flag("-v,--verbose", verbose, "Print debug lines (per-phase details; before or after the "
-                                                    "subcommand)");
+    auto* q = cli.add_flag("-q,--quiet", quiet,
+                           "Print only the table, the summary and errors (before or after the "
+                           "subcommand)");
+    auto* v = cli.add_flag("-v,--verbose", verbose,
+                           "Print debug lines (per-phase details; before or after the "
+                           "subcommand)");
     q->excludes(v);
     std::vector<std::function<int()>> actions;
     actions.push_back(app::add_list_command(cli, g));

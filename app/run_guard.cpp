@@ -23,8 +23,10 @@ int64_t parse_bytes(const std::string& text, const char* option) {
     used = 0;
   }
   std::string unit = text.substr(used);
-  if (unit.ends_with("iB")) unit.resize(unit.size() - 2);
-  else if (unit.ends_with("B")) unit.resize(unit.size() - 1);
+  if (unit.ends_with("iB"))
+    unit.resize(unit.size() - 2);
+  else if (unit.ends_with("B"))
+    unit.resize(unit.size() - 1);
   static const std::string units = "KMGTP";
   const size_t u = unit.size() == 1 ? units.find(unit[0]) : std::string::npos;
   KCP_REQUIRE(used > 0 && v >= 0 && std::isfinite(v) && (unit.empty() || u != std::string::npos),
@@ -57,8 +59,8 @@ void check_hang(const RunOptions& opt, const RunGuard& guard) {
               "--inject hang needs a finite --deadline: the injected hang lasts until the deadline aborts the run, and "
               "--deadline {} sets none (give one, e.g. --deadline 30)",
               guard.deadline);
-  log::warn("--inject hang: one rank hangs until the deadline of {} s{} aborts the run with exit code 5", guard.deadline,
-            guard.deadline_given ? "" : " (the default; --deadline SECONDS shortens it)");
+  log::warn("--inject hang: one rank hangs until the deadline of {} s{} aborts the run with exit code 5",
+            guard.deadline, guard.deadline_given ? "" : " (the default; --deadline SECONDS shortens it)");
 }
 
 void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
@@ -72,7 +74,8 @@ void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, c
       host_flag >= 0 ? "--max-host-mem"
       : procs > 1    ? fmt::format("MemAvailable in /proc/meminfo, shared by the {} processes of this host", procs)
                      : "MemAvailable in /proc/meminfo";
-  const std::string device_source = device_flag >= 0 ? "--max-device-mem" : fmt::format("{} memory", backend.device_name());
+  const std::string device_source =
+      device_flag >= 0 ? "--max-device-mem" : fmt::format("{} memory", backend.device_name());
   const bool device_is_host = std::string(backend.name()) == "cpu";
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   for (const SelectedRow& sr : rows) {
@@ -81,7 +84,8 @@ void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, c
     req.plan.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
     req.plan.sm_count = opt.sm_count;
     req.forced_P = opt.forced_P;
-    if (opt.use_row_forced) req.forced_P.insert(req.forced_P.end(), row.forms.forced_P.begin(), row.forms.forced_P.end());
+    if (opt.use_row_forced)
+      req.forced_P.insert(req.forced_P.end(), row.forms.forced_P.begin(), row.forms.forced_P.end());
     req.device_is_host = device_is_host;
     req.backend = &backend;
     req.spare_workspace = opt.fault.kind == FaultKind::WorkspaceOfOtherPackage;
@@ -98,7 +102,8 @@ void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, c
       KCP_THROW(ConfigError,
                 "row {} needs {} bytes ({}) of host memory{} and {} bytes ({}) are available ({}); --max-host-mem "
                 "BYTES overrides the check (kcpbench plan shows the estimate)",
-                row.name, e.host_bytes, human_bytes(e.host_bytes), per, host_avail, human_bytes(host_avail), host_source);
+                row.name, e.host_bytes, human_bytes(e.host_bytes), per, host_avail, human_bytes(host_avail),
+                host_source);
     if (device_avail > 0 && e.device_bytes > device_avail)
       KCP_THROW(ConfigError,
                 "row {} needs {} bytes ({}) of device memory{} and the device has {} bytes ({}; {}); "

@@ -17,8 +17,8 @@ struct RunGuard {
   double deadline = 0;          // seconds; <= 0: none
   bool deadline_given = false;  // --deadline on the command line (else the default)
   std::string max_host_mem = "auto", max_device_mem = "auto";
-  bool use_mpi = false;         // one rank per process (else every row's ranks are threads of this one)
-  int threads = 0;              // --threads (0: default)
+  bool use_mpi = false;  // one rank per process (else every row's ranks are threads of this one)
+  int threads = 0;       // --threads (0: default)
 };
 
 void check_before_run(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,

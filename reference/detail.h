@@ -32,15 +32,14 @@ namespace kcp::ref::detail {
 
 // Knobs that change memory and scheduling, never the results.
 struct Tuning {
-  int window = 64;           // tokens per checkpoint window (states of one window are recomputed)
-  int max_checkpoints = 256; // checkpoints per work item before switching to two levels
-  int items_per_thread = 4;  // column groups: enough for this many work items per thread
-  int column_groups = 0;     // > 0 forces this many column groups per (sequence, value head)
+  int window = 64;            // tokens per checkpoint window (states of one window are recomputed)
+  int max_checkpoints = 256;  // checkpoints per work item before switching to two levels
+  int items_per_thread = 4;   // column groups: enough for this many work items per thread
+  int column_groups = 0;      // > 0 forces this many column groups per (sequence, value head)
 };
 
 // Forward (grads == nullptr) or forward and backward, with explicit tuning.
-void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int threads,
-         const Tuning& tuning);
+void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int threads, const Tuning& tuning);
 
 // FLOP count as implemented (see reference.cpp for the per-element breakdown).
 double flops(const Problem& p, bool backward, const Tuning& tuning);
@@ -51,22 +50,21 @@ int resolve_threads(int threads);
 // increasing order from one atomic counter, which the backward's ordered reductions rely on: an
 // item is only ever claimed after all items before it were claimed. The first exception thrown
 // is rethrown after all threads joined; `on_error(i)` runs for an item that threw.
-template <class F, class E> void parallel_for(int64_t n, int threads, F&& f, E&& on_error) {
+template <class F, class E>
+void parallel_for(int64_t n, int threads, F&& f, E&& on_error) {
   std::exception_ptr error;
   std::mutex error_mutex;
   std::atomic<int64_t> next{0};
   auto worker = [&] {
     for (;;) {
       const int64_t i = next.fetch_add(1);
-      if (i >= n)
-        return;
+      if (i >= n) return;
       try {
         f(i);
       } catch (...) {
         {
           std::lock_guard<std::mutex> lock(error_mutex);
-          if (!error)
-            error = std::current_exception();
+          if (!error) error = std::current_exception();
         }
         on_error(i);
       }
@@ -74,16 +72,14 @@ template <class F, class E> void parallel_for(int64_t n, int threads, F&& f, E&&
   };
   const int64_t nt = std::min<int64_t>(std::max(threads, 1), n);
   std::vector<std::thread> pool;
-  for (int64_t t = 1; t < nt; ++t)
-    pool.emplace_back(worker);
+  for (int64_t t = 1; t < nt; ++t) pool.emplace_back(worker);
   worker();
-  for (auto& t : pool)
-    t.join();
-  if (error)
-    std::rethrow_exception(error);
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
 }
 
-template <class F> void parallel_for(int64_t n, int threads, F&& f) {
+template <class F>
+void parallel_for(int64_t n, int threads, F&& f) {
   parallel_for(n, threads, std::forward<F>(f), [](int64_t) {});
 }
 
@@ -93,7 +89,7 @@ template <class F> void parallel_for(int64_t n, int threads, F&& f) {
 // softplus and its derivative. The exact stable softplus log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
 // is used everywhere (no threshold shortcut).
 struct SigmoidPair {
-  double pos, neg; // sigmoid(x), sigmoid(-x) = 1 - sigmoid(x) without cancellation
+  double pos, neg;  // sigmoid(x), sigmoid(-x) = 1 - sigmoid(x) without cancellation
 };
 inline SigmoidPair sigmoid_pair(double x) {
   const double e = std::exp(-std::abs(x));
@@ -102,40 +98,41 @@ inline SigmoidPair sigmoid_pair(double x) {
 }
 
 struct GateValue {
-  double a = 0;    // log-decay
-  double dadx = 0; // d a / d (g + dt_bias)   (Direct: d a / d g = 1)
-  double dadA = 0; // d a / d A_log
+  double a = 0;     // log-decay
+  double dadx = 0;  // d a / d (g + dt_bias)   (Direct: d a / d g = 1)
+  double dadA = 0;  // d a / d A_log
 };
 
 // x = g + dt_bias (the raw gate plus its bias; for Direct, x = g); eA = exp(A_log[j]) (1 without
 // A_log). kDerivatives = false computes only a.
-template <bool kDerivatives> inline GateValue gate_value(const Problem& p, double eA, double x) {
+template <bool kDerivatives>
+inline GateValue gate_value(const Problem& p, double eA, double x) {
   GateValue r;
   switch (p.gate) {
-  case GateForm::Direct:
-    r.a = x;
-    r.dadx = 1.0;
-    break;
-  case GateForm::Softplus: {
-    const double e = std::exp(-std::abs(x));
-    r.a = -eA * (std::max(x, 0.0) + std::log1p(e)); // -exp(A_log) softplus(x)
-    if constexpr (kDerivatives) {
-      r.dadx = -eA * (x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e)); // -exp(A_log) sigmoid(x)
-      r.dadA = r.a;
+    case GateForm::Direct:
+      r.a = x;
+      r.dadx = 1.0;
+      break;
+    case GateForm::Softplus: {
+      const double e = std::exp(-std::abs(x));
+      r.a = -eA * (std::max(x, 0.0) + std::log1p(e));  // -exp(A_log) softplus(x)
+      if constexpr (kDerivatives) {
+        r.dadx = -eA * (x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e));  // -exp(A_log) sigmoid(x)
+        r.dadA = r.a;
+      }
+      break;
     }
-    break;
-  }
-  case GateForm::LowerBound: {
-    const double z = p.has_A_log ? eA * x : x;
-    const SigmoidPair s = sigmoid_pair(z);
-    r.a = p.lower_bound * s.pos;
-    if constexpr (kDerivatives) {
-      const double dadz = p.lower_bound * s.pos * s.neg;
-      r.dadx = dadz * eA;
-      r.dadA = p.has_A_log ? dadz * z : 0.0;
+    case GateForm::LowerBound: {
+      const double z = p.has_A_log ? eA * x : x;
+      const SigmoidPair s = sigmoid_pair(z);
+      r.a = p.lower_bound * s.pos;
+      if constexpr (kDerivatives) {
+        const double dadz = p.lower_bound * s.pos * s.neg;
+        r.dadx = dadz * eA;
+        r.dadA = p.has_A_log ? dadz * z : 0.0;
+      }
+      break;
     }
-    break;
-  }
   }
   return r;
 }
@@ -145,26 +142,26 @@ struct Prepared {
   int64_t T = 0;
   int H = 0, HV = 0, K = 0, V = 0, G = 1, Kg = 1;
   double rho = 0;
-  const double* qn = nullptr; // [T, H, K] q after the optional L2 norm
-  const double* kn = nullptr; // [T, H, K]
+  const double* qn = nullptr;  // [T, H, K] q after the optional L2 norm
+  const double* kn = nullptr;  // [T, H, K]
   // Large buffers are allocated uninitialised, so that the threads that fill them also fault
   // their pages in (in parallel) instead of the calling thread zeroing them first.
-  std::unique_ptr<double[]> qn_buf, kn_buf; // [T, H, K] when qk_l2norm
-  std::unique_ptr<double[]> rstd_q, rstd_k; // [T, H] when qk_l2norm
-  std::unique_ptr<double[]> qk;             // [T, H] qn . kn
-  std::unique_ptr<double[]> dec;            // [T, HV, Kg] exp(a)
-  std::vector<double> zeros;                // [K]
+  std::unique_ptr<double[]> qn_buf, kn_buf;  // [T, H, K] when qk_l2norm
+  std::unique_ptr<double[]> rstd_q, rstd_k;  // [T, H] when qk_l2norm
+  std::unique_ptr<double[]> qk;              // [T, H] qn . kn
+  std::unique_ptr<double[]> dec;             // [T, HV, Kg] exp(a)
+  std::vector<double> zeros;                 // [K]
 };
 
 Prepared prepare(const Problem& p, const Inputs& in, int threads);
 
 // The O(T * HV * K * V) part: o and ht; with grads, also dv, dh0 and the accumulated gradients
 // w.r.t. the normalized q/k (in grads->dq, dk), the log-decay (in grads->dg) and beta.
-void run_recurrence(const Problem& p, const Inputs& in, const Prepared& pr, Outputs& out,
-                    Grads* grads, int threads, const Tuning& tuning);
+void run_recurrence(const Problem& p, const Inputs& in, const Prepared& pr, Outputs& out, Grads* grads, int threads,
+                    const Tuning& tuning);
 
 // Turns the accumulated gradients w.r.t. the normalized q/k and the log-decay (stored in dq, dk
 // and dg) into gradients w.r.t. the inputs as given; fills dA_log and ddt_bias.
 void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Grads& g, int threads);
 
-} // namespace kcp::ref::detail
+}  // namespace kcp::ref::detail

@@ -8,13 +8,12 @@
 namespace kcp::ref::detail {
 
 namespace {
-constexpr double kL2Eps = 1e-6; // docs/algorithm.md 1.3: added to the sum of squares inside the sqrt
+constexpr double kL2Eps = 1e-6;  // docs/algorithm.md 1.3: added to the sum of squares inside the sqrt
 constexpr int64_t kTokensPerTask = 256;
-} // namespace
+}  // namespace
 
 int resolve_threads(int threads) {
-  if (threads > 0)
-    return threads;
+  if (threads > 0) return threads;
   const unsigned hc = std::thread::hardware_concurrency();
   return hc == 0 ? 1 : static_cast<int>(hc);
 }
@@ -34,9 +33,7 @@ Prepared prepare(const Problem& p, const Inputs& in, int threads) {
   const int64_t T = pr.T;
   const int H = p.H, HV = p.HV, K = p.K, Kg = pr.Kg;
   const auto sz = [](int64_t n) { return static_cast<size_t>(n); };
-  const auto uninit = [&](int64_t n) {
-    return std::unique_ptr<double[]>(new double[sz(std::max<int64_t>(n, 1))]);
-  };
+  const auto uninit = [&](int64_t n) { return std::unique_ptr<double[]>(new double[sz(std::max<int64_t>(n, 1))]); };
   if (p.qk_l2norm) {
     pr.qn_buf = uninit(T * H * K);
     pr.kn_buf = uninit(T * H * K);
@@ -63,17 +60,14 @@ Prepared prepare(const Problem& p, const Inputs& in, int threads) {
           double* rstds[2] = {&pr.rstd_q[sz(row)], &pr.rstd_k[sz(row)]};
           for (int w = 0; w < 2; ++w) {
             double ss = 0;
-            for (int d = 0; d < K; ++d)
-              ss += srcs[w][d] * srcs[w][d];
+            for (int d = 0; d < K; ++d) ss += srcs[w][d] * srcs[w][d];
             const double r = 1.0 / std::sqrt(ss + kL2Eps);
             *rstds[w] = r;
-            for (int d = 0; d < K; ++d)
-              dsts[w][d] = srcs[w][d] * r;
+            for (int d = 0; d < K; ++d) dsts[w][d] = srcs[w][d] * r;
           }
         }
         double qk = 0;
-        for (int d = 0; d < K; ++d)
-          qk += pr.qn[row * K + d] * pr.kn[row * K + d];
+        for (int d = 0; d < K; ++d) qk += pr.qn[row * K + d] * pr.kn[row * K + d];
         pr.qk[sz(row)] = qk;
       }
       for (int j = 0; j < HV; ++j) {
@@ -89,8 +83,7 @@ Prepared prepare(const Problem& p, const Inputs& in, int threads) {
   return pr;
 }
 
-void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Grads& g,
-                     int threads) {
+void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Grads& g, int threads) {
   const int64_t T = pr.T;
   const int H = pr.H, HV = pr.HV, K = pr.K, Kg = pr.Kg;
 
@@ -103,8 +96,7 @@ void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Gra
     const int64_t width = static_cast<int64_t>(HV) * Kg;
     std::vector<double> eA(static_cast<size_t>(HV), 1.0);
     if (p.has_A_log)
-      for (int j = 0; j < HV; ++j)
-        eA[static_cast<size_t>(j)] = std::exp(in.A_log[j]);
+      for (int j = 0; j < HV; ++j) eA[static_cast<size_t>(j)] = std::exp(in.A_log[j]);
     std::vector<double> part_A(static_cast<size_t>(tasks * HV), 0.0);
     std::vector<double> part_b(static_cast<size_t>(tasks * width), 0.0);
     parallel_for(tasks, threads, [&](int64_t task) {
@@ -128,8 +120,7 @@ void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Gra
     });
     for (int64_t task = 0; task < tasks; ++task) {
       if (p.has_A_log)
-        for (int j = 0; j < HV; ++j)
-          g.dA_log[static_cast<size_t>(j)] += part_A[static_cast<size_t>(task * HV + j)];
+        for (int j = 0; j < HV; ++j) g.dA_log[static_cast<size_t>(j)] += part_A[static_cast<size_t>(task * HV + j)];
       if (p.has_dt_bias)
         for (int64_t x = 0; x < width; ++x)
           g.ddt_bias[static_cast<size_t>(x)] += part_b[static_cast<size_t>(task * width + x)];
@@ -147,19 +138,16 @@ void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Gra
           const double* y;
           double rstd;
         };
-        const Side sides[2] = {
-            {g.dq.data() + row * K, pr.qn + row * K, pr.rstd_q[static_cast<size_t>(row)]},
-            {g.dk.data() + row * K, pr.kn + row * K, pr.rstd_k[static_cast<size_t>(row)]}};
+        const Side sides[2] = {{g.dq.data() + row * K, pr.qn + row * K, pr.rstd_q[static_cast<size_t>(row)]},
+                               {g.dk.data() + row * K, pr.kn + row * K, pr.rstd_k[static_cast<size_t>(row)]}};
         for (const Side& s : sides) {
           double dot = 0;
-          for (int d = 0; d < K; ++d)
-            dot += s.dy[d] * s.y[d];
-          for (int d = 0; d < K; ++d)
-            s.dy[d] = s.rstd * (s.dy[d] - dot * s.y[d]);
+          for (int d = 0; d < K; ++d) dot += s.dy[d] * s.y[d];
+          for (int d = 0; d < K; ++d) s.dy[d] = s.rstd * (s.dy[d] - dot * s.y[d]);
         }
       }
     });
   }
 }
 
-} // namespace kcp::ref::detail
+}  // namespace kcp::ref::detail

@@ -53,11 +53,11 @@ namespace {
 
 namespace ei = Eigen::internal;
 using Pk = ei::packet_traits<double>::type;
-constexpr int kPS = ei::packet_traits<double>::size; // doubles per SIMD register (SSE2: 2)
+constexpr int kPS = ei::packet_traits<double>::size;  // doubles per SIMD register (SSE2: 2)
 // 16 columns per block: the per-row scalar broadcasts and horizontal sums are amortised over 16
 // columns, and one window of recomputed states ((W + 1) x K x 16 doubles) stays in L2.
-constexpr int kCB = kPS >= 16 ? kPS : 16; // columns per block
-constexpr int kNP = kCB / kPS;            // SIMD registers per row of a block
+constexpr int kCB = kPS >= 16 ? kPS : 16;  // columns per block
+constexpr int kNP = kCB / kPS;             // SIMD registers per row of a block
 static_assert((kNP & (kNP - 1)) == 0, "kNP must be a power of two");
 
 inline Pk bc(double x) { return ei::pset1<Pk>(x); }
@@ -70,7 +70,7 @@ inline size_t zs(int64_t n) { return static_cast<size_t>(n); }
 // Read-only view of one (sequence, value head) for the block kernels.
 struct HeadView {
   const Prepared* pr;
-  const double* beta; // [T, HV]
+  const double* beta;  // [T, HV]
   int j, i, K, H, HV, Kg;
   double rho;
   const double* q(int64_t t) const { return pr->qn + (t * H + i) * K; }
@@ -89,12 +89,11 @@ struct HeadView {
 // The update S_t = Sbar + beta k e^T of token t is applied in token t+1's single pass over S
 // (the "pending" update), so every token reads and writes its state slice once.
 template <bool kPerChannel, bool kOut, bool kStore>
-[[gnu::noinline]] void fwd_window(const HeadView& h, int64_t t0, int64_t t1, double* S,
-                                  const double* vwin, double* owin, double* states, double* ewin) {
+[[gnu::noinline]] void fwd_window(const HeadView& h, int64_t t0, int64_t t1, double* S, const double* vwin,
+                                  double* owin, double* states, double* ewin) {
   const int K = h.K;
-  Pk be[kNP]; // beta * e of the pending update
-  for (auto& x : be)
-    x = zero();
+  Pk be[kNP];  // beta * e of the pending update
+  for (auto& x : be) x = zero();
   const double* kprev = h.pr->zeros.data();
   const Pk rho = bc(h.rho);
   for (int64_t t = t0; t < t1; ++t) {
@@ -105,36 +104,30 @@ template <bool kPerChannel, bool kOut, bool kStore>
     const Pk dscalar = bc(dt[0]);
     double* slot = kStore ? states + lt * K * kCB : nullptr;
     Pk accK[kNP], accQ[kNP];
-    for (int u = 0; u < kNP; ++u)
-      accK[u] = accQ[u] = zero();
+    for (int u = 0; u < kNP; ++u) accK[u] = accQ[u] = zero();
     for (int d = 0; d < K; ++d) {
       double* row = S + d * kCB;
       const Pk kp = bc(kprev[d]);
       const Pk kd = bc(kt[d]);
       const Pk dd = kPerChannel ? bc(dt[d]) : dscalar;
       [[maybe_unused]] Pk qd;
-      if constexpr (kOut)
-        qd = bc(qt[d]);
+      if constexpr (kOut) qd = bc(qt[d]);
       for (int u = 0; u < kNP; ++u) {
-        const Pk s = ei::padd(ld(row + u * kPS), ei::pmul(kp, be[u])); // S_{t-1}
-        if constexpr (kStore)
-          st(slot + d * kCB + u * kPS, s);
-        const Pk sb = ei::pmul(dd, s); // Sbar_t
+        const Pk s = ei::padd(ld(row + u * kPS), ei::pmul(kp, be[u]));  // S_{t-1}
+        if constexpr (kStore) st(slot + d * kCB + u * kPS, s);
+        const Pk sb = ei::pmul(dd, s);  // Sbar_t
         st(row + u * kPS, sb);
         accK[u] = ei::padd(accK[u], ei::pmul(kd, sb));
-        if constexpr (kOut)
-          accQ[u] = ei::padd(accQ[u], ei::pmul(qd, sb));
+        if constexpr (kOut) accQ[u] = ei::padd(accQ[u], ei::pmul(qd, sb));
       }
     }
     const Pk bt = bc(h.b(t));
     [[maybe_unused]] const Pk qkb = bc(h.qk(t));
     for (int u = 0; u < kNP; ++u) {
       const Pk e = ei::psub(ld(vwin + lt * kCB + u * kPS), accK[u]);
-      if constexpr (kStore)
-        st(ewin + lt * kCB + u * kPS, e);
+      if constexpr (kStore) st(ewin + lt * kCB + u * kPS, e);
       be[u] = ei::pmul(bt, e);
-      if constexpr (kOut)
-        st(owin + lt * kCB + u * kPS, ei::pmul(rho, ei::padd(accQ[u], ei::pmul(qkb, be[u]))));
+      if constexpr (kOut) st(owin + lt * kCB + u * kPS, ei::pmul(rho, ei::padd(accQ[u], ei::pmul(qkb, be[u]))));
     }
     kprev = kt;
   }
@@ -145,8 +138,7 @@ template <bool kPerChannel, bool kOut, bool kStore>
     for (int u = 0; u < kNP; ++u) {
       const Pk s = ei::padd(ld(S + d * kCB + u * kPS), ei::pmul(kp, be[u]));
       st(S + d * kCB + u * kPS, s);
-      if constexpr (kStore)
-        st(last + d * kCB + u * kPS, s);
+      if constexpr (kStore) st(last + d * kCB + u * kPS, s);
     }
   }
 }
@@ -155,7 +147,8 @@ template <bool kPerChannel, bool kOut, bool kStore>
 // reductions need two accumulators instead of kNP temporaries; fixed order.
 struct RowSum {
   Pk a[2];
-  template <int kU> void add(const Pk& x) {
+  template <int kU>
+  void add(const Pk& x) {
     if constexpr (kU < 2) {
       a[kU] = x;
     } else {
@@ -166,7 +159,8 @@ struct RowSum {
 };
 
 // Compile-time loop u = 0 .. kNP-1 (the register index must be a constant for RowSum).
-template <int kU = 0, class F> inline void for_each_reg(F&& f) {
+template <int kU = 0, class F>
+inline void for_each_reg(F&& f) {
   if constexpr (kU < kNP) {
     f(std::integral_constant<int, kU>{});
     for_each_reg<kU + 1>(f);
@@ -176,11 +170,10 @@ template <int kU = 0, class F> inline void for_each_reg(F&& f) {
 // One reverse step (token t) over the rows of a block; with kFuse the next reverse step's first
 // half (G and kG for token t-1, dq_{t-1}) is fused in, so each token touches its slices once.
 template <bool kPerChannel, bool kFuse>
-inline void bwd_step(int K, const double* sprev /*S_{t-1} [K][kCB]*/, const double* dect,
-                     const double* kt, const Pk (&de)[kNP], const Pk (&be)[kNP], double* G,
-                     double* dS, double* dk_row, double* da_row, const double* qp, const double* kp,
-                     const Pk (&rdOp)[kNP], double* dq_row_prev, Pk (&kGn)[kNP]) {
-  Pk daacc[2] = {zero(), zero()}; // GDN: sum over rows and columns of Sbar o dSbar
+inline void bwd_step(int K, const double* sprev /*S_{t-1} [K][kCB]*/, const double* dect, const double* kt,
+                     const Pk (&de)[kNP], const Pk (&be)[kNP], double* G, double* dS, double* dk_row, double* da_row,
+                     const double* qp, const double* kp, const Pk (&rdOp)[kNP], double* dq_row_prev, Pk (&kGn)[kNP]) {
+  Pk daacc[2] = {zero(), zero()};  // GDN: sum over rows and columns of Sbar o dSbar
   const Pk dscalar = bc(dect[0]);
   for (int d = 0; d < K; ++d) {
     const Pk dd = kPerChannel ? bc(dect[d]) : dscalar;
@@ -216,13 +209,10 @@ inline void bwd_step(int K, const double* sprev /*S_{t-1} [K][kCB]*/, const doub
       }
     });
     dk_row[d] = dk.total();
-    if constexpr (kPerChannel)
-      da_row[d] = da.total();
-    if constexpr (kFuse)
-      dq_row_prev[d] = dq.total();
+    if constexpr (kPerChannel) da_row[d] = da.total();
+    if constexpr (kFuse) dq_row_prev[d] = dq.total();
   }
-  if constexpr (!kPerChannel)
-    da_row[0] = ei::predux(ei::padd(daacc[0], daacc[1]));
+  if constexpr (!kPerChannel) da_row[0] = ei::predux(ei::padd(daacc[0], daacc[1]));
 }
 
 // Reverse sweep over tokens [t0, t1) for one block.
@@ -234,9 +224,9 @@ inline void bwd_step(int K, const double* sprev /*S_{t-1} [K][kCB]*/, const doub
 //           da [Kg], dbeta [1] (each written exactly once)
 //   dvwin   [L][kCB]  out
 template <bool kPerChannel>
-[[gnu::noinline]] void bwd_window(const HeadView& h, int64_t t0, int64_t t1, const double* states,
-                                  const double* ewin, const double* rdOwin, double* dS, double* G,
-                                  double* contrib, int64_t stride, double* dvwin) {
+[[gnu::noinline]] void bwd_window(const HeadView& h, int64_t t0, int64_t t1, const double* states, const double* ewin,
+                                  const double* rdOwin, double* dS, double* G, double* contrib, int64_t stride,
+                                  double* dvwin) {
   const int K = h.K;
   const int64_t L = t1 - t0;
   auto dq_row = [&](int64_t l) { return contrib + l * stride; };
@@ -244,7 +234,7 @@ template <bool kPerChannel>
   auto da_row = [&](int64_t l) { return contrib + l * stride + 2 * K; };
   auto db_at = [&](int64_t l) { return contrib + l * stride + 2 * K + h.Kg; };
   Pk kG[kNP];
-  { // G and kG of token t1-1, and its dq (uses S_{t1-1}, the last state slot)
+  {  // G and kG of token t1-1, and its dq (uses S_{t1-1}, the last state slot)
     const int64_t lt = L - 1;
     const double* qt = h.q(t1 - 1);
     const double* kt = h.k(t1 - 1);
@@ -287,27 +277,25 @@ template <bool kPerChannel>
     *db_at(lt) = db.total();
     const double* sprev = states + lt * K * kCB;
     if (t > t0) {
-      bwd_step<kPerChannel, true>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dk_row(lt), da_row(lt),
-                                  h.q(t - 1), h.k(t - 1), rdOp, dq_row(lt - 1), kGn);
+      bwd_step<kPerChannel, true>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dk_row(lt), da_row(lt), h.q(t - 1),
+                                  h.k(t - 1), rdOp, dq_row(lt - 1), kGn);
     } else {
-      bwd_step<kPerChannel, false>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dk_row(lt),
-                                   da_row(lt), nullptr, nullptr, rdOp, nullptr, kGn);
+      bwd_step<kPerChannel, false>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dk_row(lt), da_row(lt), nullptr, nullptr,
+                                   rdOp, nullptr, kGn);
     }
-    for (int u = 0; u < kNP; ++u)
-      kG[u] = kGn[u];
+    for (int u = 0; u < kNP; ++u) kG[u] = kGn[u];
   }
 }
 
 struct Item {
-  int n = 0, j = 0;   // sequence, value head
-  int b0 = 0, b1 = 0; // column blocks [b0, b1)
-  int64_t prev = -1;  // chain predecessor (item index) or -1
+  int n = 0, j = 0;    // sequence, value head
+  int b0 = 0, b1 = 0;  // column blocks [b0, b1)
+  int64_t prev = -1;   // chain predecessor (item index) or -1
 };
 
 class Runner {
-public:
-  Runner(const Problem& p, const Inputs& in, const Prepared& pr, Outputs& out, Grads* gr,
-         const Tuning& tu)
+ public:
+  Runner(const Problem& p, const Inputs& in, const Prepared& pr, Outputs& out, Grads* gr, const Tuning& tu)
       : p_(p), in_(in), pr_(pr), out_(out), gr_(gr), tu_(tu) {}
 
   void run(int threads) {
@@ -322,27 +310,25 @@ public:
             backward_item(items_[zs(r)], r);
           }
         },
-        [&](int64_t r) { // let successors run on (the error is rethrown afterwards)
+        [&](int64_t r) {  // let successors run on (the error is rethrown afterwards)
           progress_[zs(r)].store(std::numeric_limits<int>::max());
           progress_[zs(r)].notify_all();
         });
   }
 
-private:
+ private:
   void build_items(int threads) {
     const int N = p_.sequences();
     const int nb = (p_.V + kCB - 1) / kCB;
     int nonempty = 0;
-    for (int n = 0; n < N; ++n)
-      nonempty += len(n) > 0 ? 1 : 0;
-    if (nonempty == 0)
-      return;
+    for (int n = 0; n < N; ++n) nonempty += len(n) > 0 ? 1 : 0;
+    if (nonempty == 0) return;
     const int64_t heads = static_cast<int64_t>(nonempty) * p_.HV;
     // Column groups: enough items for the threads, as wide as possible otherwise (wider items
     // reuse each token's q, k and decay over more column blocks). Results do not depend on it.
     const int64_t want = static_cast<int64_t>(tu_.items_per_thread) * threads;
-    const int groups = static_cast<int>(std::clamp<int64_t>(
-        tu_.column_groups > 0 ? tu_.column_groups : (want + heads - 1) / heads, 1, nb));
+    const int groups = static_cast<int>(
+        std::clamp<int64_t>(tu_.column_groups > 0 ? tu_.column_groups : (want + heads - 1) / heads, 1, nb));
     // Chains (n, i), longest sequences first (a scheduling choice only: results do not depend on
     // it).
     std::vector<int> order(static_cast<size_t>(N));
@@ -350,8 +336,7 @@ private:
     std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return len(a) > len(b); });
     const int G = p_.HV / p_.H;
     for (int n : order) {
-      if (len(n) == 0)
-        continue;
+      if (len(n) == 0) continue;
       for (int i = 0; i < p_.H; ++i) {
         int64_t prev = -1;
         for (int j = i * G; j < (i + 1) * G; ++j) {
@@ -382,14 +367,12 @@ private:
     const int K = p_.K, V = p_.V;
     const int nbl = it.b1 - it.b0;
     std::fill(S, S + static_cast<int64_t>(nbl) * K * kCB, 0.0);
-    if (src == nullptr)
-      return;
+    if (src == nullptr) return;
     const double* base = src + (static_cast<int64_t>(it.n) * p_.HV + it.j) * K * V;
     for (int b = 0; b < nbl; ++b) {
       const int c0 = (it.b0 + b) * kCB, nc = std::min(kCB, V - c0);
       for (int d = 0; d < K; ++d)
-        for (int c = 0; c < nc; ++c)
-          S[(static_cast<int64_t>(b) * K + d) * kCB + c] = base[d * V + c0 + c];
+        for (int c = 0; c < nc; ++c) S[(static_cast<int64_t>(b) * K + d) * kCB + c] = base[d * V + c0 + c];
     }
   }
   void store_state(const Item& it, const double* S, double* dst) const {
@@ -398,19 +381,16 @@ private:
     for (int b = 0; b < it.b1 - it.b0; ++b) {
       const int c0 = (it.b0 + b) * kCB, nc = std::min(kCB, V - c0);
       for (int d = 0; d < K; ++d)
-        for (int c = 0; c < nc; ++c)
-          base[d * V + c0 + c] = S[(static_cast<int64_t>(b) * K + d) * kCB + c];
+        for (int c = 0; c < nc; ++c) base[d * V + c0 + c] = S[(static_cast<int64_t>(b) * K + d) * kCB + c];
     }
   }
   // Token-major [T, HV, V] tensor <-> window block [L][kCB] (zero padded), with a factor.
-  void gather(const double* src, double f, int j, int blk, int64_t t0, int64_t t1,
-              double* win) const {
+  void gather(const double* src, double f, int j, int blk, int64_t t0, int64_t t1, double* win) const {
     const int c0 = blk * kCB, nc = std::min(kCB, p_.V - c0);
     for (int64_t t = t0; t < t1; ++t) {
       double* w = win + (t - t0) * kCB;
       const double* s = src + (t * p_.HV + j) * p_.V + c0;
-      for (int c = 0; c < kCB; ++c)
-        w[c] = c < nc ? f * s[c] : 0.0;
+      for (int c = 0; c < kCB; ++c) w[c] = c < nc ? f * s[c] : 0.0;
     }
   }
   void scatter(const double* win, int j, int blk, int64_t t0, int64_t t1, double* dst) const {
@@ -420,23 +400,20 @@ private:
   }
 
   template <bool kPerChannel, bool kOut>
-  void fwd(const HeadView& h, int64_t t0, int64_t t1, double* S, const double* vwin,
-           double* owin) const {
+  void fwd(const HeadView& h, int64_t t0, int64_t t1, double* S, const double* vwin, double* owin) const {
     fwd_window<kPerChannel, kOut, false>(h, t0, t1, S, vwin, owin, nullptr, nullptr);
   }
 
   // Forward over windows [w0, w1) of the item, all blocks; optionally o, optionally a copy of the
   // state at the start of windows w with (w - w0) % every == 0 into ckpt[(w - w0) / every].
-  void forward_span(const Item& it, const HeadView& h, int64_t w0, int64_t w1, bool with_o,
-                    double* S, double* ckpt, int64_t every, std::vector<double>& vwin,
-                    std::vector<double>& owin) const {
+  void forward_span(const Item& it, const HeadView& h, int64_t w0, int64_t w1, bool with_o, double* S, double* ckpt,
+                    int64_t every, std::vector<double>& vwin, std::vector<double>& owin) const {
     const int64_t b = bos(it.n), e = b + len(it.n), W = tu_.window;
     const int nbl = it.b1 - it.b0;
     const int64_t item_sz = static_cast<int64_t>(nbl) * p_.K * kCB;
     const bool perc = p_.op == Op::Kda;
     for (int64_t w = w0; w < w1; ++w) {
-      if (ckpt != nullptr && (w - w0) % every == 0)
-        std::copy(S, S + item_sz, ckpt + (w - w0) / every * item_sz);
+      if (ckpt != nullptr && (w - w0) % every == 0) std::copy(S, S + item_sz, ckpt + (w - w0) / every * item_sz);
       const int64_t t0 = b + w * W, t1 = std::min(e, t0 + W);
       for (int blk = 0; blk < nbl; ++blk) {
         double* Sb = S + static_cast<int64_t>(blk) * p_.K * kCB;
@@ -473,11 +450,9 @@ private:
     const int64_t W = tu_.window, b = bos(it.n), e = b + len(it.n);
     const int64_t nwin = (len(it.n) + W - 1) / W;
     const bool single = nwin <= tu_.max_checkpoints;
-    const int64_t seg =
-        single ? nwin : static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(nwin))));
+    const int64_t seg = single ? nwin : static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(nwin))));
     const int64_t nseg = (nwin + seg - 1) / seg;
-    const int64_t item_sz = static_cast<int64_t>(nbl) * K * kCB,
-                  blk_sz = static_cast<int64_t>(K) * kCB;
+    const int64_t item_sz = static_cast<int64_t>(nbl) * K * kCB, blk_sz = static_cast<int64_t>(K) * kCB;
     const bool perc = p_.op == Op::Kda;
 
     std::vector<double> S(zs(item_sz)), dS(zs(item_sz)), vwin(zs(W * kCB)), owin(zs(W * kCB));
@@ -500,12 +475,12 @@ private:
     int published = 0;
     for (int64_t s = nseg - 1; s >= 0; --s) {
       const int64_t ws0 = s * seg, ws1 = std::min(nwin, ws0 + seg);
-      if (!single) { // recompute this segment's window checkpoints
+      if (!single) {  // recompute this segment's window checkpoints
         std::copy(outer.begin() + s * item_sz, outer.begin() + (s + 1) * item_sz, S.begin());
         forward_span(it, h, ws0, ws1, false, S.data(), inner.data(), 1, vwin, owin);
       }
       const double* ck = single ? outer.data() : inner.data();
-      const int64_t ck0 = single ? 0 : ws0; // window index of ck's first checkpoint
+      const int64_t ck0 = single ? 0 : ws0;  // window index of ck's first checkpoint
       for (int64_t w = ws1 - 1; w >= ws0; --w) {
         const int64_t t0 = b + w * W, t1 = std::min(e, t0 + W), L = t1 - t0;
         for (int blk = 0; blk < nbl; ++blk) {
@@ -516,23 +491,20 @@ private:
           double* dSb = dS.data() + blk * blk_sz;
           double* cb = contrib.data() + blk * rec;
           if (perc) {
-            fwd_window<true, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr,
-                                          states.data(), ewin.data());
-            bwd_window<true>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(),
-                             cb, nbl * rec, dvwin.data());
+            fwd_window<true, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr, states.data(), ewin.data());
+            bwd_window<true>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(), cb, nbl * rec,
+                             dvwin.data());
           } else {
-            fwd_window<false, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr,
-                                           states.data(), ewin.data());
-            bwd_window<false>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(),
-                              cb, nbl * rec, dvwin.data());
+            fwd_window<false, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr, states.data(), ewin.data());
+            bwd_window<false>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(), cb, nbl * rec,
+                              dvwin.data());
           }
           scatter(dvwin.data(), it.j, it.b0 + blk, t0, t1, gr_->dv.data());
         }
         // Ordered publication of this window's partial sums (see the file comment).
         if (it.prev >= 0) {
           std::atomic<int>& pv = progress_[zs(it.prev)];
-          for (int cur = pv.load(std::memory_order_acquire); cur <= published;
-               cur = pv.load(std::memory_order_acquire))
+          for (int cur = pv.load(std::memory_order_acquire); cur <= published; cur = pv.load(std::memory_order_acquire))
             pv.wait(cur, std::memory_order_acquire);
         }
         for (int64_t l = 0; l < L; ++l) {
@@ -547,8 +519,7 @@ private:
               dq[d] += c[d];
               dk[d] += c[K + d];
             }
-            for (int d = 0; d < Kg; ++d)
-              dg[d] += c[2 * K + d];
+            for (int d = 0; d < Kg; ++d) dg[d] += c[2 * K + d];
             db += c[2 * K + Kg];
           }
         }
@@ -557,8 +528,7 @@ private:
         progress_[zs(self)].notify_all();
       }
     }
-    if (p_.has_h0)
-      store_state(it, dS.data(), gr_->dh0.data());
+    if (p_.has_h0) store_state(it, dS.data(), gr_->dh0.data());
   }
 
   const Problem& p_;
@@ -571,11 +541,11 @@ private:
   std::vector<std::atomic<int>> progress_;
 };
 
-} // namespace
+}  // namespace
 
-void run_recurrence(const Problem& p, const Inputs& in, const Prepared& pr, Outputs& out,
-                    Grads* grads, int threads, const Tuning& tuning) {
+void run_recurrence(const Problem& p, const Inputs& in, const Prepared& pr, Outputs& out, Grads* grads, int threads,
+                    const Tuning& tuning) {
   Runner(p, in, pr, out, grads, tuning).run(threads);
 }
 
-} // namespace kcp::ref::detail
+}  // namespace kcp::ref::detail

@@ -12,13 +12,10 @@ namespace kcp::ref {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& what) {
-  throw std::invalid_argument("kcp::ref: " + what);
-}
+[[noreturn]] void fail(const std::string& what) { throw std::invalid_argument("kcp::ref: " + what); }
 
 void require_input(const void* ptr, bool needed, const char* name) {
-  if (needed && ptr == nullptr)
-    fail(std::string("Inputs.") + name + " is null but the problem needs it");
+  if (needed && ptr == nullptr) fail(std::string("Inputs.") + name + " is null but the problem needs it");
 }
 
 void check_inputs(const Problem& p, const Inputs& in, bool backward) {
@@ -39,65 +36,50 @@ void check_inputs(const Problem& p, const Inputs& in, bool backward) {
 
 size_t zs(int64_t n) { return static_cast<size_t>(n); }
 
-} // namespace
+}  // namespace
 
 void validate(const Problem& p) {
   auto num = [](auto x) { return std::to_string(x); };
-  if (p.op != Op::Gdn && p.op != Op::Kda)
-    fail("Problem.op is not Gdn or Kda");
-  if (p.H < 1)
-    fail("Problem.H must be >= 1, got " + num(p.H));
-  if (p.HV < 1)
-    fail("Problem.HV must be >= 1, got " + num(p.HV));
-  if (p.HV % p.H != 0)
-    fail("Problem.HV (" + num(p.HV) + ") must be a multiple of Problem.H (" + num(p.H) + ")");
-  if (p.K < 1)
-    fail("Problem.K must be >= 1, got " + num(p.K));
-  if (p.V < 1)
-    fail("Problem.V must be >= 1, got " + num(p.V));
-  if (p.cu_seqlens.size() < 2)
-    fail("Problem.cu_seqlens must hold N + 1 >= 2 offsets, got " + num(p.cu_seqlens.size()));
-  if (p.cu_seqlens.front() != 0)
-    fail("Problem.cu_seqlens[0] must be 0, got " + num(p.cu_seqlens.front()));
+  if (p.op != Op::Gdn && p.op != Op::Kda) fail("Problem.op is not Gdn or Kda");
+  if (p.H < 1) fail("Problem.H must be >= 1, got " + num(p.H));
+  if (p.HV < 1) fail("Problem.HV must be >= 1, got " + num(p.HV));
+  if (p.HV % p.H != 0) fail("Problem.HV (" + num(p.HV) + ") must be a multiple of Problem.H (" + num(p.H) + ")");
+  if (p.K < 1) fail("Problem.K must be >= 1, got " + num(p.K));
+  if (p.V < 1) fail("Problem.V must be >= 1, got " + num(p.V));
+  if (p.cu_seqlens.size() < 2) fail("Problem.cu_seqlens must hold N + 1 >= 2 offsets, got " + num(p.cu_seqlens.size()));
+  if (p.cu_seqlens.front() != 0) fail("Problem.cu_seqlens[0] must be 0, got " + num(p.cu_seqlens.front()));
   for (size_t n = 1; n < p.cu_seqlens.size(); ++n)
     if (p.cu_seqlens[n] < p.cu_seqlens[n - 1])
-      fail("Problem.cu_seqlens must be non-decreasing, but cu_seqlens[" + num(n) +
-           "] = " + num(p.cu_seqlens[n]) + " < cu_seqlens[" + num(n - 1) +
-           "] = " + num(p.cu_seqlens[n - 1]));
-  if (!std::isfinite(p.scale))
-    fail("Problem.scale must be finite (0 means K^-1/2)");
+      fail("Problem.cu_seqlens must be non-decreasing, but cu_seqlens[" + num(n) + "] = " + num(p.cu_seqlens[n]) +
+           " < cu_seqlens[" + num(n - 1) + "] = " + num(p.cu_seqlens[n - 1]));
+  if (!std::isfinite(p.scale)) fail("Problem.scale must be finite (0 means K^-1/2)");
   switch (p.gate) {
-  case GateForm::Direct:
-    if (p.has_A_log)
-      fail("Problem.has_A_log needs a raw gate form (Softplus or LowerBound), gate is Direct");
-    if (p.has_dt_bias)
-      fail("Problem.has_dt_bias needs a raw gate form (Softplus or LowerBound), gate is Direct");
-    break;
-  case GateForm::Softplus:
-    if (!p.has_A_log)
-      fail("Problem.has_A_log must be true for the Softplus gate form (A_log is required)");
-    break;
-  case GateForm::LowerBound:
-    if (p.op != Op::Kda)
-      fail("Problem.gate LowerBound is KDA only, op is Gdn");
-    if (!std::isfinite(p.lower_bound) || !(p.lower_bound < 0.0))
-      fail("Problem.lower_bound must be finite and < 0, got " + num(p.lower_bound));
-    break;
-  default:
-    fail("Problem.gate is not a known GateForm");
+    case GateForm::Direct:
+      if (p.has_A_log) fail("Problem.has_A_log needs a raw gate form (Softplus or LowerBound), gate is Direct");
+      if (p.has_dt_bias) fail("Problem.has_dt_bias needs a raw gate form (Softplus or LowerBound), gate is Direct");
+      break;
+    case GateForm::Softplus:
+      if (!p.has_A_log) fail("Problem.has_A_log must be true for the Softplus gate form (A_log is required)");
+      break;
+    case GateForm::LowerBound:
+      if (p.op != Op::Kda) fail("Problem.gate LowerBound is KDA only, op is Gdn");
+      if (!std::isfinite(p.lower_bound) || !(p.lower_bound < 0.0))
+        fail("Problem.lower_bound must be finite and < 0, got " + num(p.lower_bound));
+      break;
+    default:
+      fail("Problem.gate is not a known GateForm");
   }
 }
 
 namespace detail {
 
-void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int threads,
-         const Tuning& tuning) {
+void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int threads, const Tuning& tuning) {
   validate(p);
   check_inputs(p, in, grads != nullptr);
-  if (tuning.window < 1 || tuning.max_checkpoints < 1 || tuning.items_per_thread < 1 ||
-      tuning.column_groups < 0)
-    fail("detail::Tuning: window, max_checkpoints and items_per_thread must be >= 1, "
-         "column_groups >= 0");
+  if (tuning.window < 1 || tuning.max_checkpoints < 1 || tuning.items_per_thread < 1 || tuning.column_groups < 0)
+    fail(
+        "detail::Tuning: window, max_checkpoints and items_per_thread must be >= 1, "
+        "column_groups >= 0");
   threads = resolve_threads(threads);
 
   const int64_t T = p.tokens();
@@ -119,18 +101,15 @@ void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int thr
   }
   // Zero-length sequences: ht = h0 and dh0 = dht (no work item touches them).
   for (int n = 0; n < N; ++n) {
-    if (p.cu_seqlens[zs(n) + 1] != p.cu_seqlens[zs(n)])
-      continue;
+    if (p.cu_seqlens[zs(n) + 1] != p.cu_seqlens[zs(n)]) continue;
     const int64_t off = static_cast<int64_t>(n) * HV * state, cnt = HV * state;
-    if (p.has_h0)
-      std::copy(in.h0 + off, in.h0 + off + cnt, out.ht.begin() + off);
+    if (p.has_h0) std::copy(in.h0 + off, in.h0 + off + cnt, out.ht.begin() + off);
     if (grads != nullptr && p.has_h0 && p.has_dht)
       std::copy(in.dht + off, in.dht + off + cnt, grads->dh0.begin() + off);
   }
 
   run_recurrence(p, in, pr, out, grads, threads, tuning);
-  if (grads != nullptr)
-    finish_backward(p, in, pr, *grads, threads);
+  if (grads != nullptr) finish_backward(p, in, pr, *grads, threads);
 }
 
 // FLOPs per (token, value head, state element), counting each multiply and add of the loops over
@@ -151,15 +130,14 @@ double flops(const Problem& p, bool backward, const Tuning& tuning) {
     if (backward) {
       per += 5.0 + 16.0;
       const int64_t nwin = (len + tuning.window - 1) / tuning.window;
-      if (nwin > tuning.max_checkpoints)
-        per += 5.0;
+      if (nwin > tuning.max_checkpoints) per += 5.0;
     }
     total += per * kv * static_cast<double>(len);
   }
   return total;
 }
 
-} // namespace detail
+}  // namespace detail
 
 Outputs forward(const Problem& p, const Inputs& in, int threads) {
   Outputs out;
@@ -175,4 +153,4 @@ double forward_flops(const Problem& p) { return detail::flops(p, false, detail::
 
 double forward_backward_flops(const Problem& p) { return detail::flops(p, true, detail::Tuning{}); }
 
-} // namespace kcp::ref
+}  // namespace kcp::ref

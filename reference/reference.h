@@ -37,11 +37,11 @@ struct Problem {
   double scale = 0.0;               // output scale rho; 0 means K^-1/2
   bool qk_l2norm = false;           // q <- q / sqrt(sum q^2 + 1e-6), same for k, before everything else
   GateForm gate = GateForm::Direct;
-  double lower_bound = -5.0;        // lb of the LowerBound form
+  double lower_bound = -5.0;  // lb of the LowerBound form
   bool has_A_log = false;
   bool has_dt_bias = false;
-  bool has_h0 = false;              // initial state per sequence (else zeros)
-  bool has_dht = false;             // gradient of the final state in the loss (else zero)
+  bool has_h0 = false;   // initial state per sequence (else zeros)
+  bool has_dht = false;  // gradient of the final state in the loss (else zero)
 
   int64_t tokens() const { return cu_seqlens.empty() ? 0 : cu_seqlens.back(); }
   int sequences() const { return cu_seqlens.empty() ? 0 : static_cast<int>(cu_seqlens.size()) - 1; }
@@ -69,13 +69,13 @@ struct Outputs {
 };
 
 struct Grads {
-  std::vector<double> dq, dk;        // [T, H, K]
-  std::vector<double> dv;            // [T, HV, V]
-  std::vector<double> dg;            // shape of g (gradient w.r.t. the gate input as given)
-  std::vector<double> dbeta;         // [T, HV]
-  std::vector<double> dA_log;        // [HV] when has_A_log, else empty
-  std::vector<double> ddt_bias;      // [HV] or [HV * K] when has_dt_bias, else empty
-  std::vector<double> dh0;           // [N, HV, K, V] when has_h0, else empty
+  std::vector<double> dq, dk;    // [T, H, K]
+  std::vector<double> dv;        // [T, HV, V]
+  std::vector<double> dg;        // shape of g (gradient w.r.t. the gate input as given)
+  std::vector<double> dbeta;     // [T, HV]
+  std::vector<double> dA_log;    // [HV] when has_A_log, else empty
+  std::vector<double> ddt_bias;  // [HV] or [HV * K] when has_dt_bias, else empty
+  std::vector<double> dh0;       // [N, HV, K, V] when has_h0, else empty
 };
 
 // Throws std::invalid_argument with a message naming the field when the problem is malformed.

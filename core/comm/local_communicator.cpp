@@ -58,8 +58,7 @@ template <class T>
 void gather_impl(LocalGroup& g, int rank, const T* send, T* recv, size_t count) {
   g.slots[rank] = send;
   g.barrier();
-  for (int r = 0; r < g.size; ++r)
-    std::memcpy(recv + r * count, static_cast<const T*>(g.slots[r]), count * sizeof(T));
+  for (int r = 0; r < g.size; ++r) std::memcpy(recv + r * count, static_cast<const T*>(g.slots[r]), count * sizeof(T));
   g.barrier();
 }
 template <class T>
@@ -70,9 +69,12 @@ void reduce_impl(LocalGroup& g, int rank, T* buf, size_t count, ReduceOp op) {
   for (int r = 1; r < g.size; ++r) {
     const T* src = static_cast<const T*>(g.slots[r]);
     for (size_t i = 0; i < count; ++i) {
-      if (op == ReduceOp::Sum) acc[i] += src[i];
-      else if (op == ReduceOp::Max) acc[i] = std::max(acc[i], src[i]);
-      else acc[i] = std::min(acc[i], src[i]);
+      if (op == ReduceOp::Sum)
+        acc[i] += src[i];
+      else if (op == ReduceOp::Max)
+        acc[i] = std::max(acc[i], src[i]);
+      else
+        acc[i] = std::min(acc[i], src[i]);
     }
   }
   g.barrier();  // everyone has read every buffer: now it is safe to overwrite

@@ -10,15 +10,15 @@
 
 #if KCP_ENABLE_MPI
 #include <mpi.h>
-#define KCP_MPI_CHECK(expr)                                                            \
-  do {                                                                                 \
-    int rc_ = (expr);                                                                  \
-    if (rc_ != MPI_SUCCESS) {                                                          \
-      char buf_[MPI_MAX_ERROR_STRING];                                                 \
-      int len_ = 0;                                                                    \
-      MPI_Error_string(rc_, buf_, &len_);                                              \
+#define KCP_MPI_CHECK(expr)                                                                   \
+  do {                                                                                        \
+    int rc_ = (expr);                                                                         \
+    if (rc_ != MPI_SUCCESS) {                                                                 \
+      char buf_[MPI_MAX_ERROR_STRING];                                                        \
+      int len_ = 0;                                                                           \
+      MPI_Error_string(rc_, buf_, &len_);                                                     \
       ::kcp::raise_api_error("MPI", #expr, rc_, std::string(buf_, len_), __FILE__, __LINE__); \
-    }                                                                                  \
+    }                                                                                         \
   } while (0)
 #endif
 
@@ -52,7 +52,8 @@ class MpiCommunicator final : public Communicator {
     KCP_MPI_CHECK(MPI_Allgather(s, static_cast<int>(n), MPI_FLOAT, r, static_cast<int>(n), MPI_FLOAT, MPI_COMM_WORLD));
   }
   void allgather(const double* s, double* r, size_t n) override {
-    KCP_MPI_CHECK(MPI_Allgather(s, static_cast<int>(n), MPI_DOUBLE, r, static_cast<int>(n), MPI_DOUBLE, MPI_COMM_WORLD));
+    KCP_MPI_CHECK(
+        MPI_Allgather(s, static_cast<int>(n), MPI_DOUBLE, r, static_cast<int>(n), MPI_DOUBLE, MPI_COMM_WORLD));
   }
   void allreduce(double* b, size_t n, ReduceOp op) override { reduce(b, n, op, MPI_DOUBLE); }
   void allreduce(int64_t* b, size_t n, ReduceOp op) override { reduce(b, n, op, MPI_INT64_T); }

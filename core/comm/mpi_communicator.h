@@ -9,13 +9,13 @@
 
 namespace kcp {
 
-bool mpi_available();          // built with MPI
-bool mpi_launched();           // started under mpirun/srun (environment says so)
+bool mpi_available();                    // built with MPI
+bool mpi_launched();                     // started under mpirun/srun (environment says so)
 void mpi_init(int* argc, char*** argv);  // no-op without MPI
 void mpi_finalize();
-void mpi_abort(int code);      // MPI_Abort on COMM_WORLD so no rank hangs (main only)
+void mpi_abort(int code);  // MPI_Abort on COMM_WORLD so no rank hangs (main only)
 int mpi_world_rank();
-int local_rank();              // rank on this host from the launcher's environment (0 without one)
+int local_rank();  // rank on this host from the launcher's environment (0 without one)
 int mpi_world_size();
 std::unique_ptr<Communicator> make_mpi_communicator();  // throws ConfigError without MPI
 

@@ -10,23 +10,25 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#define KCP_CUDA_RT_CHECK(expr)                                                                        \
-  do {                                                                                                 \
-    cudaError_t e_ = (expr);                                                                           \
-    if (e_ != cudaSuccess) {                                                                           \
-      (void)cudaGetLastError();                                                                        \
-      ::kcp::raise_api_error("CUDA", #expr, e_, std::string(cudaGetErrorName(e_)) + " (" + cudaGetErrorString(e_) + ")", \
-                             __FILE__, __LINE__);                                                      \
-    }                                                                                                  \
+#define KCP_CUDA_RT_CHECK(expr)                                                                                 \
+  do {                                                                                                          \
+    cudaError_t e_ = (expr);                                                                                    \
+    if (e_ != cudaSuccess) {                                                                                    \
+      (void)cudaGetLastError();                                                                                 \
+      ::kcp::raise_api_error("CUDA", #expr, e_,                                                                 \
+                             std::string(cudaGetErrorName(e_)) + " (" + cudaGetErrorString(e_) + ")", __FILE__, \
+                             __LINE__);                                                                         \
+    }                                                                                                           \
   } while (0)
-#define KCP_NCCL_CHECK(comm, expr)                                                                     \
-  do {                                                                                                 \
-    ncclResult_t r_ = (expr);                                                                          \
-    if (r_ != ncclSuccess) {                                                                           \
-      const char* last_ = (comm) ? ncclGetLastError(comm) : "";                                        \
-      ::kcp::raise_api_error("NCCL", #expr, r_, std::string(ncclGetErrorString(r_)) + (last_ && *last_ ? std::string("; ") + last_ : ""), \
-                             __FILE__, __LINE__);                                                      \
-    }                                                                                                  \
+#define KCP_NCCL_CHECK(comm, expr)                                                                                     \
+  do {                                                                                                                 \
+    ncclResult_t r_ = (expr);                                                                                          \
+    if (r_ != ncclSuccess) {                                                                                           \
+      const char* last_ = (comm) ? ncclGetLastError(comm) : "";                                                        \
+      ::kcp::raise_api_error("NCCL", #expr, r_,                                                                        \
+                             std::string(ncclGetErrorString(r_)) + (last_ && *last_ ? std::string("; ") + last_ : ""), \
+                             __FILE__, __LINE__);                                                                      \
+    }                                                                                                                  \
   } while (0)
 #endif
 

@@ -26,9 +26,10 @@ Budget derive_budget(double max_abs, double rel_rms, double ref_max_abs, double 
 }
 
 std::string budget_formula(double k, DType dt) {
-  return fmt::format("kcpbench calibrate: max_abs = {} x err(cpu twin vs FP64) + u x max|ref|, rel_rms = {} x "
-                     "rel(cpu twin vs FP64) + u, u = {} ({} unit roundoff); det/full at the planned schedule",
-                     k, k, unit_roundoff(dt), to_string(dt));
+  return fmt::format(
+      "kcpbench calibrate: max_abs = {} x err(cpu twin vs FP64) + u x max|ref|, rel_rms = {} x "
+      "rel(cpu twin vs FP64) + u, u = {} ({} unit roundoff); det/full at the planned schedule",
+      k, k, unit_roundoff(dt), to_string(dt));
 }
 
 }  // namespace kcp

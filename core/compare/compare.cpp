@@ -92,8 +92,8 @@ std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp
   std::vector<int> piece_of(static_cast<size_t>(rp.tokens()), 0);
   for (size_t p = 0; p < rp.pieces.size(); ++p)
     std::fill(piece_of.begin() + rp.pieces[p].local_begin, piece_of.begin() + rp.pieces[p].local_end, int(p));
-  auto token_tensor = [&](const char* name, const std::vector<float>& got, const std::vector<double>& ref, int64_t heads,
-                          int64_t width) {
+  auto token_tensor = [&](const char* name, const std::vector<float>& got, const std::vector<double>& ref,
+                          int64_t heads, int64_t width) {
     Acc a;
     a.m.name = name;
     for (int64_t t = 0; t < rp.tokens(); ++t) {
@@ -135,7 +135,8 @@ std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp
     const ResultTensor t = result_tensor(i);
     if (!row_has(row, t)) continue;
     const auto [heads, width] = token_dims(row, t);
-    if (place_of(t) == TensorPlace::Token) token_tensor(to_string(t), res[t], rr[t], heads, std::max<int64_t>(1, width));
+    if (place_of(t) == TensorPlace::Token)
+      token_tensor(to_string(t), res[t], rr[t], heads, std::max<int64_t>(1, width));
     if (place_of(t) == TensorPlace::State) state_tensor(to_string(t), res[t], rr[t]);
   }
   return out;
@@ -184,9 +185,15 @@ void reduce_metrics(std::vector<TensorMetrics>& ms, Communicator& comm) {
     // The worst element: gather every rank's (max_abs, location) and keep, in rank order, the
     // first rank with a non-finite value, else the largest max_abs (lowest rank on ties), so
     // every rank and every launch mode agree on the same element.
-    const double mine[9] = {m.max_abs, double(m.worst.rank), double(m.worst.token), double(m.worst.seq),
-                            double(m.worst.head), double(m.worst.channel), double(m.worst.segment),
-                            double(m.worst.boundary_distance), double(m.nonfinite)};
+    const double mine[9] = {m.max_abs,
+                            double(m.worst.rank),
+                            double(m.worst.token),
+                            double(m.worst.seq),
+                            double(m.worst.head),
+                            double(m.worst.channel),
+                            double(m.worst.segment),
+                            double(m.worst.boundary_distance),
+                            double(m.nonfinite)};
     std::vector<double> all(9 * W);
     comm.allgather(mine, all.data(), 9);
     int best = 0;

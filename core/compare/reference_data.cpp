@@ -148,11 +148,16 @@ bool load(const std::string& path, const CacheHeader& key, SequenceReference& r,
     why = "short read (the header is cut off)";
     return false;
   }
-  const std::string have(h.digest, strnlen(h.digest, sizeof(h.digest))), want(key.digest, strnlen(key.digest, sizeof(key.digest)));
-  if (have != want) why = fmt::format("made for row digest {}, not {}", have.substr(0, 16), want.substr(0, 16));
-  else if (h.seed != key.seed) why = fmt::format("made for seed {}, not {}", h.seed, key.seed);
-  else if (h.seq != key.seq) why = fmt::format("made for sequence {}, not {}", h.seq, key.seq);
-  else if (h.version != key.version) why = fmt::format("made by reference version {}, not {}", h.version, key.version);
+  const std::string have(h.digest, strnlen(h.digest, sizeof(h.digest))),
+      want(key.digest, strnlen(key.digest, sizeof(key.digest)));
+  if (have != want)
+    why = fmt::format("made for row digest {}, not {}", have.substr(0, 16), want.substr(0, 16));
+  else if (h.seed != key.seed)
+    why = fmt::format("made for seed {}, not {}", h.seed, key.seed);
+  else if (h.seq != key.seq)
+    why = fmt::format("made for sequence {}, not {}", h.seq, key.seq);
+  else if (h.version != key.version)
+    why = fmt::format("made by reference version {}, not {}", h.version, key.version);
   else if (!std::equal(h.counts, h.counts + kFields, key.counts))
     why = fmt::format("element counts [{}] differ from the row's [{}]", fmt::join(h.counts, h.counts + kFields, ", "),
                       fmt::join(key.counts, key.counts + kFields, ", "));
@@ -192,7 +197,8 @@ void store(const std::string& path, CacheHeader key, SequenceReference& r) {
     if (!f) return;  // the folder was usable when the run began; the cache only saves time
     f.write(kCacheMagic, kMagicBytes);
     f.write(reinterpret_cast<const char*>(&key), sizeof(key));
-    for (auto* v : fields(r)) f.write(reinterpret_cast<const char*>(v->data()), std::streamsize(v->size() * sizeof(double)));
+    for (auto* v : fields(r))
+      f.write(reinterpret_cast<const char*>(v->data()), std::streamsize(v->size() * sizeof(double)));
     if (!f.flush()) {
       f.close();
       std::error_code ec;
@@ -209,15 +215,25 @@ size_t expected_size(const RowConfig& row, int seq, int which) {
   const size_t len = static_cast<size_t>(row.seqlens[seq]), HV = row.HV, H = row.H, K = row.K, V = row.V;
   const size_t gw = row.op == Op::Kda ? K : 1;
   switch (which) {
-    case 0: return len * HV * V;           // o
-    case 1: case 2: return len * H * K;    // dq, dk
-    case 3: return len * HV * V;           // dv
-    case 4: return len * HV * gw;          // dg
-    case 5: return len * HV;               // dbeta
-    case 6: return HV * K * V;             // ht
-    case 7: return row.initial_state ? HV * K * V : 0;
-    case 8: return row.A_log ? HV : 0;
-    default: return row.dt_bias ? HV * gw : 0;
+    case 0:
+      return len * HV * V;  // o
+    case 1:
+    case 2:
+      return len * H * K;  // dq, dk
+    case 3:
+      return len * HV * V;  // dv
+    case 4:
+      return len * HV * gw;  // dg
+    case 5:
+      return len * HV;  // dbeta
+    case 6:
+      return HV * K * V;  // ht
+    case 7:
+      return row.initial_state ? HV * K * V : 0;
+    case 8:
+      return row.A_log ? HV : 0;
+    default:
+      return row.dt_bias ? HV * gw : 0;
   }
 }
 CacheHeader cache_key(const RowConfig& row, const std::string& digest, int seq) {
@@ -245,14 +261,16 @@ std::string usable_cache_dir(const std::string& dir) {
   } else {
     const std::string probe = fmt::format("{}/.kcpbench-probe-{}", dir, ::getpid());
     std::FILE* f = std::fopen(probe.c_str(), "wb");
-    if (!f) why = fmt::format("a file cannot be created in it: {}", std::strerror(errno));
+    if (!f)
+      why = fmt::format("a file cannot be created in it: {}", std::strerror(errno));
     else {
       std::fclose(f);
       std::filesystem::remove(probe, ec);
     }
   }
   checked[dir] = why.empty();
-  if (!why.empty()) log::warn("FP64 reference cache folder {} cannot be used ({}); running without a reference cache", dir, why);
+  if (!why.empty())
+    log::warn("FP64 reference cache folder {} cannot be used ({}); running without a reference cache", dir, why);
   return why.empty() ? dir : "";
 }
 }  // namespace
@@ -311,8 +329,10 @@ std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq) {
     int64_t bytes = 0;
     std::error_code ec;
     for (auto* v : fields(*r)) bytes += static_cast<int64_t>(v->size() * sizeof(double));
-    if (!path.empty() && bytes <= kMaxCachedBytes) store(path, key, *r);
-    else if (!why.empty()) std::filesystem::remove(path, ec);  // too large to store again: no stale file
+    if (!path.empty() && bytes <= kMaxCachedBytes)
+      store(path, key, *r);
+    else if (!why.empty())
+      std::filesystem::remove(path, ec);  // too large to store again: no stale file
   }
   int64_t t0 = 0;
   for (int s = 0; s < seq; ++s) t0 += m.row.seqlens[s];

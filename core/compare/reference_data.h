@@ -20,10 +20,10 @@ namespace kcp {
 
 struct SequenceReference {
   int seq = 0;
-  int64_t t_begin = 0, t_end = 0;            // global tokens of the sequence
+  int64_t t_begin = 0, t_end = 0;                // global tokens of the sequence
   std::vector<double> o, dq, dk, dv, dg, dbeta;  // [len, ...] token-major
-  std::vector<double> ht, dh0;               // [HV, K, V]
-  std::vector<double> dA_log, ddt_bias;      // this sequence's contribution
+  std::vector<double> ht, dh0;                   // [HV, K, V]
+  std::vector<double> dA_log, ddt_bias;          // this sequence's contribution
   // The field of a result tensor (core/kcp/rank_result.h), by the table's names.
   const std::vector<double>& operator[](ResultTensor t) const {
     switch (t) {

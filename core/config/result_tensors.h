@@ -19,16 +19,16 @@ enum class TensorPlace { Token, State, Param };
 // gw = gate width: 1 for GDN, K for KDA; width 0: one value per head, shape [T, heads]); unused
 // for State / Param. The order is the digest's
 // and the comparison's (Token and State tensors first, in this order, then Param).
-#define KCP_RESULT_TENSORS(X)  \
-  X(o, Token, HV, V)           \
-  X(ht, State, HV, V)          \
-  X(dq, Token, H, K)           \
-  X(dk, Token, H, K)           \
-  X(dv, Token, HV, V)          \
-  X(dg, Token, HV, gw)         \
-  X(dbeta, Token, HV, 0)       \
-  X(dA_log, Param, HV, 1)      \
-  X(ddt_bias, Param, HV, gw)   \
+#define KCP_RESULT_TENSORS(X) \
+  X(o, Token, HV, V)          \
+  X(ht, State, HV, V)         \
+  X(dq, Token, H, K)          \
+  X(dk, Token, H, K)          \
+  X(dv, Token, HV, V)         \
+  X(dg, Token, HV, gw)        \
+  X(dbeta, Token, HV, 0)      \
+  X(dA_log, Param, HV, 1)     \
+  X(ddt_bias, Param, HV, gw)  \
   X(dh0, State, HV, V)
 
 enum class ResultTensor {

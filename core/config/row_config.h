@@ -51,28 +51,28 @@ struct FormSet {
 
 struct RowConfig {
   // identity
-  std::string name;         // e.g. "A4", "KC2"
+  std::string name;  // e.g. "A4", "KC2"
   std::string description;
-  std::string file;         // the row file it came from
-  int index = 0;            // position in rows[]
+  std::string file;  // the row file it came from
+  int index = 0;     // position in rows[]
   // operator and shape
   Op op = Op::Gdn;
   int H = 1, HV = 1, K = 64, V = 64;
-  std::vector<int64_t> seqlens;     // global sequence lengths (zero allowed)
-  int world = 1;                    // W
-  std::vector<int64_t> rank_tokens; // explicit per-rank token counts (uneven rows); empty = even split
+  std::vector<int64_t> seqlens;      // global sequence lengths (zero allowed)
+  int world = 1;                     // W
+  std::vector<int64_t> rank_tokens;  // explicit per-rank token counts (uneven rows); empty = even split
   int chunk = 64;
   // options
   DType dtype = DType::BF16;
-  double scale = 0.0;               // 0 = K^-1/2
+  double scale = 0.0;  // 0 = K^-1/2
   bool qk_l2norm = false;
   GateForm gate = GateForm::Direct;
   double lower_bound = -5.0;
-  bool A_log = false;               // raw gates: A_log present (required for Softplus)
+  bool A_log = false;  // raw gates: A_log present (required for Softplus)
   bool dt_bias = false;
-  bool initial_state = false;       // h0 given
-  bool final_state = false;         // ht returned and judged
-  bool dht = false;                 // gradient of the final state in the loss
+  bool initial_state = false;  // h0 given
+  bool final_state = false;    // ht returned and judged
+  bool dht = false;            // gradient of the final state in the loss
   // inputs
   uint64_t seed = 1;
   InputRecipe inputs;
@@ -94,10 +94,10 @@ struct RowSet {
   std::string file;
   std::string description;
   std::vector<RowConfig> rows;
-  std::string digest;                   // SHA-256 of the canonical JSON of the whole set
-  std::vector<std::string> row_digests; // SHA-256 of the canonical JSON of each row
-  std::vector<std::string> row_json;    // each row as loaded (defaults merged), compact JSON:
-                                        // echoed into results so an entry can be replayed
+  std::string digest;                    // SHA-256 of the canonical JSON of the whole set
+  std::vector<std::string> row_digests;  // SHA-256 of the canonical JSON of each row
+  std::vector<std::string> row_json;     // each row as loaded (defaults merged), compact JSON:
+                                         // echoed into results so an entry can be replayed
 };
 
 }  // namespace kcp

@@ -7,8 +7,8 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -45,7 +45,8 @@ template <class Int>
 std::string range_error(Int lo, Int hi, const json& v) {
   const bool below = v.is_number_integer() && !v.is_number_unsigned() && std::cmp_less(v.get<int64_t>(), lo);
   if (hi == std::numeric_limits<Int>::max() && lo != std::numeric_limits<Int>::min())
-    return below ? fmt::format("must be >= {}, got {}", lo, v.dump()) : fmt::format("must be at most {}, got {}", hi, v.dump());
+    return below ? fmt::format("must be >= {}, got {}", lo, v.dump())
+                 : fmt::format("must be at most {}, got {}", hi, v.dump());
   return fmt::format("must be in [{}, {}], got {}", lo, hi, v.dump());
 }
 
@@ -126,9 +127,9 @@ class DuplicateKeyFinder {
 // it (to reject unknown keys and to name the known ones) and by accepted_keys().
 const std::vector<std::string> kRowSetKeys = {"schema", "name", "description", "defaults", "rows"};
 const std::vector<std::string> kRowKeys = {
-    "name", "description", "op", "H", "HV", "K", "V", "seqlens", "world", "rank_tokens", "chunk", "dtype",
-    "scale", "qk_l2norm", "gate", "lower_bound", "A_log", "dt_bias", "initial_state", "final_state", "dht",
-    "seed", "inputs", "plan_device", "forms", "budgets"};
+    "name",          "description", "op",    "H",     "HV",        "K",           "V",           "seqlens", "world",
+    "rank_tokens",   "chunk",       "dtype", "scale", "qk_l2norm", "gate",        "lower_bound", "A_log",   "dt_bias",
+    "initial_state", "final_state", "dht",   "seed",  "inputs",    "plan_device", "forms",       "budgets"};
 const std::vector<std::string> kInputsKeys = {"keys", "gate_strength", "gate_mask_p", "gate_zero_p"};
 const std::vector<std::string> kFormsKeys = {"packages", "saved", "forced_P", "forced_rule"};
 const std::vector<std::string> kBudgetsKeys = {"source", "tensors"};
@@ -145,8 +146,8 @@ const std::vector<std::string> kTensorBudgetKeys = {"max_abs", "rel_rms"};
 // never invents new ones.
 class ObjectReader {
  public:
-  ObjectReader(const json& obj, std::string path, std::vector<std::string>& errors, const std::vector<std::string>& keys,
-               std::set<std::string>* unread = nullptr)
+  ObjectReader(const json& obj, std::string path, std::vector<std::string>& errors,
+               const std::vector<std::string>& keys, std::set<std::string>* unread = nullptr)
       : obj_(obj), path_(std::move(path)), errors_(errors), keys_(keys), unread_(unread) {}
 
   std::string at(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -233,8 +234,7 @@ class ObjectReader {
     error(key, "expected one of " + names + ", got " + v->dump());
   }
   template <class E>
-  void get_enum_list(const std::string& key, std::vector<E>& out,
-                     const std::vector<std::pair<const char*, E>>& table) {
+  void get_enum_list(const std::string& key, std::vector<E>& out, const std::vector<std::pair<const char*, E>>& table) {
     const json* v = find(key);
     if (!v) return;
     if (!v->is_array()) return error(key, "expected an array of strings, got " + type_name(*v));
@@ -295,8 +295,8 @@ const auto kDtypes = table_of(kDTypeNames);
 const auto kPackages = table_of(kPackageNames);
 const auto kSaved = table_of(kSavedKindNames);
 const std::vector<std::pair<const char*, KeyDist>> kKeys = {{"normal", KeyDist::Normal}, {"skewed", KeyDist::Skewed}};
-const std::vector<std::pair<const char*, ForcedRule>> kRules = {
-    {"all_ranks_plan_p1", ForcedRule::AllRanksPlanP1}, {"always", ForcedRule::Always}};
+const std::vector<std::pair<const char*, ForcedRule>> kRules = {{"all_ranks_plan_p1", ForcedRule::AllRanksPlanP1},
+                                                                {"always", ForcedRule::Always}};
 
 template <class E>
 const char* name_of(const std::vector<std::pair<const char*, E>>& table, E e) {
@@ -356,7 +356,8 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
       for (auto it = te->begin(); it != te->end(); ++it) {
         const std::string tpath = rb.at("tensors") + "." + it.key();
         if (std::find(all_tensor_names().begin(), all_tensor_names().end(), it.key()) == all_tensor_names().end()) {
-          errors.push_back(tpath + ": unknown tensor (known: " + fmt::format("{}", fmt::join(all_tensor_names(), ", ")) + ")");
+          errors.push_back(tpath +
+                           ": unknown tensor (known: " + fmt::format("{}", fmt::join(all_tensor_names(), ", ")) + ")");
           continue;
         }
         if (!it->is_object()) {
@@ -391,8 +392,12 @@ json canonical_problem(json row) {
 }  // namespace
 
 std::map<std::string, std::vector<std::string>> accepted_keys() {
-  return {{"row_set", kRowSetKeys},       {"row", kRowKeys},       {"inputs", kInputsKeys},
-          {"forms", kFormsKeys},          {"budgets", kBudgetsKeys}, {"budgets.tensors", all_tensor_names()},
+  return {{"row_set", kRowSetKeys},
+          {"row", kRowKeys},
+          {"inputs", kInputsKeys},
+          {"forms", kFormsKeys},
+          {"budgets", kBudgetsKeys},
+          {"budgets.tensors", all_tensor_names()},
           {"tensor_budget", kTensorBudgetKeys}};
 }
 
@@ -414,7 +419,9 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
     while (i < row.name.size() && std::isupper(static_cast<unsigned char>(row.name[i]))) ++i;
     ok = ok && i <= 3 && i < row.name.size();
     for (size_t j = i; j < row.name.size(); ++j) ok = ok && std::isdigit(static_cast<unsigned char>(row.name[j]));
-    if (!ok) bad("name", "expected a family letter (up to 3 capitals) and a number like \"A4\" or \"KC2\", got \"" + row.name + "\"");
+    if (!ok)
+      bad("name",
+          "expected a family letter (up to 3 capitals) and a number like \"A4\" or \"KC2\", got \"" + row.name + "\"");
   }
   if (read({"H"}) && row.H <= 0) bad("H", fmt::format("must be positive, got {}", row.H));
   if (read({"HV"}) && row.HV <= 0) bad("HV", fmt::format("must be positive, got {}", row.HV));
@@ -423,7 +430,8 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
   for (auto [field, val] : {std::pair{"K", row.K}, std::pair{"V", row.V}})
     if (read({field}) && val != 64 && val != 128)
       bad(field, fmt::format("unsupported head dim (supported: 64, 128), got {}", val));
-  if (read({"chunk"}) && row.chunk != 64) bad("chunk", fmt::format("only chunk size 64 is supported, got {}", row.chunk));
+  if (read({"chunk"}) && row.chunk != 64)
+    bad("chunk", fmt::format("only chunk size 64 is supported, got {}", row.chunk));
   // The total length, checked for overflow; -1 when unknown (unread, negative or too large).
   int64_t total = read({"seqlens"}) ? 0 : -1;
   if (total == 0 && row.seqlens.empty()) bad("seqlens", "must hold at least one sequence length, got an empty array");
@@ -441,7 +449,8 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
   if (read({"world", "rank_tokens"}) && row.world >= 1 && total > 0) {
     if (row.rank_tokens.empty()) {
       if (total < row.world)
-        bad("world", fmt::format("W = {} is larger than the {} tokens allow (every rank needs a token)", row.world, total));
+        bad("world",
+            fmt::format("W = {} is larger than the {} tokens allow (every rank needs a token)", row.world, total));
       else if (total % row.world != 0)
         bad("world", fmt::format("total tokens {} must be divisible by W = {} for an even split (or give rank_tokens)",
                                  total, row.world));
@@ -458,7 +467,8 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
           sum = -1;
         }
       }
-      if (sum >= 0 && sum != total) bad("rank_tokens", fmt::format("must add up to the total tokens {}, got {}", total, sum));
+      if (sum >= 0 && sum != total)
+        bad("rank_tokens", fmt::format("must add up to the total tokens {}, got {}", total, sum));
     }
   }
   // Every array the run allocates is at most T x HV x K x V elements (docs/design.md 3), so its
@@ -466,20 +476,23 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
   if (read({"HV", "K", "V"}) && total > 0 && row.HV > 0 && row.K > 0 && row.V > 0) {
     int64_t n = total;
     if (!(mul_ok(n, row.HV, n) && mul_ok(n, row.K, n) && mul_ok(n, row.V, n) && mul_ok(n, 8, n)))
-      e.push_back(fmt::format("{} ({}): T x HV x K x V = {} x {} x {} x {} overflows 64-bit sizes (at 8 bytes an element "
-                              "it must stay below 2^63); use fewer tokens or heads",
-                              p, row.name, total, row.HV, row.K, row.V));
+      e.push_back(
+          fmt::format("{} ({}): T x HV x K x V = {} x {} x {} x {} overflows 64-bit sizes (at 8 bytes an element "
+                      "it must stay below 2^63); use fewer tokens or heads",
+                      p, row.name, total, row.HV, row.K, row.V));
   }
   if (read({"scale"}) && row.scale < 0) bad("scale", fmt::format("must be >= 0 (0 means K^-1/2), got {}", row.scale));
   if (read({"gate", "op"}) && row.gate == GateForm::LowerBound && row.op != Op::Kda)
     bad("gate", "the lower_bound form exists for kda only, got it on a gdn row");
-  if (read({"gate", "lower_bound"}) && row.gate == GateForm::LowerBound && !(row.lower_bound >= -5.0 && row.lower_bound < 0.0))
+  if (read({"gate", "lower_bound"}) && row.gate == GateForm::LowerBound &&
+      !(row.lower_bound >= -5.0 && row.lower_bound < 0.0))
     bad("lower_bound", fmt::format("must be in [-5, 0), got {}", row.lower_bound));
   if (read({"gate", "A_log"}) && row.gate == GateForm::Softplus && !row.A_log)
     bad("A_log", "the softplus gate form needs A_log: true, got false");
   if (read({"gate", "A_log", "dt_bias"}) && row.gate == GateForm::Direct && (row.A_log || row.dt_bias))
     bad("gate", "A_log / dt_bias need a raw gate form (softplus or lower_bound), got direct");
-  if (read({"dht", "final_state"}) && row.dht && !row.final_state) bad("dht", "dht needs final_state: true (the loss uses ht)");
+  if (read({"dht", "final_state"}) && row.dht && !row.final_state)
+    bad("dht", "dht needs final_state: true (the loss uses ht)");
   if (read({"inputs", "inputs.gate_strength"}) && row.inputs.gate_strength <= 0)
     bad("inputs.gate_strength", fmt::format("must be positive, got {}", row.inputs.gate_strength));
   for (auto [field, val] : {std::pair{"inputs.gate_mask_p", row.inputs.gate_mask_p},
@@ -492,7 +505,8 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
     bad("forms.saved", "must name at least one saved set (full, light)");
   for (size_t i = 0; i < row.forms.forced_P.size(); ++i) {
     int P = row.forms.forced_P[i];
-    if (P < 1 || P > kMaxP) e.push_back(fmt::format("{}.forms.forced_P[{}]: must be in [1, {}], got {}", p, i, kMaxP, P));
+    if (P < 1 || P > kMaxP)
+      e.push_back(fmt::format("{}.forms.forced_P[{}]: must be in [1, {}], got {}", p, i, kMaxP, P));
   }
   if (read({"final_state", "A_log", "dt_bias", "initial_state"}))
     for (const auto& [t, b] : row.budgets)
@@ -516,8 +530,8 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
         req.forced_P = row.forms.forced_P[i];
         make_plan(row, req);
       } catch (const ConfigError& err) {
-        e.push_back(fmt::format("{}.forms.forced_P[{}]: the plan cannot take P = {}: {}", p, i,
-                                row.forms.forced_P[i], err.what()));
+        e.push_back(fmt::format("{}.forms.forced_P[{}]: the plan cannot take P = {}: {}", p, i, row.forms.forced_P[i],
+                                err.what()));
       }
     }
   }
@@ -549,7 +563,8 @@ RowSet load_row_set_text(const std::string& text, const std::string& file) {
   }
   RowSet set;
   set.file = file;
-  if (!doc.is_object()) KCP_THROW(ConfigError, "{}: expected a JSON object at the top level, got {}", file, type_name(doc));
+  if (!doc.is_object())
+    KCP_THROW(ConfigError, "{}: expected a JSON object at the top level, got {}", file, type_name(doc));
   ObjectReader top(doc, "", errors, kRowSetKeys);
   std::string schema;
   top.get_string("schema", schema, true);
@@ -559,9 +574,12 @@ RowSet load_row_set_text(const std::string& text, const std::string& file) {
   top.get_string("description", set.description);
   const json* defaults = top.object("defaults");
   const json* rows = top.find("rows");
-  if (!rows) errors.push_back("rows: required array of rows is missing");
-  else if (!rows->is_array()) errors.push_back("rows: expected an array of rows, got " + type_name(*rows));
-  else if (rows->empty()) errors.push_back("rows: the row set holds no rows (a row set needs at least one row)");
+  if (!rows)
+    errors.push_back("rows: required array of rows is missing");
+  else if (!rows->is_array())
+    errors.push_back("rows: expected an array of rows, got " + type_name(*rows));
+  else if (rows->empty())
+    errors.push_back("rows: the row set holds no rows (a row set needs at least one row)");
   top.report_unknown();
   std::set<std::string> names;
   if (rows && rows->is_array()) {
@@ -588,7 +606,8 @@ RowSet load_row_set_text(const std::string& text, const std::string& file) {
     }
   }
   if (!errors.empty()) {
-    std::string msg = fmt::format("{}: {} problem{} in the row file:", file, errors.size(), errors.size() == 1 ? "" : "s");
+    std::string msg =
+        fmt::format("{}: {} problem{} in the row file:", file, errors.size(), errors.size() == 1 ? "" : "s");
     for (const auto& e : errors) msg += "\n  " + file + ": " + e;
     throw ConfigError(msg);
   }

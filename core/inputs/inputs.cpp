@@ -56,7 +56,8 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   if (row.qk_l2norm) {
     fill(in.q, "q", H * K, normal);
     if (row.inputs.keys == KeyDist::Skewed)  // nearly parallel keys after L2 norm (docs/algorithm.md 6.2)
-      fill(in.k, "k", H * K, [&](uint64_t key, uint64_t c) { return round_to(float(10.0 * standard_normal(key, c) - 50.0), rt); });
+      fill(in.k, "k", H * K,
+           [&](uint64_t key, uint64_t c) { return round_to(float(10.0 * standard_normal(key, c) - 50.0), rt); });
     else
       fill(in.k, "k", H * K, normal);
   } else {
@@ -85,7 +86,8 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   }
   fill(in.v, "v", HV * V, normal);
   fill(in.dO, "dO", HV * V, normal);
-  fill(in.beta, "beta", HV, [&](uint64_t key, uint64_t c) { return round_to(float(sigmoid(standard_normal(key, c))), rt); });
+  fill(in.beta, "beta", HV,
+       [&](uint64_t key, uint64_t c) { return round_to(float(sigmoid(standard_normal(key, c))), rt); });
   const int64_t gw = row.op == Op::Kda ? K : 1;
   if (row.gate == GateForm::Direct) {
     // a = logsigmoid(randn) / strength rounded to the input dtype, as public tests pass bf16 gates;
@@ -103,7 +105,8 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   if (row.A_log) {
     // Per-head variation on purpose (exposes head-offset bugs): A_log = log(linspace(1, 8, HV)).
     in.A_log.resize(HV);
-    for (int64_t j = 0; j < HV; ++j) in.A_log[j] = float(std::log(1.0 + 7.0 * double(j) / double(std::max<int64_t>(1, HV - 1))));
+    for (int64_t j = 0; j < HV; ++j)
+      in.A_log[j] = float(std::log(1.0 + 7.0 * double(j) / double(std::max<int64_t>(1, HV - 1))));
   }
   if (row.dt_bias) {
     // Inverse softplus of dt, dt log-uniform in [1e-3, 1e-1] (docs/algorithm.md 6.2).

@@ -35,7 +35,7 @@ RowInputs make_inputs(const RowConfig& row, const std::string& row_digest, int64
 // Counter-based RNG: a stateless hash of (key, counter) (Philox-like quality is not needed;
 // SplitMix64 finalisers on a 128-bit input are enough for test data and are exactly reproducible).
 uint64_t hash_counter(uint64_t key, uint64_t counter);
-double uniform01(uint64_t key, uint64_t counter);       // in (0, 1)
+double uniform01(uint64_t key, uint64_t counter);        // in (0, 1)
 double standard_normal(uint64_t key, uint64_t counter);  // Box-Muller on two derived uniforms
 uint64_t tensor_key(uint64_t seed, const std::string& row_digest, const std::string& tensor);
 

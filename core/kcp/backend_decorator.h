@@ -27,12 +27,16 @@ class BackendDecorator : public kernels::Backend {
   void copy_floats(float* d, const float* s, int64_t n, const kernels::Exec& e) const override {
     inner_.copy_floats(d, s, n, e);
   }
-  void fill_floats(float* d, float v, int64_t n, const kernels::Exec& e) const override { inner_.fill_floats(d, v, n, e); }
+  void fill_floats(float* d, float v, int64_t n, const kernels::Exec& e) const override {
+    inner_.fill_floats(d, v, n, e);
+  }
   void synchronize(const kernels::Exec& e) const override { inner_.synchronize(e); }
   float* alloc_floats(int64_t n) const override { return inner_.alloc_floats(n); }
   void free_floats(float* p) const override { inner_.free_floats(p); }
   void upload(float* d, const float* s, int64_t n, const kernels::Exec& e) const override { inner_.upload(d, s, n, e); }
-  void download(float* d, const float* s, int64_t n, const kernels::Exec& e) const override { inner_.download(d, s, n, e); }
+  void download(float* d, const float* s, int64_t n, const kernels::Exec& e) const override {
+    inner_.download(d, s, n, e);
+  }
   std::unique_ptr<kernels::PhaseTimer> make_timer() const override { return inner_.make_timer(); }
   std::string device_name() const override { return inner_.device_name(); }
   int64_t device_memory_bytes() const override { return inner_.device_memory_bytes(); }

@@ -30,8 +30,8 @@ class FaultInjectingBackend final : public BackendDecorator {
 
  private:
   FaultKind kind_;
-  bool here_;           // this rank takes the fault
-  int segment_ = -1;    // DropSegmentEntry: the local segment whose entry state is zeroed
+  bool here_;                // this rank takes the fault
+  int segment_ = -1;         // DropSegmentEntry: the local segment whose entry state is zeroed
   int64_t tile_token_ = -1;  // SkipOutputTile: the first local token of the o tile left unwritten
 };
 

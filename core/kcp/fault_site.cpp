@@ -49,7 +49,8 @@ FaultSite place_fault(const Fault& fault, const SegmentPlan& plan) {
   // world sizes can share one --inject-rank, so this is a skip of the entry, not an error).
   const int W = static_cast<int>(plan.ranks.size());
   if (fault.rank >= W) {
-    site.why = fmt::format("--inject-rank {} is not a rank of row {} (W = {}: ranks 0..{})", fault.rank, plan.row, W, W - 1);
+    site.why =
+        fmt::format("--inject-rank {} is not a rank of row {} (W = {}: ranks 0..{})", fault.rank, plan.row, W, W - 1);
     return site;
   }
   // The first rank (from the last) that can take the fault, and where in it.
@@ -81,7 +82,8 @@ FaultSite place_fault(const Fault& fault, const SegmentPlan& plan) {
     site.why = "fault drop-segment-entry needs a rank that cuts a piece into segments; this plan has P = 1 there";
   if (site.rank < 0 && fault.kind == FaultKind::DropRankIncoming)
     site.why = "fault drop-rank-incoming needs a rank that continues a sequence from an earlier rank";
-  if (site.rank < 0 && site.why.empty() && fault.rank >= 0)  // unreachable for the placed kinds: every rank can take them
+  if (site.rank < 0 && site.why.empty() &&
+      fault.rank >= 0)  // unreachable for the placed kinds: every rank can take them
     site.why = fmt::format("fault {} cannot be placed on rank {}", fault.name(), fault.rank);
   return site;
 }

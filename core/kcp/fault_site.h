@@ -15,16 +15,16 @@ namespace kcp {
 
 enum class FaultKind {
   None,
-  DropSegmentEntry,        // one segment's entry state replaced by zeros (the first segment after a cut)
-  DropRankIncoming,        // one rank's incoming state from earlier ranks replaced by zeros
-  SkipOutputTile,          // one 64-token x 1-head tile of o left unwritten (still NaN-poisoned)
-  SavedToOtherPackage,     // the forward's saved set handed to the other package's backward
-  WorkspaceOfOtherPackage, // the backward given a workspace tagged with the other package
-  Hang                     // one rank never reaches the forward exchange (tests the deadline)
+  DropSegmentEntry,         // one segment's entry state replaced by zeros (the first segment after a cut)
+  DropRankIncoming,         // one rank's incoming state from earlier ranks replaced by zeros
+  SkipOutputTile,           // one 64-token x 1-head tile of o left unwritten (still NaN-poisoned)
+  SavedToOtherPackage,      // the forward's saved set handed to the other package's backward
+  WorkspaceOfOtherPackage,  // the backward given a workspace tagged with the other package
+  Hang                      // one rank never reaches the forward exchange (tests the deadline)
 };
 struct Fault {
   FaultKind kind = FaultKind::None;
-  int rank = -1;     // -1: the engine picks (the last rank that can take the fault)
+  int rank = -1;  // -1: the engine picks (the last rank that can take the fault)
   std::string name() const;
 };
 FaultKind parse_fault(const std::string& name);  // throws ConfigError naming the known faults

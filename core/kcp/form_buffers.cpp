@@ -48,7 +48,8 @@ FormBuffers::FormBuffers(const kernels::Backend& be, const RowConfig& row, const
   // gradients only when the row has them (a null pointer tells the kernels there is none).
   for (int i = 0; i < kResultTensorCount; ++i) {
     const ResultTensor t = result_tensor(i);
-    if (place_of(t) != TensorPlace::Param || row_has(row, t)) results_[i] = DeviceArray(be, result_elements(row, t, T, N));
+    if (place_of(t) != TensorPlace::Param || row_has(row, t))
+      results_[i] = DeviceArray(be, result_elements(row, t, T, N));
   }
 
   const bool sends_fwd = !rp.pieces.empty() && rp.pieces.back().to_next_rank;

@@ -65,7 +65,7 @@ class FormRun {
   const FaultInjectingBackend faulty_;
   PhaseTimingBackend backend_;  // every phase call goes through it; it records only when told to
   RankRun run_;
-  kernels::Exec exec_;          // the form's execution context (run_.exec may be the other package's)
+  kernels::Exec exec_;  // the form's execution context (run_.exec may be the other package's)
   FormBuffers buf_;
   const bool sends_fwd_, receives_;
   std::vector<float> host_send_, host_gathered_;
@@ -124,8 +124,10 @@ void FormRun::all_gather(bool sends) {
     comm_.allgather_device(buf_.send().get(), buf_.gathered().get(), static_cast<size_t>(n), run_.exec.stream);
     return;
   }
-  if (sends) host_send_ = buf_.send().to_host(run_.exec);
-  else host_send_.assign(static_cast<size_t>(n), 0.0f);
+  if (sends)
+    host_send_ = buf_.send().to_host(run_.exec);
+  else
+    host_send_.assign(static_cast<size_t>(n), 0.0f);
   host_gathered_.resize(static_cast<size_t>(n * comm_.size()));
   comm_.allgather(host_send_.data(), host_gathered_.data(), host_send_.size());
   buf_.gathered().from_host(host_gathered_, run_.exec);
@@ -159,9 +161,8 @@ double FormRun::forward(bool phase_timed) {
     backend_.fill_floats(buf_.incoming(), 0.0f, summary_block(problem_).b, exec_);
   faulty_.after_incoming_fold(buf_.incoming(), summary_block(problem_).b, exec_);
   set_phase(label + " forward");
-  call_backend("forward", [&] {
-    rank_forward_end(backend_, run_, receives_ ? buf_.incoming() : nullptr, buf_.outputs());
-  });
+  call_backend("forward",
+               [&] { rank_forward_end(backend_, run_, receives_ ? buf_.incoming() : nullptr, buf_.outputs()); });
   t_fwd_rest_->stop(exec_);
   backend_.set_timing(false);
   backend_.synchronize(exec_);
@@ -195,9 +196,8 @@ double FormRun::backward(bool phase_timed) {
                        buf_.fold_dht(), buf_.exit_grad());
     });
   set_phase(label + " backward");
-  call_backend("backward", [&] {
-    rank_backward_end(backend_, run_, sends_fwd_ ? buf_.exit_grad() : nullptr, buf_.grads());
-  });
+  call_backend("backward",
+               [&] { rank_backward_end(backend_, run_, sends_fwd_ ? buf_.exit_grad() : nullptr, buf_.grads()); });
   t_bwd_rest_->stop(run_.exec);
   backend_.set_timing(false);
   backend_.synchronize(run_.exec);
@@ -256,7 +256,8 @@ RankResult FormRun::finish() {
 }  // namespace
 
 std::string Form::label() const {
-  return fmt::format("{}/{}/{}", to_string(package), to_string(saved), forced_P ? fmt::format("P={}", forced_P) : "planned");
+  return fmt::format("{}/{}/{}", to_string(package), to_string(saved),
+                     forced_P ? fmt::format("P={}", forced_P) : "planned");
 }
 
 kernels::Problem kernel_problem(const RowConfig& row) {
@@ -281,7 +282,8 @@ kernels::Problem kernel_problem(const RowConfig& row) {
 
 kernels::RankLayout kernel_layout(const RankPlan& rp) {
   std::vector<kernels::PieceSpec> pieces;
-  for (const auto& pc : rp.pieces) pieces.push_back({pc.local_begin, pc.local_end, !pc.from_prev_rank, !pc.to_next_rank});
+  for (const auto& pc : rp.pieces)
+    pieces.push_back({pc.local_begin, pc.local_end, !pc.from_prev_rank, !pc.to_next_rank});
   std::vector<kernels::SegmentSpec> segs;
   for (const auto& s : rp.segments) segs.push_back({s.piece, s.local_begin, s.local_end});
   return kernels::RankLayout(pieces, segs);
@@ -292,8 +294,8 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
   const int r = comm.rank();
   KCP_CHECK(comm.size() == plan.world, "world size {} differs from the plan's {}", comm.size(), plan.world);
   const RankPlan& rp = plan.ranks[r];
-  KCP_CHECK(shard.t_begin == rp.global_begin && shard.t_end == rp.global_end, "shard [{}, {}) is not rank {}'s [{}, {})",
-            shard.t_begin, shard.t_end, r, rp.global_begin, rp.global_end);
+  KCP_CHECK(shard.t_begin == rp.global_begin && shard.t_end == rp.global_end,
+            "shard [{}, {}) is not rank {}'s [{}, {})", shard.t_begin, shard.t_end, r, rp.global_begin, rp.global_end);
   const kernels::Status st = backend.can_implement(kernel_problem(row));
   if (!st.ok) KCP_THROW(ConfigError, "backend {} cannot run row {}: {}", backend.name(), row.name, st.reason);
 

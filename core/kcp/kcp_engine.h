@@ -33,14 +33,14 @@ namespace kcp {
 struct Form {
   Package package = Package::Det;
   SavedKind saved = SavedKind::Full;
-  int forced_P = 0;  // 0 = the planned schedule
+  int forced_P = 0;           // 0 = the planned schedule
   std::string label() const;  // "det/full/planned", "nondet/light/P=2"
 };
 
 struct EngineOptions {
-  int threads = 1;   // CPU twin worker threads per rank
-  int warmup = 0;    // untimed forward+backward runs before the timed ones
-  int repeats = 1;   // timed runs; the results of the last one are returned
+  int threads = 1;           // CPU twin worker threads per rank
+  int warmup = 0;            // untimed forward+backward runs before the timed ones
+  int repeats = 1;           // timed runs; the results of the last one are returned
   bool phase_times = false;  // then `repeats` more runs with every phase call timed (phase_kernel_ms)
   Fault fault;
 };

@@ -42,9 +42,9 @@ std::map<std::string, double> PhaseTimingBackend::collect() {
   return ms;
 }
 
-#define KCP_TIME_PHASE(name, Args)                                        \
-  void PhaseTimingBackend::name(const kernels::Args& args) const {       \
-    timed(#name, exec_of(args), [&] { inner_.name(args); });              \
+#define KCP_TIME_PHASE(name, Args)                                 \
+  void PhaseTimingBackend::name(const kernels::Args& args) const { \
+    timed(#name, exec_of(args), [&] { inner_.name(args); });       \
   }
 KCP_BACKEND_PHASES(KCP_TIME_PHASE)
 #undef KCP_TIME_PHASE

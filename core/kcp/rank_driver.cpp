@@ -27,7 +27,8 @@ void check_run(const RankRun& r, const char* where) {
   if (r.saved.tag.kind != r.kind)
     throw std::invalid_argument(std::string("kcp kernels: ") + where + ": saved set is " + to_string(r.saved.tag.kind) +
                                 " but run.kind is " + to_string(r.kind));
-  if (r.problem.has_h0 && !r.in.h0) throw std::invalid_argument(std::string("kcp kernels: ") + where + ": in.h0 is null but problem.has_h0");
+  if (r.problem.has_h0 && !r.in.h0)
+    throw std::invalid_argument(std::string("kcp kernels: ") + where + ": in.h0 is null but problem.has_h0");
 }
 
 const float* seg_Mt_of(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_Mt : r.ws.seg_Mt; }
@@ -170,7 +171,8 @@ void rank_forward_begin(const Backend& be, const RankRun& r, float* summary_M, f
         "sequence; nothing is sent");
   run_prep_wy(be, r, /*with_prep=*/true);
   run_fwd_summaries(be, r);
-  if (summary_M || summary_h_ext) fold_piece(be, r, r.layout.n_pieces - 1, false, nullptr, nullptr, summary_h_ext, summary_M);
+  if (summary_M || summary_h_ext)
+    fold_piece(be, r, r.layout.n_pieces - 1, false, nullptr, nullptr, summary_h_ext, summary_M);
 }
 
 void rank_forward_end(const Backend& be, const RankRun& r, const float* incoming, const OutputTensors& out) {
@@ -180,8 +182,10 @@ void rank_forward_end(const Backend& be, const RankRun& r, const float* incoming
         "kcp kernels: rank_forward_end: incoming is given but piece 0 starts its sequence (h0 applies there)");
   if (!out.o) throw std::invalid_argument("kcp kernels: rank_forward_end: out.o is null");
   // The saved copy is what both the forward and the backward recompute fold from.
-  if (incoming) be.copy_floats(r.saved.incoming, incoming, hvkv(r.problem), r.exec);
-  else be.fill_floats(r.saved.incoming, 0.0f, hvkv(r.problem), r.exec);
+  if (incoming)
+    be.copy_floats(r.saved.incoming, incoming, hvkv(r.problem), r.exec);
+  else
+    be.fill_floats(r.saved.incoming, 0.0f, hvkv(r.problem), r.exec);
   entry_states(be, r, out.ht);
   run_fwd_states(be, r, out.ht);
   FwdOutputArgs o;
@@ -239,12 +243,15 @@ void rank_backward_end(const Backend& be, const RankRun& r, const float* exit_gr
   if (exit_grad && r.layout.pieces[N - 1].ends_sequence)
     throw std::invalid_argument(
         "kcp kernels: rank_backward_end: exit_grad is given but the last piece ends its sequence (dht applies there)");
-  if (r.problem.has_dht && !r.in.dht) throw std::invalid_argument("kcp kernels: rank_backward_end: in.dht is null but problem.has_dht");
+  if (r.problem.has_dht && !r.in.dht)
+    throw std::invalid_argument("kcp kernels: rank_backward_end: in.dht is null but problem.has_dht");
   for (int32_t p = 0; p < N; ++p) {
     const PieceDesc& pc = r.layout.pieces[p];
     const float* y0 = nullptr;
-    if (!pc.ends_sequence) y0 = exit_grad;
-    else if (r.problem.has_dht) y0 = r.in.dht + p * hvkv(r.problem);
+    if (!pc.ends_sequence)
+      y0 = exit_grad;
+    else if (r.problem.has_dht)
+      y0 = r.in.dht + p * hvkv(r.problem);
     float* xf = (gr.dh0 && pc.seg_end == pc.seg_begin) ? gr.dh0 + p * hvkv(r.problem) : nullptr;
     fold_piece(be, r, p, true, y0, r.ws.seg_exit, xf, nullptr);
   }

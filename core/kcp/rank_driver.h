@@ -47,18 +47,20 @@ struct RankRun {
   kernels::Exec exec;
   kernels::SavedKind kind = SavedKind::Full;
   kernels::InputTensors in;
-  kernels::SavedTensors saved;     // bind_saved(..., kind, exec.package)
-  kernels::WorkspaceTensors ws;    // Backend::bind_workspace_for(..., exec.package)
+  kernels::SavedTensors saved;   // bind_saved(..., kind, exec.package)
+  kernels::WorkspaceTensors ws;  // Backend::bind_workspace_for(..., exec.package)
 };
 
 void rank_forward_begin(const kernels::Backend& be, const RankRun& run, float* summary_M, float* summary_h_ext);
-void rank_forward_end(const kernels::Backend& be, const RankRun& run, const float* incoming, const kernels::OutputTensors& out);
-void run_rank_forward(const kernels::Backend& be, const RankRun& run, const float* incoming, const kernels::OutputTensors& out,
-                      float* summary_M = nullptr, float* summary_h_ext = nullptr);
+void rank_forward_end(const kernels::Backend& be, const RankRun& run, const float* incoming,
+                      const kernels::OutputTensors& out);
+void run_rank_forward(const kernels::Backend& be, const RankRun& run, const float* incoming,
+                      const kernels::OutputTensors& out, float* summary_M = nullptr, float* summary_h_ext = nullptr);
 
 void rank_backward_begin(const kernels::Backend& be, const RankRun& run, float* summary_Mt, float* summary_dh_ext);
-void rank_backward_end(const kernels::Backend& be, const RankRun& run, const float* exit_grad, const kernels::GradTensors& grads);
-void run_rank_backward(const kernels::Backend& be, const RankRun& run, const float* exit_grad, const kernels::GradTensors& grads,
-                       float* summary_Mt = nullptr, float* summary_dh_ext = nullptr);
+void rank_backward_end(const kernels::Backend& be, const RankRun& run, const float* exit_grad,
+                       const kernels::GradTensors& grads);
+void run_rank_backward(const kernels::Backend& be, const RankRun& run, const float* exit_grad,
+                       const kernels::GradTensors& grads, float* summary_Mt = nullptr, float* summary_dh_ext = nullptr);
 
 }  // namespace kcp

@@ -10,8 +10,8 @@ namespace {
 
 // X <- A_q X + b_q over n blocks starting at rank `first`, stepping by `step` ranks (+1 forward,
 // -1 backward). The backward blocks already hold M^T, so neither direction transposes.
-void fold_chain(const kernels::Backend& be, const kernels::Exec& exec, const kernels::Problem& p,
-                const float* gathered, int first, int n, int step, const float* x0, float* x_final) {
+void fold_chain(const kernels::Backend& be, const kernels::Exec& exec, const kernels::Problem& p, const float* gathered,
+                int first, int n, int step, const float* x0, float* x_final) {
   if (n < 1) throw std::invalid_argument("kcp: rank fold over " + std::to_string(n) + " ranks (needs >= 1)");
   const SummaryBlock blk = summary_block(p);
   kernels::FoldArgs fa;
@@ -32,9 +32,7 @@ void fold_chain(const kernels::Backend& be, const kernels::Exec& exec, const ker
 
 }  // namespace
 
-SummaryBlock summary_block(const kernels::Problem& p) {
-  return {int64_t(p.HV) * p.K * p.K, int64_t(p.HV) * p.K * p.V};
-}
+SummaryBlock summary_block(const kernels::Problem& p) { return {int64_t(p.HV) * p.K * p.K, int64_t(p.HV) * p.K * p.V}; }
 
 void fold_earlier_ranks(const kernels::Backend& be, const kernels::Exec& exec, const kernels::Problem& p,
                         const float* gathered, int r, int pre_ranks, const float* x0, float* incoming) {

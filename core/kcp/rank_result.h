@@ -35,9 +35,9 @@ struct RankResult {
   // recomputes wy and the forward states) and per phase-timed run: its calls' kernel time summed.
   // Only phases this rank called.
   std::map<std::string, std::vector<double>> phase_kernel_ms;
-  int64_t device_bytes = 0;     // everything the form allocated in the backend's memory
-  int faulted_segment = -1;     // where an injected fault was applied (-1 none)
-  int64_t faulted_token = -1;   // global token of the fault boundary (-1 none)
+  int64_t device_bytes = 0;    // everything the form allocated in the backend's memory
+  int faulted_segment = -1;    // where an injected fault was applied (-1 none)
+  int64_t faulted_token = -1;  // global token of the fault boundary (-1 none)
 };
 
 }  // namespace kcp

@@ -137,7 +137,8 @@ std::map<std::string, Stats> phase_stats(const RankResult& res, Communicator& co
   comm.allreduce(called.data(), called.size(), ReduceOp::Max);
   std::map<std::string, Stats> out;
   for (size_t i = 0; i < names.size(); ++i)
-    if (called[i] > 0.0) out[names[i]] = sample_stats(std::vector<double>(ms.begin() + i * n, ms.begin() + (i + 1) * n));
+    if (called[i] > 0.0)
+      out[names[i]] = sample_stats(std::vector<double>(ms.begin() + i * n, ms.begin() + (i + 1) * n));
   return out;
 }
 
@@ -145,7 +146,8 @@ std::map<std::string, Stats> phase_stats(const RankResult& res, Communicator& co
 // phase_times the same per phase (collective).
 Timings timing_stats(const RankResult& res, Communicator& comm, bool phase_times, int repeats) {
   const size_t n = res.forward_kernel_ms.size();
-  std::vector<double> f(res.forward_kernel_ms), b(res.backward_kernel_ms), fw(res.forward_wall_ms), bw(res.backward_wall_ms);
+  std::vector<double> f(res.forward_kernel_ms), b(res.backward_kernel_ms), fw(res.forward_wall_ms),
+      bw(res.backward_wall_ms);
   for (auto* v : {&f, &b, &fw, &bw})
     if (n) comm.allreduce(v->data(), n, ReduceOp::Max);
   std::vector<double> t(n), tw(n);
@@ -158,8 +160,9 @@ Timings timing_stats(const RankResult& res, Communicator& comm, bool phase_times
   out.backward = sample_stats(b);
   out.total = sample_stats(t);
   out.wall_total = sample_stats(tw);
-  out.what = "forward/backward/total: backend timers around the kernel phases (CUDA events on a GPU), "
-             "the exchange excluded; wall_total: host clock, exchange included; each the slowest rank";
+  out.what =
+      "forward/backward/total: backend timers around the kernel phases (CUDA events on a GPU), "
+      "the exchange excluded; wall_total: host clock, exchange included; each the slowest rank";
   if (phase_times) {
     out.phases = phase_stats(res, comm, repeats);
     out.phases_what =
@@ -183,10 +186,13 @@ void log_phase_medians(const std::map<std::string, Stats>& phases) {
 }
 
 // --dump: the rank's inputs and reference once per row, the backend's tensors once per form.
-void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInputs& in, const RankReference& ref, int r) {
+void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInputs& in, const RankReference& ref,
+              int r) {
   const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == Op::Kda ? K : 1;
   const int64_t N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
-  auto in_ = [&](const char* n, const std::vector<float>& v, std::vector<int64_t> shape) { d.add(row.name, "row", r, "input", n, v, shape, b, e); };
+  auto in_ = [&](const char* n, const std::vector<float>& v, std::vector<int64_t> shape) {
+    d.add(row.name, "row", r, "input", n, v, shape, b, e);
+  };
   in_("q", in.q, {T, H, K});
   in_("k", in.k, {T, H, K});
   in_("v", in.v, {T, HV, V});
@@ -220,7 +226,7 @@ struct RowContext {
   SegmentPlan planned;
   RowInputs shard;
   kernels::Status backend_status;
-  RankReference ref;                                                // Token and State tensors
+  RankReference ref;                                                 // Token and State tensors
   std::vector<std::shared_ptr<const SequenceReference>> param_refs;  // per piece: dA_log, ddt_bias only
   double ref_seconds = 0;
   bool announce = false;  // long rows print their steps
@@ -448,7 +454,8 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     RunOptions row_opt = opt;
     if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(c.planned);
     std::map<int, ResultDigest> det_full;  // per schedule: the det/full result's digest
-    for (const Form& form : expand_forms(*sel.row, row_opt)) run_one_form(c, form, opt, comm, backend, det_full, outcome);
+    for (const Form& form : expand_forms(*sel.row, row_opt))
+      run_one_form(c, form, opt, comm, backend, det_full, outcome);
   }
   clear_phase();
   return outcome;

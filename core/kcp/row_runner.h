@@ -22,27 +22,27 @@ namespace kcp {
 class Dumper;
 
 struct RunOptions {
-  std::vector<Package> packages;     // empty = the row's
-  std::vector<SavedKind> saved;      // empty = the row's
+  std::vector<Package> packages;  // empty = the row's
+  std::vector<SavedKind> saved;   // empty = the row's
   bool run_planned = true;
-  std::vector<int> forced_P;         // empty and !use_row_forced = none
-  bool use_row_forced = true;        // also run the row's forms.forced_P
-  bool sweep = false;                // --sweep-P: forced P values are an explicit request, so the row's
-                                     // forms.forced_rule does not apply; a P a rank cannot take is a skip
-  bool sweep_auto = false;           // --sweep-P auto: forced_P per row = auto_sweep_P(its planned plan)
-  std::string device_class = "h200"; // planning class when a row names none
-  int sm_count = 0;                  // > 0 overrides the class's SM count
-  int threads = 1;                   // CPU twin threads per rank
-  int ref_threads = 0;               // FP64 reference threads (0 = hardware)
-  std::string cache_dir;             // reference cache ("" = none)
+  std::vector<int> forced_P;          // empty and !use_row_forced = none
+  bool use_row_forced = true;         // also run the row's forms.forced_P
+  bool sweep = false;                 // --sweep-P: forced P values are an explicit request, so the row's
+                                      // forms.forced_rule does not apply; a P a rank cannot take is a skip
+  bool sweep_auto = false;            // --sweep-P auto: forced_P per row = auto_sweep_P(its planned plan)
+  std::string device_class = "h200";  // planning class when a row names none
+  int sm_count = 0;                   // > 0 overrides the class's SM count
+  int threads = 1;                    // CPU twin threads per rank
+  int ref_threads = 0;                // FP64 reference threads (0 = hardware)
+  std::string cache_dir;              // reference cache ("" = none)
   bool determinism_checks = true;
-  int warmup = 0;                    // untimed runs per form before the timed ones
-  int repeats = 1;                   // timed runs per form
-  bool phase_times = false;          // then `repeats` runs with every backend phase timed (per-phase stats)
+  int warmup = 0;            // untimed runs per form before the timed ones
+  int repeats = 1;           // timed runs per form
+  bool phase_times = false;  // then `repeats` runs with every backend phase timed (per-phase stats)
   Fault fault;
-  Dumper* dumper = nullptr;     // --dump: inputs, reference and backend tensors as .npy
-  int progress_offset = 0;            // rows before these in the whole run (for "[i/n]" lines)
-  int progress_total = 0;             // rows in the whole run (0 = these rows)
+  Dumper* dumper = nullptr;  // --dump: inputs, reference and backend tensors as .npy
+  int progress_offset = 0;   // rows before these in the whole run (for "[i/n]" lines)
+  int progress_total = 0;    // rows in the whole run (0 = these rows)
 };
 
 // Shared by the rank threads of one process: one ReferenceCache per row.

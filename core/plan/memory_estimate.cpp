@@ -25,11 +25,13 @@ int64_t checked(int64_t a, int64_t b, Op overflows, const char* sign, const std:
 }  // namespace
 
 int64_t checked_mul(int64_t a, int64_t b, const std::string& row, const char* what) {
-  return checked(a, b, [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); }, "x", row, what);
+  return checked(
+      a, b, [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); }, "x", row, what);
 }
 
 int64_t checked_add(int64_t a, int64_t b, const std::string& row, const char* what) {
-  return checked(a, b, [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); }, "+", row, what);
+  return checked(
+      a, b, [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); }, "+", row, what);
 }
 
 std::string human_bytes(int64_t bytes) {
@@ -97,8 +99,8 @@ int64_t shard_bytes(const RowConfig& row, int64_t tokens, const Sizer& s) {
 int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, const Sizer& s) {
   const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
   int64_t tok = 0;
-  for (ResultTensor t : {ResultTensor::o, ResultTensor::dq, ResultTensor::dk, ResultTensor::dv, ResultTensor::dg,
-                         ResultTensor::dbeta})
+  for (ResultTensor t :
+       {ResultTensor::o, ResultTensor::dq, ResultTensor::dk, ResultTensor::dv, ResultTensor::dg, ResultTensor::dbeta})
     tok += per_token(row, t);
   const int64_t gw = row.op == Op::Kda ? row.K : 1;
   return s.mul({kDouble, s.add({s.mul({len, tok}, "the FP64 reference"), HVKV, row.initial_state ? HVKV : 0,
@@ -117,12 +119,12 @@ int64_t reference_work_bytes(const RowConfig& row, int64_t len, int threads, con
   const int64_t nseq = static_cast<int64_t>(row.seqlens.size());
   const int64_t states = (row.initial_state ? 1 : 0) + (row.dht ? 1 : 0);
   const int64_t in_f = s.mul({kFloat, s.add({s.mul({len, input_per_token(row)}, "the reference inputs"),
-                                            s.mul({states, nseq, HVKV}, "the reference inputs")},
-                                           "the reference inputs")},
+                                             s.mul({states, nseq, HVKV}, "the reference inputs")},
+                                            "the reference inputs")},
                              "the reference inputs");
   const int64_t in_d = s.mul({kDouble, s.add({s.mul({len, input_per_token(row)}, "the reference inputs"),
-                                             s.mul({states, HVKV}, "the reference inputs")},
-                                            "the reference inputs")},
+                                              s.mul({states, HVKV}, "the reference inputs")},
+                                             "the reference inputs")},
                              "the reference inputs");
   int64_t prep_per_token = int64_t(row.H) + int64_t(row.HV) * gw;  // qk, dec
   if (row.qk_l2norm) prep_per_token += 2 * int64_t(row.H) * row.K + 2 * int64_t(row.H);
@@ -157,13 +159,15 @@ int64_t form_bytes(const RowConfig& row, const RankPlan& rp, int world, SavedKin
   const int64_t saved = kernels::saved_sizes(p, L, kind).total_floats();
   const int64_t ws = kernels::workspace_sizes(p, L, scratch).total_floats() * (req.spare_workspace ? 2 : 1);
   const int64_t HVKV = HV * K * V;
-  const int64_t inputs = s.add({s.mul({T, input_per_token(row)}, "the form's inputs"), row.A_log ? HV : 0,
-                                row.dt_bias ? HV * gw : 0, s.mul({(row.initial_state ? 1 : 0) + (row.dht ? 1 : 0), N, HVKV}, "the form's inputs")},
-                               "the form's inputs");
+  const int64_t inputs =
+      s.add({s.mul({T, input_per_token(row)}, "the form's inputs"), row.A_log ? HV : 0, row.dt_bias ? HV * gw : 0,
+             s.mul({(row.initial_state ? 1 : 0) + (row.dht ? 1 : 0), N, HVKV}, "the form's inputs")},
+            "the form's inputs");
   int64_t results = 0;
   for (int i = 0; i < kResultTensorCount; ++i) {
     const ResultTensor t = result_tensor(i);
-    if (place_of(t) == TensorPlace::Token) results = s.add({results, s.mul({T, per_token(row, t)}, "the results")}, "the results");
+    if (place_of(t) == TensorPlace::Token)
+      results = s.add({results, s.mul({T, per_token(row, t)}, "the results")}, "the results");
     if (place_of(t) == TensorPlace::State) results = s.add({results, s.mul({N, HVKV}, "the results")}, "the results");
     if (place_of(t) == TensorPlace::Param && row_has(row, t)) results += t == ResultTensor::ddt_bias ? HV * gw : HV;
   }
@@ -193,8 +197,8 @@ void rank_host_bytes(const RowConfig& row, const RankPlan& rp, int world, const 
                               "the reference slice");
   reference = s.mul({kDouble, elems}, "the reference slice");
   const int64_t block = int64_t(row.HV) * row.K * (row.K + row.V);
-  results = s.add({s.mul({kFloat, elems}, "the downloaded results"), s.mul({kFloat, int64_t(world) + 1, block}, "the exchange"),
-                   s.mul({4, T}, "the comparison")},
+  results = s.add({s.mul({kFloat, elems}, "the downloaded results"),
+                   s.mul({kFloat, int64_t(world) + 1, block}, "the exchange"), s.mul({4, T}, "the comparison")},
                   "the downloaded results");
 }
 

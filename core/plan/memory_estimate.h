@@ -38,35 +38,35 @@
 namespace kcp {
 
 struct MemoryRequest {
-  PlanRequest plan;                          // how the row is planned (world 0 = the row's)
-  std::vector<int> forced_P;                 // forced schedules that may run (the largest form counts)
-  bool device_is_host = true;                // the CPU twin: form arrays live in host memory
-  std::vector<int> ranks;                    // ranks this process runs; empty = all (threads launch)
-  int reference_threads = 1;                 // threads of one FP64 reference computation
-  const kernels::Backend* backend = nullptr; // for its private workspace scratch (null: none)
-  bool spare_workspace = false;              // the workspace-of-other-package fault allocates a second one
+  PlanRequest plan;                           // how the row is planned (world 0 = the row's)
+  std::vector<int> forced_P;                  // forced schedules that may run (the largest form counts)
+  bool device_is_host = true;                 // the CPU twin: form arrays live in host memory
+  std::vector<int> ranks;                     // ranks this process runs; empty = all (threads launch)
+  int reference_threads = 1;                  // threads of one FP64 reference computation
+  const kernels::Backend* backend = nullptr;  // for its private workspace scratch (null: none)
+  bool spare_workspace = false;               // the workspace-of-other-package fault allocates a second one
 };
 
 struct RankMemory {
   int rank = 0;
-  int64_t inputs = 0;          // host: the rank's input shard (float)
-  int64_t reference = 0;       // host: the rank's slice of the FP64 reference (double)
-  int64_t form_arrays = 0;     // device (host on the CPU twin): one form's arrays, the largest form
-  int64_t saved_set = 0;       //   of which the saved set arena
-  int64_t workspace = 0;       //   of which the workspace arena(s)
-  int64_t host_results = 0;    // host: downloaded results, exchange buffers, comparison scratch
+  int64_t inputs = 0;        // host: the rank's input shard (float)
+  int64_t reference = 0;     // host: the rank's slice of the FP64 reference (double)
+  int64_t form_arrays = 0;   // device (host on the CPU twin): one form's arrays, the largest form
+  int64_t saved_set = 0;     //   of which the saved set arena
+  int64_t workspace = 0;     //   of which the workspace arena(s)
+  int64_t host_results = 0;  // host: downloaded results, exchange buffers, comparison scratch
 };
 
 struct MemoryEstimate {
   std::string row;
-  std::vector<RankMemory> ranks;   // the ranks of this process
-  int64_t sequences = 0;           // host: FP64 results of every sequence the process holds at once
-  int64_t reference_work = 0;      // host: working set of the reference computations running at once
-  int64_t fixed = 0;               // host: binary, libraries, thread stacks
-  int64_t phase_prepare = 0;       // host peak while the reference is prepared (A)
-  int64_t phase_forms = 0;         // host peak while forms run (B)
-  int64_t host_bytes = 0;          // host peak of the process: fixed + max(A, B)
-  int64_t device_bytes = 0;        // device memory of the process (0 when device_is_host)
+  std::vector<RankMemory> ranks;  // the ranks of this process
+  int64_t sequences = 0;          // host: FP64 results of every sequence the process holds at once
+  int64_t reference_work = 0;     // host: working set of the reference computations running at once
+  int64_t fixed = 0;              // host: binary, libraries, thread stacks
+  int64_t phase_prepare = 0;      // host peak while the reference is prepared (A)
+  int64_t phase_forms = 0;        // host peak while forms run (B)
+  int64_t host_bytes = 0;         // host peak of the process: fixed + max(A, B)
+  int64_t device_bytes = 0;       // device memory of the process (0 when device_is_host)
 };
 
 // Throws ConfigError naming the row when a size does not fit in 64 bits, or the row cannot be

@@ -28,8 +28,8 @@
 // model is re-derived (and the budgets recalibrated) rather than silently drifting apart.
 #include "core/plan/segment_plan.h"
 
-#include <algorithm>
 #include <fmt/ranges.h>
+#include <algorithm>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 
@@ -62,8 +62,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t checked_size(const SegmentPlan& plan, int rank, const char* what, std::initializer_list<int64_t> factors) {
   int64_t n = 1;
   for (int64_t f : factors)
-    KCP_REQUIRE(!__builtin_mul_overflow(n, f, &n), "row {}: rank {}'s workspace ({}) overflows 64-bit sizes ({}); use "
-                "fewer tokens per rank or fewer heads", plan.row, rank, what, fmt::join(factors, " x "));
+    KCP_REQUIRE(!__builtin_mul_overflow(n, f, &n),
+                "row {}: rank {}'s workspace ({}) overflows 64-bit sizes ({}); use "
+                "fewer tokens per rank or fewer heads",
+                plan.row, rank, what, fmt::join(factors, " x "));
   return n;
 }
 
@@ -157,9 +159,9 @@ SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
       const auto& pc = rp.pieces[i];
       const int64_t nc = ceil_div(pc.length(), plan.chunk);
       if (nc == 0) continue;
-      int64_t n = req.forced_P > 0 ? std::min<int64_t>(req.forced_P, nc)
-                                   : std::clamp<int64_t>(nc / std::max(1, plan.device.min_segment_chunks), 1,
-                                                         rp.planned_P);
+      int64_t n = req.forced_P > 0
+                      ? std::min<int64_t>(req.forced_P, nc)
+                      : std::clamp<int64_t>(nc / std::max(1, plan.device.min_segment_chunks), 1, rp.planned_P);
       cut_piece(pc, static_cast<int>(i), plan.chunk, static_cast<int>(n), rp.segments);
       rp.P = std::max<int>(rp.P, static_cast<int>(n));
     }
@@ -216,9 +218,10 @@ std::string forced_p_skip_reason(const RowConfig& row, const SegmentPlan& planne
   if (row.forms.forced_rule == ForcedRule::AllRanksPlanP1) {
     for (const auto& rp : planned.ranks)
       if (rp.P != 1)
-        return fmt::format("forced P = {} runs only where every rank plans P = 1 (rule all_ranks_plan_p1); rank {} "
-                           "plans P = {} on {}",
-                           forced_P, rp.rank, rp.P, planned.device.name);
+        return fmt::format(
+            "forced P = {} runs only where every rank plans P = 1 (rule all_ranks_plan_p1); rank {} "
+            "plans P = {} on {}",
+            forced_P, rp.rank, rp.P, planned.device.name);
   }
   return {};
 }
@@ -235,14 +238,15 @@ std::string forced_p_unfit_reason(const SegmentPlan& planned, int forced_P) {
 }
 
 std::string describe(const SegmentPlan& plan) {
-  std::string s = fmt::format("row {} W={} device={} ({} SMs, min {} chunks/segment) v_tile={}{} fingerprint {}\n",
-                              plan.row, plan.world, plan.device.name, plan.device.sm_count,
-                              plan.device.min_segment_chunks, plan.v_tile,
-                              plan.forced_P ? fmt::format(" forced P={}", plan.forced_P) : "", plan.fingerprint);
+  std::string s =
+      fmt::format("row {} W={} device={} ({} SMs, min {} chunks/segment) v_tile={}{} fingerprint {}\n", plan.row,
+                  plan.world, plan.device.name, plan.device.sm_count, plan.device.min_segment_chunks, plan.v_tile,
+                  plan.forced_P ? fmt::format(" forced P={}", plan.forced_P) : "", plan.fingerprint);
   for (const auto& rp : plan.ranks) {
-    s += fmt::format("  rank {:>2}: tokens [{}, {}) pieces {} chunks {} P {} (planned {}) pre {} post {} ws {:.1f} MiB\n",
-                     rp.rank, rp.global_begin, rp.global_end, rp.pieces.size(), rp.chunks, rp.P, rp.planned_P,
-                     rp.pre_ranks, rp.post_ranks, double(rp.workspace.total()) / (1 << 20));
+    s += fmt::format(
+        "  rank {:>2}: tokens [{}, {}) pieces {} chunks {} P {} (planned {}) pre {} post {} ws {:.1f} MiB\n", rp.rank,
+        rp.global_begin, rp.global_end, rp.pieces.size(), rp.chunks, rp.P, rp.planned_P, rp.pre_ranks, rp.post_ranks,
+        double(rp.workspace.total()) / (1 << 20));
   }
   return s;
 }

@@ -22,9 +22,9 @@ namespace kcp {
 
 // A device class for planning: what the planner needs to know about a GPU.
 struct DeviceClass {
-  std::string name;            // "h200"
+  std::string name;  // "h200"
   int sm_count = 132;
-  int min_segment_chunks = 16; // a segment is never shorter than this many chunks (merge cost)
+  int min_segment_chunks = 16;  // a segment is never shorter than this many chunks (merge cost)
 };
 // Known classes: h100, h200 (132 SMs), b200 (148), gb300 (152), cpu (the CPU twin's test class).
 const std::vector<DeviceClass>& device_classes();
@@ -32,19 +32,19 @@ const std::vector<DeviceClass>& device_classes();
 DeviceClass device_class(const std::string& name);
 
 struct Piece {
-  int seq = 0;                // global sequence index
-  int64_t local_begin = 0;    // local token range [local_begin, local_end)
+  int seq = 0;              // global sequence index
+  int64_t local_begin = 0;  // local token range [local_begin, local_end)
   int64_t local_end = 0;
-  int64_t global_begin = 0;   // the same range in global tokens
-  int64_t seq_offset = 0;     // tokens of this sequence before the piece (on earlier ranks)
+  int64_t global_begin = 0;     // the same range in global tokens
+  int64_t seq_offset = 0;       // tokens of this sequence before the piece (on earlier ranks)
   bool from_prev_rank = false;  // the sequence started on an earlier rank
   bool to_next_rank = false;    // the sequence continues on a later rank
   int64_t length() const { return local_end - local_begin; }
 };
 
 struct Segment {
-  int piece = 0;              // index into RankPlan::pieces
-  int64_t local_begin = 0;    // local token range, chunk aligned within its piece
+  int piece = 0;            // index into RankPlan::pieces
+  int64_t local_begin = 0;  // local token range, chunk aligned within its piece
   int64_t local_end = 0;
   int index_in_piece = 0;
 };
@@ -56,9 +56,7 @@ struct WorkspaceSizes {
   int64_t entry_states = 0;       // segment entry states, fp32
   int64_t chunk_states = 0;       // per-chunk states h, bf16
   int64_t det_partials = 0;       // fixed-order partial buffers of the det package
-  int64_t total() const {
-    return segment_summaries + transfer_planes + entry_states + chunk_states + det_partials;
-  }
+  int64_t total() const { return segment_summaries + transfer_planes + entry_states + chunk_states + det_partials; }
 };
 
 struct RankPlan {
@@ -66,11 +64,11 @@ struct RankPlan {
   int64_t global_begin = 0, global_end = 0;  // owned global token range
   std::vector<Piece> pieces;
   std::vector<Segment> segments;
-  int P = 1;                 // segments of the rank's longest piece (1 when nothing is split)
-  int planned_P = 1;         // what the planner chose (== P unless a P was forced)
-  int pre_ranks = 0;         // earlier ranks holding the first piece's sequence
-  int post_ranks = 0;        // later ranks holding the last piece's sequence
-  int64_t chunks = 0;        // chunks over all pieces
+  int P = 1;           // segments of the rank's longest piece (1 when nothing is split)
+  int planned_P = 1;   // what the planner chose (== P unless a P was forced)
+  int pre_ranks = 0;   // earlier ranks holding the first piece's sequence
+  int post_ranks = 0;  // later ranks holding the last piece's sequence
+  int64_t chunks = 0;  // chunks over all pieces
   WorkspaceSizes workspace;
   int64_t tokens() const { return global_end - global_begin; }
 };
@@ -80,17 +78,17 @@ struct SegmentPlan {
   int world = 1;
   int chunk = 64;
   DeviceClass device;
-  int v_tile = 64;           // V tile width of the state kernels (blocks per head = ceil(V / v_tile))
-  int forced_P = 0;          // 0 = planned schedule
+  int v_tile = 64;   // V tile width of the state kernels (blocks per head = ceil(V / v_tile))
+  int forced_P = 0;  // 0 = planned schedule
   std::vector<RankPlan> ranks;
-  std::string fingerprint;   // SHA-256 of the plan's canonical description (workspaces check it)
+  std::string fingerprint;  // SHA-256 of the plan's canonical description (workspaces check it)
 };
 
 struct PlanRequest {
-  int world = 0;             // 0 = the row's world
+  int world = 0;  // 0 = the row's world
   std::string device = "h200";
-  int sm_count = 0;          // > 0 overrides the class's SM count
-  int forced_P = 0;          // 0 = planned
+  int sm_count = 0;  // > 0 overrides the class's SM count
+  int forced_P = 0;  // 0 = planned
 };
 
 // Plans a row. Throws ConfigError when the row cannot be planned as asked (W larger than the

@@ -65,8 +65,15 @@ void Dumper::add(const std::string& row, const std::string& form, int rank, cons
   const std::string file = fmt::format("{}-{}-r{}-{}-{}.npy", row, safe_form, rank, kind, tensor);
   write_npy(dir_ + "/" + file, data.data(), shape);
   std::lock_guard<std::mutex> lock(mutex_);
-  entries_.push_back({{"row", row}, {"form", form}, {"rank", rank}, {"kind", kind}, {"tensor", tensor}, {"shape", shape},
-                      {"dtype", sizeof(T) == 4 ? "float32" : "float64"}, {"tokens", {t_begin, t_end}}, {"file", file}});
+  entries_.push_back({{"row", row},
+                      {"form", form},
+                      {"rank", rank},
+                      {"kind", kind},
+                      {"tensor", tensor},
+                      {"shape", shape},
+                      {"dtype", sizeof(T) == 4 ? "float32" : "float64"},
+                      {"tokens", {t_begin, t_end}},
+                      {"file", file}});
 }
 template void Dumper::add<float>(const std::string&, const std::string&, int, const std::string&, const std::string&,
                                  const std::vector<float>&, const std::vector<int64_t>&, int64_t, int64_t);
@@ -76,7 +83,8 @@ template void Dumper::add<double>(const std::string&, const std::string&, int, c
 void Dumper::write_manifest(const nlohmann::json& context) const {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  write_json_atomic(dir_ + "/manifest.json", {{"schema", "kcpbench.dump/1"}, {"context", context}, {"files", entries_}});
+  write_json_atomic(dir_ + "/manifest.json",
+                    {{"schema", "kcpbench.dump/1"}, {"context", context}, {"files", entries_}});
 }
 
 }  // namespace kcp

@@ -24,8 +24,9 @@ class Dumper {
   // kind: "input", "reference" or "backend"; tokens: the global token range ([-1, -1] for
   // tensors not indexed by token).
   template <class T>
-  void add(const std::string& row, const std::string& form, int rank, const std::string& kind, const std::string& tensor,
-           const std::vector<T>& data, const std::vector<int64_t>& shape, int64_t t_begin, int64_t t_end);
+  void add(const std::string& row, const std::string& form, int rank, const std::string& kind,
+           const std::string& tensor, const std::vector<T>& data, const std::vector<int64_t>& shape, int64_t t_begin,
+           int64_t t_end);
   void write_manifest(const nlohmann::json& context) const;
 
  private:

@@ -26,7 +26,9 @@ nlohmann::json row_summary_json(const RowConfig& row, const std::string& digest)
   std::vector<std::string> packages, saved;
   for (auto p : row.forms.packages) packages.push_back(to_string(p));
   for (auto s : row.forms.saved) saved.push_back(to_string(s));
-  j["forms"] = {{"packages", packages}, {"saved", saved}, {"forced_P", row.forms.forced_P},
+  j["forms"] = {{"packages", packages},
+                {"saved", saved},
+                {"forced_P", row.forms.forced_P},
                 {"forced_rule", to_string(row.forms.forced_rule)}};
   j["has_budgets"] = !row.budgets.empty();
   return j;
@@ -37,7 +39,8 @@ nlohmann::json plan_json(const SegmentPlan& plan, bool with_segments) {
   j["row"] = plan.row;
   j["world"] = plan.world;
   j["chunk"] = plan.chunk;
-  j["device"] = {{"class", plan.device.name}, {"sm_count", plan.device.sm_count},
+  j["device"] = {{"class", plan.device.name},
+                 {"sm_count", plan.device.sm_count},
                  {"min_segment_chunks", plan.device.min_segment_chunks}};
   j["v_tile"] = plan.v_tile;
   j["forced_P"] = plan.forced_P;
@@ -57,18 +60,19 @@ nlohmann::json plan_json(const SegmentPlan& plan, bool with_segments) {
     r["post_ranks"] = rp.post_ranks;
     auto& pieces = r["pieces"] = nlohmann::json::array();
     for (const auto& pc : rp.pieces)
-      pieces.push_back({{"seq", pc.seq}, {"local", {pc.local_begin, pc.local_end}}, {"seq_offset", pc.seq_offset},
-                        {"from_prev_rank", pc.from_prev_rank}, {"to_next_rank", pc.to_next_rank}});
+      pieces.push_back({{"seq", pc.seq},
+                        {"local", {pc.local_begin, pc.local_end}},
+                        {"seq_offset", pc.seq_offset},
+                        {"from_prev_rank", pc.from_prev_rank},
+                        {"to_next_rank", pc.to_next_rank}});
     if (with_segments) {
       auto& segs = r["segments"] = nlohmann::json::array();
       for (const auto& s : rp.segments) segs.push_back({{"piece", s.piece}, {"local", {s.local_begin, s.local_end}}});
     }
-    r["workspace_bytes"] = {{"segment_summaries", rp.workspace.segment_summaries},
-                            {"transfer_planes", rp.workspace.transfer_planes},
-                            {"entry_states", rp.workspace.entry_states},
-                            {"chunk_states", rp.workspace.chunk_states},
-                            {"det_partials", rp.workspace.det_partials},
-                            {"total", rp.workspace.total()}};
+    r["workspace_bytes"] = {
+        {"segment_summaries", rp.workspace.segment_summaries}, {"transfer_planes", rp.workspace.transfer_planes},
+        {"entry_states", rp.workspace.entry_states},           {"chunk_states", rp.workspace.chunk_states},
+        {"det_partials", rp.workspace.det_partials},           {"total", rp.workspace.total()}};
     ranks.push_back(r);
   }
   return j;

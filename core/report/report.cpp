@@ -54,14 +54,17 @@ void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
   if (target.has_parent_path()) {
     std::error_code ec;
     fs::create_directories(target.parent_path(), ec);
-    if (ec) raise_api_error("I/O", "create_directories", ec.value(), ec.message() + ": " + target.parent_path().string(), __FILE__, __LINE__);
+    if (ec)
+      raise_api_error("I/O", "create_directories", ec.value(), ec.message() + ": " + target.parent_path().string(),
+                      __FILE__, __LINE__);
   }
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
     if (!out) raise_api_error("I/O", "open", errno, std::strerror(errno) + std::string(": ") + tmp, __FILE__, __LINE__);
     out << doc.dump(2) << "\n";
-    if (!out) raise_api_error("I/O", "write", errno, std::strerror(errno) + std::string(": ") + tmp, __FILE__, __LINE__);
+    if (!out)
+      raise_api_error("I/O", "write", errno, std::strerror(errno) + std::string(": ") + tmp, __FILE__, __LINE__);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     raise_api_error("I/O", "rename", errno, std::strerror(errno) + std::string(": ") + path, __FILE__, __LINE__);

@@ -16,16 +16,16 @@ namespace kcp {
 inline constexpr const char* kResultsSchema = "kcpbench.results/1";
 
 struct RunContext {
-  std::vector<std::string> argv;   // the full command line
+  std::vector<std::string> argv;  // the full command line
   int world = 1;
-  std::string launch_mode;         // "threads" or "mpirun"
-  std::string comm;                // "local", "mpi", "nccl"
-  std::string backend;             // "cpu", "cuda"
-  std::string backend_device;      // the backend's device description
-  std::string device_class;        // planning class
+  std::string launch_mode;           // "threads" or "mpirun"
+  std::string comm;                  // "local", "mpi", "nccl"
+  std::string backend;               // "cpu", "cuda"
+  std::string backend_device;        // the backend's device description
+  std::string device_class;          // planning class
   std::vector<std::string> devices;  // one per rank: "cpu" or "NVIDIA H200 (132 SMs)"
   std::string row_set, row_set_file, row_set_digest;
-  std::vector<uint64_t> seeds;     // the seeds of the rows run
+  std::vector<uint64_t> seeds;  // the seeds of the rows run
 };
 
 // Build facts: version, git sha (+ dirty), build type, compiler, CUDA/NCCL/MPI availability.

@@ -21,7 +21,10 @@ json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 
 json stats_json(const Stats& s) {
   if (!s) return json(nullptr);
-  return {{"median", num(s->median)}, {"min", num(s->min)}, {"max", num(s->max)}, {"p90", num(s->p90)},
+  return {{"median", num(s->median)},
+          {"min", num(s->min)},
+          {"max", num(s->max)},
+          {"p90", num(s->p90)},
           {"count", s->count}};
 }
 
@@ -37,7 +40,6 @@ const json& object_at(const json& v, const std::string& path) {
   if (!v.is_object()) bad(path, "an object", v);
   return v;
 }
-
 
 // Every reader, declared first so the templates below find each one.
 void get(const json& v, const std::string& p, std::string& out);
@@ -111,8 +113,10 @@ template <class T>
 void nullable(const json& obj, const std::string& path, const char* key, std::optional<T>& out) {
   auto it = obj.find(key);
   if (it == obj.end()) return;
-  if (it->is_null()) out.reset();
-  else get(*it, sub(path, key), out.emplace());
+  if (it->is_null())
+    out.reset();
+  else
+    get(*it, sub(path, key), out.emplace());
 }
 template <class T>
 void required(const json& obj, const std::string& path, const char* key, T& out) {
@@ -169,9 +173,12 @@ void get(const json& v, const std::string& p, EntryForm& f) {
   field(v, p, "package", f.package);
   field(v, p, "saved", f.saved);
   if (auto it = v.find("P"); it != v.end()) {
-    if (it->is_string() && *it == "planned") f.P = 0;
-    else if (it->is_number_integer() && it->get<int64_t>() >= 1) f.P = it->get<int>();
-    else bad(sub(p, "P"), "\"planned\" or a segment count", *it);
+    if (it->is_string() && *it == "planned")
+      f.P = 0;
+    else if (it->is_number_integer() && it->get<int64_t>() >= 1)
+      f.P = it->get<int>();
+    else
+      bad(sub(p, "P"), "\"planned\" or a segment count", *it);
   }
 }
 
@@ -192,7 +199,8 @@ void get(const json& v, const std::string& p, FaultAt& f) {
 
 void get(const json& v, const std::string& p, std::map<std::string, TensorMetrics>& out) {
   object_at(v, p);
-  for (auto it = v.begin(); it != v.end(); ++it) out[it.key()] = tensor_metrics_from_json(*it, sub(p, it.key()), it.key());
+  for (auto it = v.begin(); it != v.end(); ++it)
+    out[it.key()] = tensor_metrics_from_json(*it, sub(p, it.key()), it.key());
 }
 
 void get(const json& v, const std::string& p, BuildInfo& b) {
@@ -227,8 +235,12 @@ json to_json(const TensorMetrics& m) {
   j["ref_max_abs"] = num(m.ref_max_abs);
   j["count"] = m.count;
   j["nonfinite"] = m.nonfinite;
-  j["worst"] = {{"rank", m.worst.rank}, {"token", m.worst.token}, {"seq", m.worst.seq}, {"head", m.worst.head},
-                {"channel", m.worst.channel}, {"segment", m.worst.segment},
+  j["worst"] = {{"rank", m.worst.rank},
+                {"token", m.worst.token},
+                {"seq", m.worst.seq},
+                {"head", m.worst.head},
+                {"channel", m.worst.channel},
+                {"segment", m.worst.segment},
                 {"boundary_distance", m.worst.boundary_distance}};
   if (m.has_budget) {
     j["budget"] = {{"max_abs", num(m.budget.max_abs)}, {"rel_rms", num(m.budget.rel_rms)}};
@@ -243,8 +255,8 @@ json to_json(const TensorMetrics& m) {
 
 json to_json(const BuildInfo& b) {
   auto opt = [](const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); };
-  return {{"version", b.version}, {"git_sha", b.git_sha},       {"git_dirty", b.git_dirty}, {"build_type", b.build_type},
-          {"compiler", b.compiler}, {"cuda", opt(b.cuda)}, {"nccl", opt(b.nccl)},       {"mpi", opt(b.mpi)}};
+  return {{"version", b.version},   {"git_sha", b.git_sha}, {"git_dirty", b.git_dirty}, {"build_type", b.build_type},
+          {"compiler", b.compiler}, {"cuda", opt(b.cuda)},  {"nccl", opt(b.nccl)},      {"mpi", opt(b.mpi)}};
 }
 
 json to_json(const Context& c) {
@@ -266,8 +278,11 @@ json to_json(const Context& c) {
 }
 
 json to_json(const Timings& t) {
-  json j = {{"forward", stats_json(t.forward)}, {"backward", stats_json(t.backward)}, {"total", stats_json(t.total)},
-            {"wall_total", stats_json(t.wall_total)}, {"what", t.what}};
+  json j = {{"forward", stats_json(t.forward)},
+            {"backward", stats_json(t.backward)},
+            {"total", stats_json(t.total)},
+            {"wall_total", stats_json(t.wall_total)},
+            {"what", t.what}};
   if (t.phases) {
     json ph = json::object();
     for (const auto& [name, s] : *t.phases) ph[name] = stats_json(s);
@@ -295,14 +310,17 @@ json to_json(const Entry& e) {
     json ts = json::object();
     for (const auto& [name, m] : *e.tensors) ts[name] = to_json(m);
     j["tensors"] = std::move(ts);
-    j["worst"] = {{"ratio_max", num(e.worst.ratio_max)}, {"ratio_max_tensor", e.worst.ratio_max_tensor},
-                  {"rms_ratio", num(e.worst.rms_ratio)}, {"rms_ratio_tensor", e.worst.rms_ratio_tensor}};
+    j["worst"] = {{"ratio_max", num(e.worst.ratio_max)},
+                  {"ratio_max_tensor", e.worst.ratio_max_tensor},
+                  {"rms_ratio", num(e.worst.rms_ratio)},
+                  {"rms_ratio_tensor", e.worst.rms_ratio_tensor}};
     j["determinism"] = e.determinism ? to_json(*e.determinism) : json(nullptr);
     j["timings_ms"] = to_json(e.timings_ms);
     j["memory_bytes_per_rank"] = e.memory_bytes_per_rank;
     j["reference_seconds_rank0"] = num(e.reference_seconds_rank0);
   }
-  if (e.fault_at) j["fault_at"] = {{"rank", e.fault_at->rank}, {"token", e.fault_at->token}, {"segment", e.fault_at->segment}};
+  if (e.fault_at)
+    j["fault_at"] = {{"rank", e.fault_at->rank}, {"token", e.fault_at->token}, {"segment", e.fault_at->segment}};
   return j;
 }
 
@@ -394,7 +412,8 @@ Entry entry_from_json(const json& j, const std::string& p) {
   required(j, p, "status", e.status);
   field(j, p, "reason", e.reason);
   if (e.ran() && !j.contains("tensors"))
-    throw ConfigError(fmt::format("{}: missing (an entry with status \"{}\" ran and has tensors)", sub(p, "tensors"), e.status));
+    throw ConfigError(
+        fmt::format("{}: missing (an entry with status \"{}\" ran and has tensors)", sub(p, "tensors"), e.status));
   field(j, p, "tensors", e.tensors);
   field(j, p, "worst", e.worst);
   nullable(j, p, "determinism", e.determinism);
@@ -425,7 +444,8 @@ Results results_from_json(const json& j) {
   auto entries = j.find("entries");
   if (entries == j.end()) throw ConfigError("entries: missing");
   if (!entries->is_array()) bad("entries", "an array", *entries);
-  for (size_t i = 0; i < entries->size(); ++i) r.entries.push_back(entry_from_json((*entries)[i], fmt::format("entries[{}]", i)));
+  for (size_t i = 0; i < entries->size(); ++i)
+    r.entries.push_back(entry_from_json((*entries)[i], fmt::format("entries[{}]", i)));
   if (auto s = j.find("summary"); s != j.end()) r.summary = summary_from_json(*s, "summary");
   return r;
 }

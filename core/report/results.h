@@ -26,11 +26,11 @@ namespace kcp {
 
 struct WorstElement {
   int rank = -1;
-  int64_t token = -1;     // global token (token tensors) or -1
-  int seq = -1;           // sequence (state tensors, and the token's sequence)
+  int64_t token = -1;  // global token (token tensors) or -1
+  int seq = -1;        // sequence (state tensors, and the token's sequence)
   int head = -1;
-  int channel = -1;       // the innermost index (K or V channel)
-  int segment = -1;       // rank-local segment index
+  int channel = -1;                // the innermost index (K or V channel)
+  int segment = -1;                // rank-local segment index
   int64_t boundary_distance = -1;  // tokens to the nearest segment or rank boundary
   bool operator==(const WorstElement&) const = default;
 };
@@ -43,7 +43,7 @@ struct TensorMetrics {
   int64_t count = 0;
   double max_abs = 0, rel_rms = 0, ref_max_abs = 0;
   double sum_err2 = 0, sum_ref2 = 0;
-  int64_t nonfinite = 0;   // non-finite in the backend where the reference is finite
+  int64_t nonfinite = 0;  // non-finite in the backend where the reference is finite
   WorstElement worst;
   bool has_budget = false;
   Budget budget;
@@ -98,7 +98,7 @@ struct Timings {
   Stats forward, backward, total, wall_total;
   std::string what;
   std::optional<std::map<std::string, Stats>> phases;  // with --phase-times
-  std::string phases_what;                               // written with phases
+  std::string phases_what;                             // written with phases
 };
 
 struct WorstSummary {

@@ -30,7 +30,8 @@ std::set<std::string> parse_fail_on(const std::string& text) {
     } else if (known.count(part)) {
       out.insert(part);
     } else {
-      throw ConfigError(fmt::format("--fail-on: unknown policy \"{}\" (known: accuracy, time, missing, all, none)", part));
+      throw ConfigError(
+          fmt::format("--fail-on: unknown policy \"{}\" (known: accuracy, time, missing, all, none)", part));
     }
   }
   return out;
@@ -53,8 +54,8 @@ namespace {
 
 // The match key: row digest + form + injected fault (see the header).
 std::string entry_key(const Entry& e) {
-  const std::string form = e.form ? fmt::format("{}/{}/{}", e.form->package, e.form->saved, form_P_json(*e.form).dump())
-                                  : "id=" + e.id;
+  const std::string form =
+      e.form ? fmt::format("{}/{}/{}", e.form->package, e.form->saved, form_P_json(*e.form).dump()) : "id=" + e.id;
   return e.row_digest + "|" + form + "|" + e.fault.value_or("none");
 }
 
@@ -105,8 +106,9 @@ double ratio(const TensorMetrics& m, double TensorMetrics::*which) {
   return m.has_budget ? m.*which : std::numeric_limits<double>::quiet_NaN();
 }
 
-void compare_tensors(const Entry& b, const Entry& n, const CompareOptions& opt,
-                     const std::function<void(std::string, std::string, std::string, double, double, std::string)>& add) {
+void compare_tensors(
+    const Entry& b, const Entry& n, const CompareOptions& opt,
+    const std::function<void(std::string, std::string, std::string, double, double, std::string)>& add) {
   const std::map<std::string, TensorMetrics> none;
   const auto& bt = b.tensors ? *b.tensors : none;
   const auto& nt = n.tensors ? *n.tensors : none;
@@ -117,7 +119,8 @@ void compare_tensors(const Entry& b, const Entry& n, const CompareOptions& opt,
       continue;
     }
     const TensorMetrics& nm = jt->second;
-    for (auto [metric, which] : {std::pair{"ratio_max", &TensorMetrics::ratio_max}, std::pair{"rms_ratio", &TensorMetrics::rms_ratio}}) {
+    for (auto [metric, which] :
+         {std::pair{"ratio_max", &TensorMetrics::ratio_max}, std::pair{"rms_ratio", &TensorMetrics::rms_ratio}}) {
       const double x = ratio(bm, which), y = ratio(nm, which);
       const bool rise = std::isfinite(x) ? (!std::isfinite(y) && nm.has_budget) || y - x > opt.ratio_threshold : false;
       if (rise)
@@ -137,7 +140,8 @@ void compare_times(const Entry& b, const Entry& n, const CompareOptions& opt,
   const TimeStats tb = total_time(b), tn = total_time(n);
   if (!tb.valid() || !tn.valid()) return;
   const double change = tn.median / tb.median - 1.0;
-  const std::string what = fmt::format("total median {:.3f} -> {:.3f} ms ({:+.1f}%)", tb.median, tn.median, 100 * change);
+  const std::string what =
+      fmt::format("total median {:.3f} -> {:.3f} ms ({:+.1f}%)", tb.median, tn.median, 100 * change);
   if (tb.count < 3 || tn.count < 3) {
     add("noisy", "", "", tb.median, tn.median,
         fmt::format("{}; too few repeats to judge ({} and {}, need 3)", what, tb.count, tn.count));
@@ -167,7 +171,8 @@ void compare_entry(const Entry& b, const Entry& n, const CompareOptions& opt, st
     add("fail_to_pass", "", "", 0, 0, fmt::format("{} -> pass", bs));
   } else if (b.ran() && !n.ran()) {
     add("missing", "missing", "", 0, 0,
-        fmt::format("ran in BASE ({}), {} in NEW: {}", bs, ns.empty() ? "no status" : ns, n.reason.value_or("(no reason)")));
+        fmt::format("ran in BASE ({}), {} in NEW: {}", bs, ns.empty() ? "no status" : ns,
+                    n.reason.value_or("(no reason)")));
     return;
   } else if (!b.ran() && n.ran()) {
     add("now_runs", "", "", 0, 0, fmt::format("{} in BASE, runs in NEW: {}", bs.empty() ? "no status" : bs, ns));
@@ -194,8 +199,9 @@ CompareReport compare_results(const Results& base, const Results& now, const Com
   rep.new_device = device_of(nc);
   rep.base_about = about(bc);
   rep.new_about = about(nc);
-  for (auto [k, field] : {std::pair{"backend", &Context::backend}, std::pair{"backend_device", &Context::backend_device},
-                          std::pair{"device_class", &Context::device_class}})
+  for (auto [k, field] :
+       {std::pair{"backend", &Context::backend}, std::pair{"backend_device", &Context::backend_device},
+        std::pair{"device_class", &Context::device_class}})
     if (bc.*field != nc.*field)
       rep.device_notes.push_back(fmt::format("{}: \"{}\" in BASE, \"{}\" in NEW", k, bc.*field, nc.*field));
   if (!rep.device_notes.empty() && !options.allow_device_mismatch) {
@@ -241,7 +247,8 @@ CompareReport compare_results(const Results& base, const Results& now, const Com
   }
   for (const auto& [k, e] : nk)
     if (!used.count(k))
-      rep.findings.push_back({"new_entry", "", e->id, e->row, "", 0, 0, fmt::format("in NEW only (status {})", or_text(e->status, "?"))});
+      rep.findings.push_back(
+          {"new_entry", "", e->id, e->row, "", 0, 0, fmt::format("in NEW only (status {})", or_text(e->status, "?"))});
   return rep;
 }
 
@@ -271,9 +278,12 @@ std::string summary_line(const CompareReport& r) {
 std::string md_escape(std::string s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else if (c == '\n') out += ' ';
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
   }
   return out;
 }
@@ -285,8 +295,11 @@ std::string render_text(const CompareReport& r) {
   for (const auto& f : r.findings) {
     if (f.cls == "same" || f.cls == "noisy") continue;
     const bool fails = !f.policy.empty() && r.options.fail_on.count(f.policy);
-    s += fmt::format("{:<10} {:<13} {:<28} {}\n", fails ? "REGRESSION" : f.policy.empty() ? "info" : "warn", f.cls, f.id,
-                     f.detail);
+    s += fmt::format("{:<10} {:<13} {:<28} {}\n",
+                     fails              ? "REGRESSION"
+                     : f.policy.empty() ? "info"
+                                        : "warn",
+                     f.cls, f.id, f.detail);
   }
   s += summary_line(r) + "\n";
   return s;
@@ -307,7 +320,8 @@ std::string render_markdown(const CompareReport& r, const std::string& base_name
     s += "| class | entry | detail |\n|---|---|---|\n";
     for (size_t i = 0; i < rows.size() && i < limit; ++i)
       s += fmt::format("| {} | `{}` | {} |\n", rows[i]->cls, md_escape(rows[i]->id), md_escape(rows[i]->detail));
-    if (rows.size() > limit) s += fmt::format("\n... and {} more (see the full output of `kcpbench compare`).\n", rows.size() - limit);
+    if (rows.size() > limit)
+      s += fmt::format("\n... and {} more (see the full output of `kcpbench compare`).\n", rows.size() - limit);
     s += "\n";
   };
   if (!regs.empty()) {

@@ -39,13 +39,13 @@ struct CompareOptions {
 std::set<std::string> parse_fail_on(const std::string& text);
 
 struct CompareFinding {
-  std::string cls;     // pass_to_fail, ratio_rise, new_nonfinite, missing, slower, new_entry, ...
-  std::string policy;  // accuracy, time, missing, or "" (never fails)
-  std::string id;      // the entry's id ("A1/det/full/P=2")
-  std::string row;     // row name
-  std::string tensor;  // for tensor findings, else ""
+  std::string cls;           // pass_to_fail, ratio_rise, new_nonfinite, missing, slower, new_entry, ...
+  std::string policy;        // accuracy, time, missing, or "" (never fails)
+  std::string id;            // the entry's id ("A1/det/full/P=2")
+  std::string row;           // row name
+  std::string tensor;        // for tensor findings, else ""
   double base = 0, now = 0;  // the numbers compared (ratio, count or median ms), when there are any
-  std::string detail;  // one line for a human
+  std::string detail;        // one line for a human
 };
 
 struct CompareReport {

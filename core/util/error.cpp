@@ -44,8 +44,8 @@ const char* short_path(const char* file) {
   return best ? best + 1 : file;
 }
 
-void raise_api_error(const char* kind, const char* expr, long code, const std::string& detail,
-                     const char* file, int line) {
+void raise_api_error(const char* kind, const char* expr, long code, const std::string& detail, const char* file,
+                     int line) {
   throw ApiError(fmt::format("{} {} error {} ({}) at {}:{} in '{}'", rank_prefix(), kind, code, detail,
                              short_path(file), line, expr));
 }

@@ -21,11 +21,11 @@ class Error : public std::runtime_error {
   virtual int exit_code() const = 0;
 };
 
-#define KCP_DECLARE_ERROR(Name, code)                                  \
-  class Name : public Error {                                          \
-   public:                                                             \
-    explicit Name(const std::string& what) : Error(what) {}            \
-    int exit_code() const override { return code; }                    \
+#define KCP_DECLARE_ERROR(Name, code)                       \
+  class Name : public Error {                               \
+   public:                                                  \
+    explicit Name(const std::string& what) : Error(what) {} \
+    int exit_code() const override { return code; }         \
   }
 
 KCP_DECLARE_ERROR(ConfigError, 2);
@@ -56,15 +56,15 @@ template <class E>
 }  // namespace kcp
 
 // Precondition on user input: throws ConfigError with the formatted values.
-#define KCP_REQUIRE(cond, ...)                                                              \
-  do {                                                                                      \
+#define KCP_REQUIRE(cond, ...)                                                                           \
+  do {                                                                                                   \
     if (!(cond)) ::kcp::detail::raise<::kcp::ConfigError>(__FILE__, __LINE__, fmt::format(__VA_ARGS__)); \
   } while (0)
 // Internal invariant: throws InvariantError.
-#define KCP_CHECK(cond, ...)                                                                   \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      ::kcp::detail::raise<::kcp::InvariantError>(__FILE__, __LINE__,                          \
-                                                  fmt::format("check '{}' failed: {}", #cond, fmt::format(__VA_ARGS__))); \
+#define KCP_CHECK(cond, ...)                                                                          \
+  do {                                                                                                \
+    if (!(cond))                                                                                      \
+      ::kcp::detail::raise<::kcp::InvariantError>(                                                    \
+          __FILE__, __LINE__, fmt::format("check '{}' failed: {}", #cond, fmt::format(__VA_ARGS__))); \
   } while (0)
 #define KCP_THROW(Kind, ...) ::kcp::detail::raise<::kcp::Kind>(__FILE__, __LINE__, fmt::format(__VA_ARGS__))

@@ -18,7 +18,7 @@ struct RankPhase {
 // Called by the engine on the calling rank's thread (thread_rank()).
 void set_row(const std::string& row);
 void set_phase(const std::string& phase);
-void clear_phase();  // the rank is between rows (no deadline applies)
+void clear_phase();                    // the rank is between rows (no deadline applies)
 std::vector<RankPhase> rank_phases();  // snapshot of every rank of this process
 
 }  // namespace kcp

@@ -85,8 +85,10 @@ namespace detail {
 // The state walks read k (GDN) or the gated kg (KDA).
 template <class Args>
 void check_walk_keys(const Args& a, const char* ph) {
-  if (a.ctx.problem.op == Op::Gdn) need(a.k.address(), ph, "k");
-  else need(a.kg, ph, "kg");
+  if (a.ctx.problem.op == Op::Gdn)
+    need(a.k.address(), ph, "k");
+  else
+    need(a.kg, ph, "kg");
 }
 // The inputs every forward walk needs (fwd_summaries, fwd_states).
 template <class Args>
@@ -115,15 +117,19 @@ inline void check_prep_args(const PrepArgs& a, const char* ph, Storage st) {
   if (p.has_dt_bias) need(a.dt_bias, ph, "dt_bias");
   need_all(ph, {{a.q_out, "q_out"}, {a.k_out, "k_out"}, {a.gcum, "gcum"}, {a.Phi, "Phi"}});
   if (p.qk_l2norm) need_all(ph, {{a.rstd_q, "rstd_q"}, {a.rstd_k, "rstd_k"}});
-  if (p.op == Op::Kda) need(a.Aqk, ph, "Aqk");
-  else forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
+  if (p.op == Op::Kda)
+    need(a.Aqk, ph, "Aqk");
+  else
+    forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
   need_storage(ph, st, {{a.q_out, "q_out"}, {a.k_out, "k_out"}, {a.Phi, "Phi"}});
 }
 
 inline void check_wy_args(const WyArgs& a, const char* ph, Storage st) {
   need_all(ph, {{a.k, "k"}, {a.v, "v"}, {a.beta, "beta"}, {a.gcum, "gcum"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
-  if (a.ctx.problem.op == Op::Kda) need(a.kg, ph, "kg");
-  else forbid(a.kg, ph, "kg", "GDN gates k inside the state kernels");
+  if (a.ctx.problem.op == Op::Kda)
+    need(a.kg, ph, "kg");
+  else
+    forbid(a.kg, ph, "kg", "GDN gates k inside the state kernels");
   need_storage(ph, st, {{a.k, "k"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
 }
 
@@ -167,8 +173,10 @@ inline void check_fwd_output_args(const FwdOutputArgs& a, const char* ph, Storag
 // ---- backward phases (chunk_bwd.h) ----
 
 inline void check_bwd_local_dv_args(const BwdLocalDvArgs& a, const char* ph, Storage st) {
-  if (a.ctx.problem.op == Op::Kda) need(a.Aqk, ph, "Aqk");
-  else need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.gcum, "gcum"}});
+  if (a.ctx.problem.op == Op::Kda)
+    need(a.Aqk, ph, "Aqk");
+  else
+    need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.gcum, "gcum"}});
   need_all(ph, {{a.dO, "dO"}, {a.dv_local, "dv_local"}});
   need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}, {a.dv_local, "dv_local"}});
 }
@@ -185,11 +193,24 @@ inline void check_bwd_states_args(const BwdStateArgs& a, const char* ph, Storage
 }
 
 inline void check_bwd_grads_args(const BwdGradArgs& a, const char* ph, Storage st) {
-  need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.v, "v"}, {a.beta, "beta"}, {a.gcum, "gcum"}, {a.Phi, "Phi"}, {a.h, "h"},
-                {a.v_new, "v_new"}, {a.dh, "dh"}, {a.dv2, "dv2"}, {a.dO, "dO"}, {a.dq_hv, "dq_hv"},
-                {a.dk_hv, "dk_hv"}, {a.dv, "dv"}, {a.dbeta, "dbeta"}, {a.dlam, "dlam"}});
-  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}, {a.Phi, "Phi"}, {a.h, "h"}, {a.v_new, "v_new"}, {a.dh, "dh"},
-                        {a.dv2, "dv2"}});
+  need_all(ph, {{a.q, "q"},
+                {a.k, "k"},
+                {a.v, "v"},
+                {a.beta, "beta"},
+                {a.gcum, "gcum"},
+                {a.Phi, "Phi"},
+                {a.h, "h"},
+                {a.v_new, "v_new"},
+                {a.dh, "dh"},
+                {a.dv2, "dv2"},
+                {a.dO, "dO"},
+                {a.dq_hv, "dq_hv"},
+                {a.dk_hv, "dk_hv"},
+                {a.dv, "dv"},
+                {a.dbeta, "dbeta"},
+                {a.dlam, "dlam"}});
+  need_storage(ph, st,
+               {{a.q, "q"}, {a.k, "k"}, {a.Phi, "Phi"}, {a.h, "h"}, {a.v_new, "v_new"}, {a.dh, "dh"}, {a.dv2, "dv2"}});
 }
 
 inline void check_bwd_finalize_args(const BwdFinalizeArgs& a, const char* ph, Storage st) {
@@ -197,10 +218,14 @@ inline void check_bwd_finalize_args(const BwdFinalizeArgs& a, const char* ph, St
   need_all(ph, {{a.dq_hv, "dq_hv"}, {a.dk_hv, "dk_hv"}, {a.dlam, "dlam"}, {a.dq, "dq"}, {a.dk, "dk"}, {a.dg, "dg"}});
   if (p.qk_l2norm) need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.rstd_q, "rstd_q"}, {a.rstd_k, "rstd_k"}});
   if (p.gate != GateForm::Direct) need(a.g, ph, "g");
-  if (p.has_A_log) need_all(ph, {{a.A_log, "A_log"}, {a.dA_log, "dA_log"}});
-  else forbid(a.dA_log, ph, "dA_log", "problem.has_A_log is false");
-  if (p.has_dt_bias) need_all(ph, {{a.dt_bias, "dt_bias"}, {a.ddt_bias, "ddt_bias"}});
-  else forbid(a.ddt_bias, ph, "ddt_bias", "problem.has_dt_bias is false");
+  if (p.has_A_log)
+    need_all(ph, {{a.A_log, "A_log"}, {a.dA_log, "dA_log"}});
+  else
+    forbid(a.dA_log, ph, "dA_log", "problem.has_A_log is false");
+  if (p.has_dt_bias)
+    need_all(ph, {{a.dt_bias, "dt_bias"}, {a.ddt_bias, "ddt_bias"}});
+  else
+    forbid(a.ddt_bias, ph, "ddt_bias", "problem.has_dt_bias is false");
   need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}});
 }
 

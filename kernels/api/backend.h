@@ -77,8 +77,8 @@ class Backend {
   }
   WorkspaceTensors bind_workspace_for(float* arena, int64_t arena_floats, const Problem& problem,
                                       const LayoutView& layout, Package package) const {
-    return bind_workspace(arena, arena_floats, problem, layout, package,
-                          extra_workspace_floats(problem, layout), dtype_storage());
+    return bind_workspace(arena, arena_floats, problem, layout, package, extra_workspace_floats(problem, layout),
+                          dtype_storage());
   }
 
   // ---- phases, one virtual per row of KCP_BACKEND_PHASES (phases.h), e.g.

@@ -15,12 +15,12 @@ namespace kcp::kernels {
 // scale, rounded to dtype; KDA: Aqk^T dO), fp32 accumulation, stored in dtype.
 struct BwdLocalDvArgs {
   PhaseCtx ctx;
-  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q (GDN)
-  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
-  const float* gcum = nullptr;     // [T, HV, gw] fp32 (GDN)
-  const float* Aqk = nullptr;      // [T, HV, C] dtype (KDA)
-  const float* dO = nullptr;       // [T, HV, V] dtype
-  DtypeTensor dv_local;            // [T, HV, V] dtype
+  ConstDtypeTensor q;           // [T, H, K] dtype: saved.q (GDN)
+  ConstDtypeTensor k;           // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;  // [T, HV, gw] fp32 (GDN)
+  const float* Aqk = nullptr;   // [T, HV, C] dtype (KDA)
+  const float* dO = nullptr;    // [T, HV, V] dtype
+  DtypeTensor dv_local;         // [T, HV, V] dtype
 };
 
 // Reverse summaries (docs/algorithm.md 4.3): every segment independently, B3 run from a zero exit
@@ -30,14 +30,14 @@ struct BwdLocalDvArgs {
 // A dh_ext nobody reads (kernels/api/summary_needs.h) is written as zeros without a walk.
 struct BwdSummaryArgs {
   PhaseCtx ctx;
-  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q
-  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
-  const float* gcum = nullptr;     // [T, HV, gw] fp32
-  ConstDtypeTensor W;              // [T, HV, K] dtype
-  const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
-  const float* dO = nullptr;       // [T, HV, V] dtype
-  ConstDtypeTensor dv_local;       // [T, HV, V] dtype
-  float* seg_dh_ext = nullptr;     // [S, HV, K, V] fp32
+  ConstDtypeTensor q;           // [T, H, K] dtype: saved.q
+  ConstDtypeTensor k;           // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;  // [T, HV, gw] fp32
+  ConstDtypeTensor W;           // [T, HV, K] dtype
+  const float* kg = nullptr;    // [T, HV, K] dtype (KDA)
+  const float* dO = nullptr;    // [T, HV, V] dtype
+  ConstDtypeTensor dv_local;    // [T, HV, V] dtype
+  float* seg_dh_ext = nullptr;  // [S, HV, K, V] fp32
 };
 
 // B3 per segment from its exit gradient, chunks last to first:
@@ -47,17 +47,17 @@ struct BwdSummaryArgs {
 // for every non-empty piece (null: skipped).
 struct BwdStateArgs {
   PhaseCtx ctx;
-  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q
-  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
-  const float* gcum = nullptr;     // [T, HV, gw] fp32
-  ConstDtypeTensor W;              // [T, HV, K] dtype
-  const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
-  const float* dO = nullptr;       // [T, HV, V] dtype
-  ConstDtypeTensor dv_local;       // [T, HV, V] dtype
-  const float* seg_exit = nullptr; // [S, HV, K, V] fp32: gradient w.r.t. each segment's exit state
-  DtypeTensor dh;                  // [NT, HV, K, V] dtype
-  DtypeTensor dv2;                 // [T, HV, V] dtype
-  float* dh0 = nullptr;            // [N, HV, K, V] fp32 or null
+  ConstDtypeTensor q;               // [T, H, K] dtype: saved.q
+  ConstDtypeTensor k;               // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;      // [T, HV, gw] fp32
+  ConstDtypeTensor W;               // [T, HV, K] dtype
+  const float* kg = nullptr;        // [T, HV, K] dtype (KDA)
+  const float* dO = nullptr;        // [T, HV, V] dtype
+  ConstDtypeTensor dv_local;        // [T, HV, V] dtype
+  const float* seg_exit = nullptr;  // [S, HV, K, V] fp32: gradient w.r.t. each segment's exit state
+  DtypeTensor dh;                   // [NT, HV, K, V] dtype
+  DtypeTensor dv2;                  // [T, HV, V] dtype
+  float* dh0 = nullptr;             // [N, HV, K, V] fp32 or null
 };
 
 // B4 + B5 (GDN) / KDA 3.2 steps 4-5, chunk-local given h, dh, v_new, dv2: per value head
@@ -65,23 +65,23 @@ struct BwdStateArgs {
 // dlam, the gradient w.r.t. the natural-log chunk-local cumsum (fp32).
 struct BwdGradArgs {
   PhaseCtx ctx;
-  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q
-  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k
-  const float* v = nullptr;        // [T, HV, V] dtype (input)
-  const float* beta = nullptr;     // [T, HV] (input)
-  const float* gcum = nullptr;     // [T, HV, gw] fp32
-  ConstDtypeTensor Phi;            // [T, HV, C] dtype
-  const float* Aqk = nullptr;      // [T, HV, C] dtype (KDA)
-  ConstDtypeTensor h;              // [NT, HV, K, V] dtype
-  ConstDtypeTensor v_new;          // [T, HV, V] dtype
-  ConstDtypeTensor dh;             // [NT, HV, K, V] dtype
-  ConstDtypeTensor dv2;            // [T, HV, V] dtype
-  const float* dO = nullptr;       // [T, HV, V] dtype
-  float* dq_hv = nullptr;          // [T, HV, K] fp32
-  float* dk_hv = nullptr;          // [T, HV, K] fp32
-  float* dv = nullptr;             // [T, HV, V] dtype (final)
-  float* dbeta = nullptr;          // [T, HV] fp32 (final)
-  float* dlam = nullptr;           // [T, HV, gw] fp32
+  ConstDtypeTensor q;           // [T, H, K] dtype: saved.q
+  ConstDtypeTensor k;           // [T, H, K] dtype: saved.k
+  const float* v = nullptr;     // [T, HV, V] dtype (input)
+  const float* beta = nullptr;  // [T, HV] (input)
+  const float* gcum = nullptr;  // [T, HV, gw] fp32
+  ConstDtypeTensor Phi;         // [T, HV, C] dtype
+  const float* Aqk = nullptr;   // [T, HV, C] dtype (KDA)
+  ConstDtypeTensor h;           // [NT, HV, K, V] dtype
+  ConstDtypeTensor v_new;       // [T, HV, V] dtype
+  ConstDtypeTensor dh;          // [NT, HV, K, V] dtype
+  ConstDtypeTensor dv2;         // [T, HV, V] dtype
+  const float* dO = nullptr;    // [T, HV, V] dtype
+  float* dq_hv = nullptr;       // [T, HV, K] fp32
+  float* dk_hv = nullptr;       // [T, HV, K] fp32
+  float* dv = nullptr;          // [T, HV, V] dtype (final)
+  float* dbeta = nullptr;       // [T, HV] fp32 (final)
+  float* dlam = nullptr;        // [T, HV, gw] fp32
 };
 
 // B6/B7: GVA reduction of dq/dk over the G value heads of a group (fixed order j = i*G ..

@@ -57,14 +57,14 @@ struct PrepArgs {
 //   W = Phi diag(beta) (K o gam), U = Phi diag(beta) V, KDA kg = K o (Gam / gam); all dtype.
 struct WyArgs {
   PhaseCtx ctx;
-  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k
-  const float* v = nullptr;        // [T, HV, V] dtype (input)
-  const float* beta = nullptr;     // [T, HV]
-  const float* gcum = nullptr;     // [T, HV, gw] fp32
-  ConstDtypeTensor Phi;            // [T, HV, C] dtype
-  DtypeTensor W;                   // [T, HV, K] dtype
-  DtypeTensor U;                   // [T, HV, V] dtype
-  float* kg = nullptr;             // [T, HV, K] dtype (KDA only, else must be null)
+  ConstDtypeTensor k;           // [T, H, K] dtype: saved.k
+  const float* v = nullptr;     // [T, HV, V] dtype (input)
+  const float* beta = nullptr;  // [T, HV]
+  const float* gcum = nullptr;  // [T, HV, gw] fp32
+  ConstDtypeTensor Phi;         // [T, HV, C] dtype
+  DtypeTensor W;                // [T, HV, K] dtype
+  DtypeTensor U;                // [T, HV, V] dtype
+  float* kg = nullptr;          // [T, HV, K] dtype (KDA only, else must be null)
 };
 
 // Phase 2: segment summaries, every segment independently from a zero state (docs/algorithm.md 4.2):
@@ -75,13 +75,13 @@ struct WyArgs {
 // zeros without walking the segment.
 struct FwdSummaryArgs {
   PhaseCtx ctx;
-  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
-  const float* gcum = nullptr;     // [T, HV, gw] fp32
-  ConstDtypeTensor W;              // [T, HV, K] dtype
-  ConstDtypeTensor U;              // [T, HV, V] dtype
-  const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
-  float* seg_h_ext = nullptr;      // [S, HV, K, V] fp32
-  float* seg_Mt = nullptr;         // [S, HV, K, K] fp32 (M^T: row a, col b holds M[b][a])
+  ConstDtypeTensor k;           // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;  // [T, HV, gw] fp32
+  ConstDtypeTensor W;           // [T, HV, K] dtype
+  ConstDtypeTensor U;           // [T, HV, V] dtype
+  const float* kg = nullptr;    // [T, HV, K] dtype (KDA)
+  float* seg_h_ext = nullptr;   // [S, HV, K, V] fp32
+  float* seg_Mt = nullptr;      // [S, HV, K, K] fp32 (M^T: row a, col b holds M[b][a])
 };
 
 // Phase 4: the state recurrence of every segment from its entry state (F4), then per chunk:
@@ -89,28 +89,28 @@ struct FwdSummaryArgs {
 // ht[p] (fp32) = S after the last chunk of piece p, for every non-empty piece (null: skipped).
 struct FwdStateArgs {
   PhaseCtx ctx;
-  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
-  const float* gcum = nullptr;     // [T, HV, gw] fp32
-  ConstDtypeTensor W;              // [T, HV, K] dtype
-  ConstDtypeTensor U;              // [T, HV, V] dtype
-  const float* kg = nullptr;       // [T, HV, K] dtype (KDA)
+  ConstDtypeTensor k;                // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;       // [T, HV, gw] fp32
+  ConstDtypeTensor W;                // [T, HV, K] dtype
+  ConstDtypeTensor U;                // [T, HV, V] dtype
+  const float* kg = nullptr;         // [T, HV, K] dtype (KDA)
   const float* seg_entry = nullptr;  // [S, HV, K, V] fp32
-  DtypeTensor h;                   // [NT, HV, K, V] dtype
-  DtypeTensor v_new;               // [T, HV, V] dtype
-  float* ht = nullptr;             // [N, HV, K, V] fp32 or null
+  DtypeTensor h;                     // [NT, HV, K, V] dtype
+  DtypeTensor v_new;                 // [T, HV, V] dtype
+  float* ht = nullptr;               // [N, HV, K, V] fp32 or null
 };
 
 // Phase 4b: the output (F5): o = scale (Q o gam) h + P v_new (GDN, P on the fly) or
 // scale dtype(Q o gam) h + Aqk v_new (KDA); rounded to dtype.
 struct FwdOutputArgs {
   PhaseCtx ctx;
-  ConstDtypeTensor q;              // [T, H, K] dtype: saved.q
-  ConstDtypeTensor k;              // [T, H, K] dtype: saved.k (GDN)
-  const float* gcum = nullptr;     // [T, HV, gw] fp32
-  const float* Aqk = nullptr;      // [T, HV, C] dtype (KDA)
-  ConstDtypeTensor h;              // [NT, HV, K, V] dtype
-  ConstDtypeTensor v_new;          // [T, HV, V] dtype
-  float* o = nullptr;              // [T, HV, V] dtype
+  ConstDtypeTensor q;           // [T, H, K] dtype: saved.q
+  ConstDtypeTensor k;           // [T, H, K] dtype: saved.k (GDN)
+  const float* gcum = nullptr;  // [T, HV, gw] fp32
+  const float* Aqk = nullptr;   // [T, HV, C] dtype (KDA)
+  ConstDtypeTensor h;           // [NT, HV, K, V] dtype
+  ConstDtypeTensor v_new;       // [T, HV, V] dtype
+  float* o = nullptr;           // [T, HV, V] dtype
 };
 
 }  // namespace kcp::kernels

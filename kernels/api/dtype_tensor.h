@@ -74,7 +74,7 @@ class BasicDtypeTensor {
   Storage storage_ = Storage::F32;
 };
 
-using DtypeTensor = BasicDtypeTensor<false>;       // written by a phase
-using ConstDtypeTensor = BasicDtypeTensor<true>;   // read by a phase
+using DtypeTensor = BasicDtypeTensor<false>;      // written by a phase
+using ConstDtypeTensor = BasicDtypeTensor<true>;  // read by a phase
 
 }  // namespace kcp::kernels

@@ -35,17 +35,17 @@ namespace kcp::kernels {
 struct FoldArgs {
   Exec exec;
   int32_t HV = 1, K = 1, V = 1;
-  int32_t n = 0;                   // items in the chain (may be 0)
-  const float* A = nullptr;        // item i at A + i * A_stride: [HV, K, K] fp32
-  int64_t A_stride = 0;            // floats between items; may be negative
+  int32_t n = 0;             // items in the chain (may be 0)
+  const float* A = nullptr;  // item i at A + i * A_stride: [HV, K, K] fp32
+  int64_t A_stride = 0;      // floats between items; may be negative
   bool transpose_A = false;
-  const float* b = nullptr;        // item i at b + i * b_stride: [HV, K, V] fp32
+  const float* b = nullptr;  // item i at b + i * b_stride: [HV, K, V] fp32
   int64_t b_stride = 0;
   const float* x0 = nullptr;       // [HV, K, V] fp32 or null (zeros)
   float* states_before = nullptr;  // item i at states_before + i * states_stride: X_i (or null)
   int64_t states_stride = 0;
-  float* x_final = nullptr;        // [HV, K, V] fp32: X_n (or null); may alias x0
-  float* composed = nullptr;       // [HV, K, K] fp32 (or null)
+  float* x_final = nullptr;   // [HV, K, V] fp32: X_n (or null); may alias x0
+  float* composed = nullptr;  // [HV, K, K] fp32 (or null)
 };
 
 }  // namespace kcp::kernels

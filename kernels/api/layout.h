@@ -36,33 +36,33 @@
 namespace kcp::kernels {
 
 struct PieceDesc {
-  int64_t begin = 0, end = 0;    // local tokens [begin, end)
-  int64_t chunk_begin = 0;       // first rank-global chunk index of the piece
-  int32_t n_chunks = 0;          // ceil((end - begin) / C)
-  int32_t seg_begin = 0;         // segments [seg_begin, seg_end) belong to this piece
+  int64_t begin = 0, end = 0;  // local tokens [begin, end)
+  int64_t chunk_begin = 0;     // first rank-global chunk index of the piece
+  int32_t n_chunks = 0;        // ceil((end - begin) / C)
+  int32_t seg_begin = 0;       // segments [seg_begin, seg_end) belong to this piece
   int32_t seg_end = 0;
-  uint8_t starts_sequence = 1;   // 1: the piece holds its sequence's first token (h0 applies)
-  uint8_t ends_sequence = 1;     // 1: the piece holds its sequence's last token (ht, dht apply)
+  uint8_t starts_sequence = 1;  // 1: the piece holds its sequence's first token (h0 applies)
+  uint8_t ends_sequence = 1;    // 1: the piece holds its sequence's last token (ht, dht apply)
 };
 
 struct SegmentDesc {
-  int32_t piece = 0;             // owning piece
+  int32_t piece = 0;  // owning piece
   int32_t index_in_piece = 0;
-  int64_t begin = 0, end = 0;    // local tokens [begin, end)
-  int64_t chunk_begin = 0;       // rank-global chunks [chunk_begin, chunk_end)
+  int64_t begin = 0, end = 0;  // local tokens [begin, end)
+  int64_t chunk_begin = 0;     // rank-global chunks [chunk_begin, chunk_end)
   int64_t chunk_end = 0;
 };
 
 struct ChunkDesc {
-  int64_t begin = 0;             // first local token of the chunk
-  int32_t len = 0;               // 1..C (the last chunk of a piece may be partial)
-  int32_t segment = 0;           // owning segment
-  int32_t piece = 0;             // owning piece
+  int64_t begin = 0;    // first local token of the chunk
+  int32_t len = 0;      // 1..C (the last chunk of a piece may be partial)
+  int32_t segment = 0;  // owning segment
+  int32_t piece = 0;    // owning piece
   int32_t index_in_piece = 0;
 };
 
 struct LayoutView {
-  int64_t T = 0;                 // local tokens
+  int64_t T = 0;  // local tokens
   int64_t n_chunks = 0;
   int32_t n_pieces = 0;
   int32_t n_segments = 0;
@@ -79,7 +79,7 @@ struct PieceSpec {
 };
 struct SegmentSpec {
   int32_t piece = 0;
-  int64_t begin = 0, end = 0;    // local tokens
+  int64_t begin = 0, end = 0;  // local tokens
 };
 
 // Checks a LayoutView against the invariants above (used by every phase entry; cheap).
@@ -96,8 +96,7 @@ inline void validate_layout(const LayoutView& L, int32_t C = kChunk) {
     const PieceDesc& P = L.pieces[p];
     const std::string at = "pieces[" + std::to_string(p) + "]";
     if (P.begin != tok)
-      fail(at + ".begin (" + std::to_string(P.begin) + ") must equal the previous end (" +
-           std::to_string(tok) + ")");
+      fail(at + ".begin (" + std::to_string(P.begin) + ") must equal the previous end (" + std::to_string(tok) + ")");
     if (P.end < P.begin) fail(at + ".end (" + std::to_string(P.end) + ") < begin");
     if (p > 0 && !P.starts_sequence)
       fail(at + ".starts_sequence must be 1: only the first piece can continue from an earlier rank");
@@ -105,10 +104,10 @@ inline void validate_layout(const LayoutView& L, int32_t C = kChunk) {
       fail(at + ".ends_sequence must be 1: only the last piece can continue into a later rank");
     const int64_t nc = (P.end - P.begin + C - 1) / C;
     if (P.chunk_begin != chunk || P.n_chunks != nc)
-      fail(at + ".chunk_begin/n_chunks (" + std::to_string(P.chunk_begin) + ", " +
-           std::to_string(P.n_chunks) + ") must be (" + std::to_string(chunk) + ", " +
-           std::to_string(nc) + ")");
-    if (P.seg_begin != seg) fail(at + ".seg_begin (" + std::to_string(P.seg_begin) + ") must be " + std::to_string(seg));
+      fail(at + ".chunk_begin/n_chunks (" + std::to_string(P.chunk_begin) + ", " + std::to_string(P.n_chunks) +
+           ") must be (" + std::to_string(chunk) + ", " + std::to_string(nc) + ")");
+    if (P.seg_begin != seg)
+      fail(at + ".seg_begin (" + std::to_string(P.seg_begin) + ") must be " + std::to_string(seg));
     if (P.seg_end < P.seg_begin || P.seg_end > L.n_segments)
       fail(at + ".seg_end (" + std::to_string(P.seg_end) + ") out of range");
     if (P.end == P.begin && P.seg_end != P.seg_begin) fail(at + " is empty but has segments");
@@ -119,25 +118,23 @@ inline void validate_layout(const LayoutView& L, int32_t C = kChunk) {
       const std::string sat = "segments[" + std::to_string(s) + "]";
       if (S.piece != p) fail(sat + ".piece (" + std::to_string(S.piece) + ") must be " + std::to_string(p));
       if (S.index_in_piece != s - P.seg_begin) fail(sat + ".index_in_piece is inconsistent");
-      if (S.begin != st)
-        fail(sat + ".begin (" + std::to_string(S.begin) + ") must equal " + std::to_string(st));
+      if (S.begin != st) fail(sat + ".begin (" + std::to_string(S.begin) + ") must equal " + std::to_string(st));
       if (S.end <= S.begin || S.end > P.end)
-        fail(sat + ".end (" + std::to_string(S.end) + ") must be in (begin, piece end " +
-             std::to_string(P.end) + "]");
+        fail(sat + ".end (" + std::to_string(S.end) + ") must be in (begin, piece end " + std::to_string(P.end) + "]");
       if ((S.begin - P.begin) % C != 0)
-        fail(sat + ".begin (" + std::to_string(S.begin) + ") is not on a chunk boundary of piece " +
-             std::to_string(p) + " (piece begin " + std::to_string(P.begin) + ", C = " + std::to_string(C) + ")");
+        fail(sat + ".begin (" + std::to_string(S.begin) + ") is not on a chunk boundary of piece " + std::to_string(p) +
+             " (piece begin " + std::to_string(P.begin) + ", C = " + std::to_string(C) + ")");
       if (S.end != P.end && (S.end - P.begin) % C != 0)
-        fail(sat + ".end (" + std::to_string(S.end) + ") is not on a chunk boundary of piece " +
-             std::to_string(p) + " nor the piece end");
+        fail(sat + ".end (" + std::to_string(S.end) + ") is not on a chunk boundary of piece " + std::to_string(p) +
+             " nor the piece end");
       const int64_t cb = P.chunk_begin + (S.begin - P.begin) / C;
       const int64_t ce = P.chunk_begin + (S.end - P.begin + C - 1) / C;
       if (S.chunk_begin != cb || S.chunk_end != ce) fail(sat + ".chunk_begin/chunk_end are inconsistent");
       st = S.end;
     }
     if (P.end > P.begin && st != P.end)
-      fail("segments of piece " + std::to_string(p) + " end at " + std::to_string(st) +
-           ", not at the piece end " + std::to_string(P.end));
+      fail("segments of piece " + std::to_string(p) + " end at " + std::to_string(st) + ", not at the piece end " +
+           std::to_string(P.end));
     tok = P.end;
     chunk += nc;
     seg = P.seg_end;
@@ -152,8 +149,7 @@ class RankLayout {
  public:
   RankLayout() = default;
   // pieces in token order covering [0, T); segments in order covering every non-empty piece.
-  RankLayout(const std::vector<PieceSpec>& pieces, const std::vector<SegmentSpec>& segments,
-             int32_t C = kChunk) {
+  RankLayout(const std::vector<PieceSpec>& pieces, const std::vector<SegmentSpec>& segments, int32_t C = kChunk) {
     for (size_t p = 0; p < pieces.size(); ++p) {
       PieceDesc d;
       d.begin = pieces[p].begin;

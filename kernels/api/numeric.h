@@ -33,8 +33,8 @@ KCP_HD float round_to_fp16(float x) {
   const float ax = std::fabs(x);
   if (ax >= 65520.0f) return x > 0 ? INFINITY : -INFINITY;  // rounds past the largest finite half
   int e;
-  std::frexp(ax, &e);                   // ax = m * 2^e, m in [0.5, 1)
-  int exp_unbiased = e - 1;             // ax = 1.xxx * 2^(e-1)
+  std::frexp(ax, &e);                          // ax = m * 2^e, m in [0.5, 1)
+  int exp_unbiased = e - 1;                    // ax = 1.xxx * 2^(e-1)
   if (exp_unbiased < -14) exp_unbiased = -14;  // subnormal spacing
   const float ulp = std::ldexp(1.0f, exp_unbiased - 10);
   const float q = std::nearbyint(ax / ulp) * ulp;  // nearbyint: ties to even in the default mode

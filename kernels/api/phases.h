@@ -6,17 +6,17 @@
 // output (engine_phase_names(): "forward.prep" ... in this order).
 #pragma once
 
-#define KCP_BACKEND_PHASES(X)         \
-  X(prep, PrepArgs)                   \
-  X(wy, WyArgs)                       \
-  X(fwd_summaries, FwdSummaryArgs)    \
-  X(fold, FoldArgs)                   \
-  X(fwd_states, FwdStateArgs)         \
-  X(fwd_output, FwdOutputArgs)        \
-  X(bwd_local_dv, BwdLocalDvArgs)     \
-  X(bwd_summaries, BwdSummaryArgs)    \
-  X(bwd_states, BwdStateArgs)         \
-  X(bwd_grads, BwdGradArgs)           \
+#define KCP_BACKEND_PHASES(X)      \
+  X(prep, PrepArgs)                \
+  X(wy, WyArgs)                    \
+  X(fwd_summaries, FwdSummaryArgs) \
+  X(fold, FoldArgs)                \
+  X(fwd_states, FwdStateArgs)      \
+  X(fwd_output, FwdOutputArgs)     \
+  X(bwd_local_dv, BwdLocalDvArgs)  \
+  X(bwd_summaries, BwdSummaryArgs) \
+  X(bwd_states, BwdStateArgs)      \
+  X(bwd_grads, BwdGradArgs)        \
   X(bwd_finalize, BwdFinalizeArgs)
 
 // The declaration of a phase override inside a class derived from kcp::kernels::Backend (the

@@ -25,19 +25,19 @@ using kcp::Package;
 using kcp::SavedKind;
 using kcp::to_string;
 
-inline constexpr int32_t kChunk = 64;          // chunk size C of this project
-inline constexpr int32_t kMaxK = 256;          // state kernels hold K rows per value head
+inline constexpr int32_t kChunk = 64;            // chunk size C of this project
+inline constexpr int32_t kMaxK = 256;            // state kernels hold K rows per value head
 inline constexpr float kRcpLn2 = 1.4426950216f;  // fp32 1/ln 2 used to store cumsums in log2 units
-inline constexpr float kL2NormEps = 1e-6f;     // added to sum(x^2) inside the sqrt
+inline constexpr float kL2NormEps = 1e-6f;       // added to sum(x^2) inside the sqrt
 
 struct Problem {
   Op op = Op::Gdn;
-  int32_t H = 1;        // q/k heads
-  int32_t HV = 1;       // value heads, HV % H == 0; value head j reads q/k head j / (HV / H)
-  int32_t K = 64;       // key dim (state rows)
-  int32_t V = 64;       // value dim (state cols)
+  int32_t H = 1;   // q/k heads
+  int32_t HV = 1;  // value heads, HV % H == 0; value head j reads q/k head j / (HV / H)
+  int32_t K = 64;  // key dim (state rows)
+  int32_t V = 64;  // value dim (state cols)
   int32_t chunk = kChunk;
-  float scale = 0.0f;   // output scale rho; 0 means K^-1/2 (see resolved_scale)
+  float scale = 0.0f;      // output scale rho; 0 means K^-1/2 (see resolved_scale)
   bool qk_l2norm = false;  // q <- q / sqrt(sum q^2 + 1e-6) (same for k), fp32, stored in dtype
   GateForm gate = GateForm::Direct;
   float lower_bound = -5.0f;  // lb of the LowerBound form
@@ -48,7 +48,7 @@ struct Problem {
   bool has_dht = false;       // dht [N_pieces, HV, K, V] read for pieces that end their sequence
   DType dtype = DType::BF16;
 
-  int32_t group() const { return HV / H; }                   // G: value heads per q/k head
+  int32_t group() const { return HV / H; }                      // G: value heads per q/k head
   int32_t gate_width() const { return op == Op::Kda ? K : 1; }  // channels of g per (t, head)
   float resolved_scale() const { return scale != 0.0f ? scale : 1.0f / std::sqrt(float(K)); }
 };
@@ -77,17 +77,14 @@ inline void validate_problem(const Problem& p) {
   if (p.H < 1) fail("problem.H (" + std::to_string(p.H) + ") must be >= 1");
   if (p.HV < 1) fail("problem.HV (" + std::to_string(p.HV) + ") must be >= 1");
   if (p.HV % p.H != 0)
-    fail("problem.HV (" + std::to_string(p.HV) + ") must be a multiple of problem.H (" +
-         std::to_string(p.H) + ")");
+    fail("problem.HV (" + std::to_string(p.HV) + ") must be a multiple of problem.H (" + std::to_string(p.H) + ")");
   if (p.K < 1 || p.K > kMaxK)
     fail("problem.K (" + std::to_string(p.K) + ") must be in [1, " + std::to_string(kMaxK) + "]");
   if (p.V < 1) fail("problem.V (" + std::to_string(p.V) + ") must be >= 1");
-  if (p.chunk != kChunk)
-    fail("problem.chunk (" + std::to_string(p.chunk) + ") must be " + std::to_string(kChunk));
+  if (p.chunk != kChunk) fail("problem.chunk (" + std::to_string(p.chunk) + ") must be " + std::to_string(kChunk));
   if (!std::isfinite(p.scale) || p.scale < 0.0f)
     fail("problem.scale (" + std::to_string(p.scale) + ") must be finite and >= 0 (0 = K^-1/2)");
-  if (p.gate == GateForm::Softplus && !p.has_A_log)
-    fail("problem.has_A_log must be true for problem.gate = softplus");
+  if (p.gate == GateForm::Softplus && !p.has_A_log) fail("problem.has_A_log must be true for problem.gate = softplus");
   if (p.gate == GateForm::LowerBound && p.op != Op::Kda)
     fail("problem.gate = lower_bound is KDA only (problem.op = gdn)");
   if (p.gate == GateForm::LowerBound && !(p.lower_bound < 0.0f && std::isfinite(p.lower_bound)))

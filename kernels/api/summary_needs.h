@@ -49,7 +49,7 @@ KCP_HD SummaryNeeds summary_needs(int32_t i, int32_t n, int32_t p, int32_t N, bo
   const bool bwd_final = p == 0 && !starts;    // the rank's backward summary is sent
   const bool x0_given = !starts || has_h0;
   const bool y0_given = !ends || has_dht;
-  const bool not_last = i < n - 1, not_first = i > 0;
+  const bool not_last = i<n - 1, not_first = i> 0;
   SummaryNeeds r;
   r.h_ext = not_last || fwd_final;
   r.dh_ext = not_first || bwd_final;

@@ -50,21 +50,21 @@ struct InputTensors {
 };
 
 struct OutputTensors {
-  float* o = nullptr;              // [T, HV, V] dtype
-  float* ht = nullptr;             // [N, HV, K, V] fp32, state at every piece end (meaningful as
-                                   // a final state for pieces with ends_sequence); may be null
+  float* o = nullptr;   // [T, HV, V] dtype
+  float* ht = nullptr;  // [N, HV, K, V] fp32, state at every piece end (meaningful as
+                        // a final state for pieces with ends_sequence); may be null
 };
 
 struct GradTensors {
-  float* dq = nullptr;             // [T, H, K] dtype (summed over the G value heads of a group)
-  float* dk = nullptr;             // [T, H, K] dtype
-  float* dv = nullptr;             // [T, HV, V] dtype
-  float* dg = nullptr;             // shape of g, fp32 (gradient w.r.t. the gate input as given)
-  float* dbeta = nullptr;          // [T, HV] fp32
-  float* dA_log = nullptr;         // [HV] fp32, this rank's partial sum (engine all-reduces)
-  float* ddt_bias = nullptr;       // GDN [HV], KDA [HV, K] fp32, this rank's partial sum
-  float* dh0 = nullptr;            // [N, HV, K, V] fp32: gradient w.r.t. every piece's entry
-                                   // state (dh0 proper for pieces with starts_sequence); may be null
+  float* dq = nullptr;        // [T, H, K] dtype (summed over the G value heads of a group)
+  float* dk = nullptr;        // [T, H, K] dtype
+  float* dv = nullptr;        // [T, HV, V] dtype
+  float* dg = nullptr;        // shape of g, fp32 (gradient w.r.t. the gate input as given)
+  float* dbeta = nullptr;     // [T, HV] fp32
+  float* dA_log = nullptr;    // [HV] fp32, this rank's partial sum (engine all-reduces)
+  float* ddt_bias = nullptr;  // GDN [HV], KDA [HV, K] fp32, this rank's partial sum
+  float* dh0 = nullptr;       // [N, HV, K, V] fp32: gradient w.r.t. every piece's entry
+                              // state (dh0 proper for pieces with starts_sequence); may be null
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -73,70 +73,70 @@ struct SavedTag {
   Package package = Package::Det;
   Op op = Op::Gdn;
   SavedKind kind = SavedKind::Full;
-  uint64_t fingerprint = 0;        // layout_fingerprint(problem, layout)
+  uint64_t fingerprint = 0;  // layout_fingerprint(problem, layout)
 };
 
 struct SavedTensors {
   SavedTag tag;
-  DtypeTensor q;                   // [T, H, K] dtype: q after prep (L2-normalized when qk_l2norm)
-  DtypeTensor k;                   // [T, H, K] dtype: k after prep
-  float* rstd_q = nullptr;         // [T, H] fp32 (qk_l2norm only, else null)
-  float* rstd_k = nullptr;         // [T, H] fp32 (qk_l2norm only, else null)
-  float* gcum = nullptr;           // [T, HV, gw] fp32: chunk-local inclusive cumsum of a, log2 units
-  DtypeTensor Phi;                 // [T, HV, C] dtype: row r of (I + Pi)^-1 of its chunk, column
-                                   // s local to the chunk (zero for s > r and s >= chunk length)
-  float* Aqk = nullptr;            // [T, HV, C] dtype, KDA only: scale * masked gated q k^T
-  float* incoming = nullptr;       // [HV, K, V] fp32: entry state of piece 0 when it continues
-                                   // from earlier ranks (zeros otherwise)
-  float* seg_Mt = nullptr;         // [S, HV, K, K] fp32, full only: M_seg^T (transfer planes)
-  float* seg_entry = nullptr;      // [S, HV, K, V] fp32, full only: segment entry states
+  DtypeTensor q;               // [T, H, K] dtype: q after prep (L2-normalized when qk_l2norm)
+  DtypeTensor k;               // [T, H, K] dtype: k after prep
+  float* rstd_q = nullptr;     // [T, H] fp32 (qk_l2norm only, else null)
+  float* rstd_k = nullptr;     // [T, H] fp32 (qk_l2norm only, else null)
+  float* gcum = nullptr;       // [T, HV, gw] fp32: chunk-local inclusive cumsum of a, log2 units
+  DtypeTensor Phi;             // [T, HV, C] dtype: row r of (I + Pi)^-1 of its chunk, column
+                               // s local to the chunk (zero for s > r and s >= chunk length)
+  float* Aqk = nullptr;        // [T, HV, C] dtype, KDA only: scale * masked gated q k^T
+  float* incoming = nullptr;   // [HV, K, V] fp32: entry state of piece 0 when it continues
+                               // from earlier ranks (zeros otherwise)
+  float* seg_Mt = nullptr;     // [S, HV, K, K] fp32, full only: M_seg^T (transfer planes)
+  float* seg_entry = nullptr;  // [S, HV, K, V] fp32, full only: segment entry states
 };
 
 struct WorkspaceTensors {
   Package package = Package::Det;
   uint64_t fingerprint = 0;
-  DtypeTensor W;                   // [T, HV, K] dtype: Phi diag(beta) (K o gam)
-  DtypeTensor U;                   // [T, HV, V] dtype: Phi diag(beta) V
-  float* kg = nullptr;             // [T, HV, K] dtype, KDA only: k o exp(lambda_last - lambda)
-  float* seg_h_ext = nullptr;      // [S, HV, K, V] fp32: segment h_ext from a zero state
-  float* seg_Mt = nullptr;         // [S, HV, K, K] fp32: M_seg^T (light saved set / recompute)
-  float* seg_entry = nullptr;      // [S, HV, K, V] fp32: segment entry states (light)
-  DtypeTensor h;                   // [NT, HV, K, V] dtype: state at every chunk start
-  DtypeTensor v_new;               // [T, HV, V] dtype: U - W S
-  DtypeTensor dv_local;            // [T, HV, V] dtype: P^T dO (intra-chunk part of dv_new)
-  float* seg_dh_ext = nullptr;     // [S, HV, K, V] fp32: segment dh_ext from a zero exit gradient
-  float* seg_exit = nullptr;       // [S, HV, K, V] fp32: exit gradient of every segment
-  DtypeTensor dh;                  // [NT, HV, K, V] dtype: gradient w.r.t. every chunk-end state
-  DtypeTensor dv2;                 // [T, HV, V] dtype: full gradient w.r.t. v_new
-  float* dq_hv = nullptr;          // [T, HV, K] fp32: dq per value head, before GVA / L2 bwd
-  float* dk_hv = nullptr;          // [T, HV, K] fp32
-  float* dlam = nullptr;           // [T, HV, gw] fp32: gradient w.r.t. the natural-log cumsum
-  float* scratch = nullptr;        // backend-private floats (Backend::extra_workspace_floats)
+  DtypeTensor W;                // [T, HV, K] dtype: Phi diag(beta) (K o gam)
+  DtypeTensor U;                // [T, HV, V] dtype: Phi diag(beta) V
+  float* kg = nullptr;          // [T, HV, K] dtype, KDA only: k o exp(lambda_last - lambda)
+  float* seg_h_ext = nullptr;   // [S, HV, K, V] fp32: segment h_ext from a zero state
+  float* seg_Mt = nullptr;      // [S, HV, K, K] fp32: M_seg^T (light saved set / recompute)
+  float* seg_entry = nullptr;   // [S, HV, K, V] fp32: segment entry states (light)
+  DtypeTensor h;                // [NT, HV, K, V] dtype: state at every chunk start
+  DtypeTensor v_new;            // [T, HV, V] dtype: U - W S
+  DtypeTensor dv_local;         // [T, HV, V] dtype: P^T dO (intra-chunk part of dv_new)
+  float* seg_dh_ext = nullptr;  // [S, HV, K, V] fp32: segment dh_ext from a zero exit gradient
+  float* seg_exit = nullptr;    // [S, HV, K, V] fp32: exit gradient of every segment
+  DtypeTensor dh;               // [NT, HV, K, V] dtype: gradient w.r.t. every chunk-end state
+  DtypeTensor dv2;              // [T, HV, V] dtype: full gradient w.r.t. v_new
+  float* dq_hv = nullptr;       // [T, HV, K] fp32: dq per value head, before GVA / L2 bwd
+  float* dk_hv = nullptr;       // [T, HV, K] fp32
+  float* dlam = nullptr;        // [T, HV, gw] fp32: gradient w.r.t. the natural-log cumsum
+  float* scratch = nullptr;     // backend-private floats (Backend::extra_workspace_floats)
   int64_t scratch_floats = 0;
 };
 
 inline constexpr int64_t kTensorAlignFloats = 64;
-inline int64_t align_floats(int64_t n) { return (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats; }
+inline int64_t align_floats(int64_t n) {
+  return (n + kTensorAlignFloats - 1) / kTensorAlignFloats * kTensorAlignFloats;
+}
 
 // Element counts of every saved / workspace tensor (0 = absent for this problem / kind).
 struct SavedSizes {
-  int64_t q = 0, k = 0, rstd_q = 0, rstd_k = 0, gcum = 0, Phi = 0, Aqk = 0, incoming = 0, seg_Mt = 0,
-          seg_entry = 0;
+  int64_t q = 0, k = 0, rstd_q = 0, rstd_k = 0, gcum = 0, Phi = 0, Aqk = 0, incoming = 0, seg_Mt = 0, seg_entry = 0;
   int64_t total_floats() const {
-    return align_floats(q) + align_floats(k) + align_floats(rstd_q) + align_floats(rstd_k) +
-           align_floats(gcum) + align_floats(Phi) + align_floats(Aqk) + align_floats(incoming) +
-           align_floats(seg_Mt) + align_floats(seg_entry);
+    return align_floats(q) + align_floats(k) + align_floats(rstd_q) + align_floats(rstd_k) + align_floats(gcum) +
+           align_floats(Phi) + align_floats(Aqk) + align_floats(incoming) + align_floats(seg_Mt) +
+           align_floats(seg_entry);
   }
 };
 struct WorkspaceSizes {
   int64_t W = 0, U = 0, kg = 0, seg_h_ext = 0, seg_Mt = 0, seg_entry = 0, h = 0, v_new = 0, dv_local = 0,
           seg_dh_ext = 0, seg_exit = 0, dh = 0, dv2 = 0, dq_hv = 0, dk_hv = 0, dlam = 0, scratch = 0;
   int64_t total_floats() const {
-    return align_floats(W) + align_floats(U) + align_floats(kg) + align_floats(seg_h_ext) +
-           align_floats(seg_Mt) + align_floats(seg_entry) + align_floats(h) + align_floats(v_new) +
-           align_floats(dv_local) + align_floats(seg_dh_ext) + align_floats(seg_exit) + align_floats(dh) +
-           align_floats(dv2) + align_floats(dq_hv) + align_floats(dk_hv) + align_floats(dlam) +
-           align_floats(scratch);
+    return align_floats(W) + align_floats(U) + align_floats(kg) + align_floats(seg_h_ext) + align_floats(seg_Mt) +
+           align_floats(seg_entry) + align_floats(h) + align_floats(v_new) + align_floats(dv_local) +
+           align_floats(seg_dh_ext) + align_floats(seg_exit) + align_floats(dh) + align_floats(dv2) +
+           align_floats(dq_hv) + align_floats(dk_hv) + align_floats(dlam) + align_floats(scratch);
   }
 };
 
@@ -185,10 +185,14 @@ inline uint64_t layout_fingerprint(const Problem& p, const LayoutView& L) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](const void* data, size_t n) {
     const unsigned char* b = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) { h ^= b[i]; h *= 1099511628211ull; }
+    for (size_t i = 0; i < n; ++i) {
+      h ^= b[i];
+      h *= 1099511628211ull;
+    }
   };
-  const int32_t ints[] = {int32_t(p.op), p.H, p.HV, p.K, p.V, p.chunk, int32_t(p.gate), int32_t(p.dtype),
-                          p.qk_l2norm, p.has_A_log, p.has_dt_bias, p.has_h0, p.has_dht};
+  const int32_t ints[] = {
+      int32_t(p.op),    p.H,         p.HV,        p.K,           p.V,      p.chunk,  int32_t(p.gate),
+      int32_t(p.dtype), p.qk_l2norm, p.has_A_log, p.has_dt_bias, p.has_h0, p.has_dht};
   mix(ints, sizeof(ints));
   mix(&p.scale, sizeof(float));
   mix(&p.lower_bound, sizeof(float));
@@ -222,9 +226,7 @@ inline float* carve(float*& cur, int64_t n) {
 }
 // A "dtype" tensor: the same float region as carve() (so sizes do not depend on the storage),
 // tagged with the storage the binding backend writes; Packed16 uses the region's first half.
-inline DtypeTensor carve_dtype(float*& cur, int64_t n, Storage storage) {
-  return DtypeTensor(carve(cur, n), storage);
-}
+inline DtypeTensor carve_dtype(float*& cur, int64_t n, Storage storage) { return DtypeTensor(carve(cur, n), storage); }
 }  // namespace detail
 
 // Carves a float arena of at least saved_sizes(p, L, kind).total_floats() floats. Throws
@@ -310,7 +312,8 @@ inline void check_workspace(const WorkspaceTensors& ws, Package want_package, ui
                                 " package passed to the " + to_string(want_package) + " package");
   if (ws.fingerprint != want_fingerprint)
     throw std::invalid_argument("kcp kernels: workspace was sized for another problem/layout (fingerprint " +
-                                std::to_string(ws.fingerprint) + ", expected " + std::to_string(want_fingerprint) + ")");
+                                std::to_string(ws.fingerprint) + ", expected " + std::to_string(want_fingerprint) +
+                                ")");
 }
 
 }  // namespace kcp::kernels

@@ -35,13 +35,13 @@ struct FwdWalk {
   const Dims& d;
   bool kda;
   const ChunkDesc* chunks;
-  const float* k;     // [T, H, K] (GDN)
+  const float* k;  // [T, H, K] (GDN)
   const float* gcum;
   const float* W;
   const float* U;
-  const float* kg;    // (KDA)
-  float* h_out;       // may be null
-  float* vnew_out;    // may be null
+  const float* kg;  // (KDA)
+  float* h_out;     // may be null
+  float* vnew_out;  // may be null
 };
 
 // Runs the chunks [c0, c1) of one segment for value head j. S: K x V fp32 in/out, or null (no
@@ -50,8 +50,8 @@ struct FwdWalk {
 void fwd_walk(const FwdWalk& fw, int64_t c0, int64_t c1, int32_t j, float* S, float* M) {
   const Dims& d = fw.d;
   const int32_t i = j / d.G, K = d.K, V = d.V;
-  std::vector<float> Sb(size_t(K) * V), vn(size_t(d.C) * V), vop(size_t(d.C) * V), upd(size_t(K) * V),
-      gam(K), Kt, KtW, Mn;
+  std::vector<float> Sb(size_t(K) * V), vn(size_t(d.C) * V), vop(size_t(d.C) * V), upd(size_t(K) * V), gam(K), Kt, KtW,
+      Mn;
   if (M) {
     Kt.resize(size_t(d.C) * K);
     KtW.resize(size_t(K) * K);
@@ -149,14 +149,14 @@ struct BwdWalk {
   bool kda;
   const ChunkDesc* chunks;
   const float* q;
-  const float* k;     // (GDN)
+  const float* k;  // (GDN)
   const float* gcum;
   const float* W;
-  const float* kg;    // (KDA)
+  const float* kg;  // (KDA)
   const float* dO;
   const float* dvl;
-  float* dh_out;      // may be null
-  float* dv2_out;     // may be null
+  float* dh_out;   // may be null
+  float* dv2_out;  // may be null
 };
 
 // Runs the chunks [c0, c1) of one segment last to first for value head j. dS: K x V in/out.
@@ -222,9 +222,7 @@ void bwd_walk(const BwdWalk& bw, int64_t c0, int64_t c1, int32_t j, float* dS) {
   }
 }
 
-const char* op_name(const PhaseCtx& c, const char* gdn, const char* kda) {
-  return c.problem.op == Op::Gdn ? gdn : kda;
-}
+const char* op_name(const PhaseCtx& c, const char* gdn, const char* kda) { return c.problem.op == Op::Gdn ? gdn : kda; }
 
 }  // namespace
 
@@ -233,14 +231,16 @@ void fwd_summaries(const FwdSummaryArgs& a) {
   check_problem_layout(a.ctx, ph);
   check_fwd_summaries_args(a, ph, Storage::F32);
   const Dims d(a.ctx);
-  const FwdWalk fw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k.f32(), a.gcum, a.W.f32(), a.U.f32(), a.kg, nullptr, nullptr};
+  const FwdWalk fw{
+      d,      a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k.f32(), a.gcum, a.W.f32(), a.U.f32(), a.kg, nullptr,
+      nullptr};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);
     const SegmentDesc& sg = a.ctx.layout.segments[s];
     // Parts nobody reads are written as zeros without walking them (kernels/api/summary_needs.h).
-    const SummaryNeeds need = summary_needs(a.ctx.layout.pieces, a.ctx.layout.n_pieces, sg, a.ctx.problem.has_h0,
-                                            a.ctx.problem.has_dht);
+    const SummaryNeeds need =
+        summary_needs(a.ctx.layout.pieces, a.ctx.layout.n_pieces, sg, a.ctx.problem.has_h0, a.ctx.problem.has_dht);
     std::vector<float> S(size_t(d.K) * d.V, 0.0f), M(size_t(d.K) * d.K, 0.0f);
     if (need.M)
       for (int32_t x = 0; x < d.K; ++x) M[size_t(x) * d.K + x] = 1.0f;
@@ -258,7 +258,16 @@ void fwd_states(const FwdStateArgs& a) {
   check_problem_layout(a.ctx, ph);
   check_fwd_states_args(a, ph, Storage::F32);
   const Dims d(a.ctx);
-  const FwdWalk fw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k.f32(), a.gcum, a.W.f32(), a.U.f32(), a.kg, a.h.f32(), a.v_new.f32()};
+  const FwdWalk fw{d,
+                   a.ctx.problem.op == Op::Kda,
+                   a.ctx.layout.chunks,
+                   a.k.f32(),
+                   a.gcum,
+                   a.W.f32(),
+                   a.U.f32(),
+                   a.kg,
+                   a.h.f32(),
+                   a.v_new.f32()};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);
@@ -311,15 +320,26 @@ void bwd_summaries(const BwdSummaryArgs& a) {
   check_problem_layout(a.ctx, ph);
   check_bwd_summaries_args(a, ph, Storage::F32);
   const Dims d(a.ctx);
-  const BwdWalk bw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.q.f32(), a.k.f32(), a.gcum, a.W.f32(), a.kg, a.dO, a.dv_local.f32(),
-                   nullptr, nullptr};
+  const BwdWalk bw{d,
+                   a.ctx.problem.op == Op::Kda,
+                   a.ctx.layout.chunks,
+                   a.q.f32(),
+                   a.k.f32(),
+                   a.gcum,
+                   a.W.f32(),
+                   a.kg,
+                   a.dO,
+                   a.dv_local.f32(),
+                   nullptr,
+                   nullptr};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);
     const SegmentDesc& sg = a.ctx.layout.segments[s];
     std::vector<float> dS(size_t(d.K) * d.V, 0.0f);
     // Zeros when nobody reads this dh_ext (kernels/api/summary_needs.h).
-    if (summary_needs(a.ctx.layout.pieces, a.ctx.layout.n_pieces, sg, a.ctx.problem.has_h0, a.ctx.problem.has_dht).dh_ext)
+    if (summary_needs(a.ctx.layout.pieces, a.ctx.layout.n_pieces, sg, a.ctx.problem.has_h0, a.ctx.problem.has_dht)
+            .dh_ext)
       bwd_walk(bw, sg.chunk_begin, sg.chunk_end, j, dS.data());
     std::copy(dS.begin(), dS.end(), a.seg_dh_ext + d.kv(s, j));
   });
@@ -330,8 +350,18 @@ void bwd_states(const BwdStateArgs& a) {
   check_problem_layout(a.ctx, ph);
   check_bwd_states_args(a, ph, Storage::F32);
   const Dims d(a.ctx);
-  const BwdWalk bw{d, a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.q.f32(), a.k.f32(), a.gcum, a.W.f32(), a.kg, a.dO, a.dv_local.f32(),
-                   a.dh.f32(), a.dv2.f32()};
+  const BwdWalk bw{d,
+                   a.ctx.problem.op == Op::Kda,
+                   a.ctx.layout.chunks,
+                   a.q.f32(),
+                   a.k.f32(),
+                   a.gcum,
+                   a.W.f32(),
+                   a.kg,
+                   a.dO,
+                   a.dv_local.f32(),
+                   a.dh.f32(),
+                   a.dv2.f32()};
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);

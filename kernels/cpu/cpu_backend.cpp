@@ -37,8 +37,10 @@ void CpuBackend::fwd_output(const FwdOutputArgs& a) const {
   const char* ph = kda ? "kda fwd_output" : "gdn fwd_output";
   check_problem_layout(a.ctx, ph);
   check_fwd_output_args(a, ph, Storage::F32);
-  if (kda) cpu::kda_output(a);
-  else cpu::gdn_output(a);
+  if (kda)
+    cpu::kda_output(a);
+  else
+    cpu::gdn_output(a);
 }
 
 void CpuBackend::bwd_local_dv(const BwdLocalDvArgs& args) const { cpu::bwd_local_dv(args); }
@@ -50,8 +52,10 @@ void CpuBackend::bwd_grads(const BwdGradArgs& a) const {
   const char* ph = kda ? "kda bwd_grads" : "gdn bwd_grads";
   check_problem_layout(a.ctx, ph);
   check_bwd_grads_args(a, ph, Storage::F32);
-  if (kda) cpu::kda_bwd_grads(a);
-  else cpu::gdn_bwd_grads(a);
+  if (kda)
+    cpu::kda_bwd_grads(a);
+  else
+    cpu::gdn_bwd_grads(a);
 }
 
 void CpuBackend::bwd_finalize(const BwdFinalizeArgs& args) const { cpu::bwd_finalize(args); }
@@ -93,8 +97,12 @@ float* CpuBackend::alloc_floats(int64_t n) const {
   return new float[static_cast<size_t>(std::max<int64_t>(n, 1))];
 }
 void CpuBackend::free_floats(float* p) const { delete[] p; }
-void CpuBackend::upload(float* dst, const float* src, int64_t n, const Exec& exec) const { copy_floats(dst, src, n, exec); }
-void CpuBackend::download(float* dst, const float* src, int64_t n, const Exec& exec) const { copy_floats(dst, src, n, exec); }
+void CpuBackend::upload(float* dst, const float* src, int64_t n, const Exec& exec) const {
+  copy_floats(dst, src, n, exec);
+}
+void CpuBackend::download(float* dst, const float* src, int64_t n, const Exec& exec) const {
+  copy_floats(dst, src, n, exec);
+}
 std::unique_ptr<PhaseTimer> CpuBackend::make_timer() const { return std::make_unique<HostTimer>(); }
 std::string CpuBackend::device_name() const { return "cpu (fp32 twin)"; }
 }  // namespace kcp::kernels

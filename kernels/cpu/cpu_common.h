@@ -25,19 +25,28 @@ struct Dims {
   float scale;
   RoundTo rt;
   explicit Dims(const PhaseCtx& c)
-      : T(c.layout.T), NT(c.layout.n_chunks), S(c.layout.n_segments), N(c.layout.n_pieces), H(c.problem.H),
-        HV(c.problem.HV), K(c.problem.K), V(c.problem.V), G(c.problem.group()), gw(c.problem.gate_width()),
-        C(c.problem.chunk), scale(c.problem.resolved_scale()),
+      : T(c.layout.T),
+        NT(c.layout.n_chunks),
+        S(c.layout.n_segments),
+        N(c.layout.n_pieces),
+        H(c.problem.H),
+        HV(c.problem.HV),
+        K(c.problem.K),
+        V(c.problem.V),
+        G(c.problem.group()),
+        gw(c.problem.gate_width()),
+        C(c.problem.chunk),
+        scale(c.problem.resolved_scale()),
         rt(c.problem.dtype == DType::BF16 ? RoundTo::BF16 : RoundTo::FP16) {}
   // Round to the input dtype (every "stored in dtype" point and every bf16 tensor-core operand).
   float rnd(float x) const { return round_to(x, rt); }
   // Offsets.
-  int64_t qk(int64_t t, int32_t i) const { return (t * H + i) * K; }         // [T, H, K]
-  int64_t vv(int64_t t, int32_t j) const { return (t * HV + j) * V; }        // [T, HV, V]
-  int64_t hk(int64_t t, int32_t j) const { return (t * HV + j) * K; }        // [T, HV, K]
-  int64_t th(int64_t t, int32_t j) const { return t * HV + j; }              // [T, HV]
-  int64_t gg(int64_t t, int32_t j) const { return (t * HV + j) * gw; }       // [T, HV, gw]
-  int64_t cc(int64_t t, int32_t j) const { return (t * HV + j) * C; }        // [T, HV, C]
+  int64_t qk(int64_t t, int32_t i) const { return (t * H + i) * K; }                // [T, H, K]
+  int64_t vv(int64_t t, int32_t j) const { return (t * HV + j) * V; }               // [T, HV, V]
+  int64_t hk(int64_t t, int32_t j) const { return (t * HV + j) * K; }               // [T, HV, K]
+  int64_t th(int64_t t, int32_t j) const { return t * HV + j; }                     // [T, HV]
+  int64_t gg(int64_t t, int32_t j) const { return (t * HV + j) * gw; }              // [T, HV, gw]
+  int64_t cc(int64_t t, int32_t j) const { return (t * HV + j) * C; }               // [T, HV, C]
   int64_t kv(int64_t n, int32_t j) const { return (n * HV + j) * int64_t(K) * V; }  // [*, HV, K, V]
   int64_t kk(int64_t n, int32_t j) const { return (n * HV + j) * int64_t(K) * K; }  // [*, HV, K, K]
 };

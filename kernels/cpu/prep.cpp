@@ -73,8 +73,10 @@ void prep(const PrepArgs& a) {
     }
   });
 
-  if (p.op == Op::Gdn) gdn_intra(a);
-  else kda_intra(a);
+  if (p.op == Op::Gdn)
+    gdn_intra(a);
+  else
+    kda_intra(a);
 }
 
 }  // namespace kcp::kernels::cpu

@@ -26,7 +26,8 @@ void wy(const WyArgs& a) {
       const float* vs = a.v + d.vv(ts, j);
       const float* gs = a.gcum + d.gg(ts, j);
       const float bs = a.beta[d.th(ts, j)];
-      for (int32_t c = 0; c < d.K; ++c) xb[size_t(s) * d.K + c] = d.rnd((ks[c] * bs) * exp2f_(gs[kda ? c : 0]));  // [W1]
+      for (int32_t c = 0; c < d.K; ++c)
+        xb[size_t(s) * d.K + c] = d.rnd((ks[c] * bs) * exp2f_(gs[kda ? c : 0]));  // [W1]
       for (int32_t e = 0; e < d.V; ++e) ub[size_t(s) * d.V + e] = d.rnd(vs[e] * bs);
       if (kda) {
         float* kg = a.kg + d.hk(ts, j);

@@ -337,8 +337,8 @@ class CudaBackend final : public Backend {
     const LayoutView& L = ctx.layout;
     std::lock_guard<std::mutex> lock(mu_);
     for (const Entry& e : cache_)
-      if (e.T == L.T && same_table(e.pieces, L.pieces, L.n_pieces) && same_table(e.segments, L.segments, L.n_segments) &&
-          same_table(e.chunks, L.chunks, L.n_chunks))
+      if (e.T == L.T && same_table(e.pieces, L.pieces, L.n_pieces) &&
+          same_table(e.segments, L.segments, L.n_segments) && same_table(e.chunks, L.chunks, L.n_chunks))
         return e.view;
     if (cache_.size() >= kMaxCached) {
       // cudaFree waits for the device, so no kernel still reads the evicted tables.
@@ -391,8 +391,8 @@ int cuda_device_count() {
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   const int n = cuda_device_count();
   if (device < 0 || device >= n)
-    throw std::runtime_error("kcp kernels: CUDA device " + std::to_string(device) + " requested, " +
-                             std::to_string(n) + " visible");
+    throw std::runtime_error("kcp kernels: CUDA device " + std::to_string(device) + " requested, " + std::to_string(n) +
+                             " visible");
   return std::make_unique<CudaBackend>(device);
 }
 

@@ -28,8 +28,8 @@
 
 namespace kcp::kernels::cuda {
 
-inline constexpr int kC = 64;          // chunk size
-inline constexpr int kThreads = 256;   // threads of every tensor-core kernel (8 warps)
+inline constexpr int kC = 64;         // chunk size
+inline constexpr int kThreads = 256;  // threads of every tensor-core kernel (8 warps)
 inline constexpr int kWarps = kThreads / 32;
 
 // ---------------------------------------------------------------------------------------------
@@ -83,7 +83,9 @@ struct Pair<DT, float> {
 };
 template <class DT>
 struct Pair<DT, uint16_t> {
-  static __device__ __forceinline__ uint32_t contiguous(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+  static __device__ __forceinline__ uint32_t contiguous(const uint16_t* p) {
+    return *reinterpret_cast<const uint32_t*>(p);
+  }
   static __device__ __forceinline__ uint32_t strided(const uint16_t* p, int stride) {
     return uint32_t(p[0]) | (uint32_t(p[stride]) << 16);
   }
@@ -98,8 +100,10 @@ struct AView {
   int ld;
   template <class DT>
   __device__ __forceinline__ uint32_t pair(int m, int k) const {
-    if constexpr (KC) return Pair<DT, T>::contiguous(p + m * ld + k);
-    else return Pair<DT, T>::strided(p + k * ld + m, ld);
+    if constexpr (KC)
+      return Pair<DT, T>::contiguous(p + m * ld + k);
+    else
+      return Pair<DT, T>::strided(p + k * ld + m, ld);
   }
 };
 // B (k x n): KC ? p[n * ld + k] : p[k * ld + n].
@@ -111,8 +115,10 @@ struct BView {
   int ld;
   template <class DT>
   __device__ __forceinline__ uint32_t pair(int k, int n) const {
-    if constexpr (KC) return Pair<DT, T>::contiguous(p + n * ld + k);
-    else return Pair<DT, T>::strided(p + k * ld + n, ld);
+    if constexpr (KC)
+      return Pair<DT, T>::contiguous(p + n * ld + k);
+    else
+      return Pair<DT, T>::strided(p + k * ld + n, ld);
   }
 };
 
@@ -154,15 +160,19 @@ __device__ __forceinline__ void warp_mma(float (&acc)[MT][NT][4], const AV& A, c
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       const int m = m0 + mt * 16;
-      if constexpr (AV::kKC) pa[mt] = A.p + (m + rr + (mi & 1) * 8) * A.ld + (mi >> 1) * 8;
-      else pa[mt] = A.p + (rr + (mi >> 1) * 8) * A.ld + m + (mi & 1) * 8;
+      if constexpr (AV::kKC)
+        pa[mt] = A.p + (m + rr + (mi & 1) * 8) * A.ld + (mi >> 1) * 8;
+      else
+        pa[mt] = A.p + (rr + (mi >> 1) * 8) * A.ld + m + (mi & 1) * 8;
     }
     const uint16_t* pb[NT / 2];
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       const int n = n0 + np * 16;
-      if constexpr (BV::kKC) pb[np] = B.p + (n + rr + (mi >> 1) * 8) * B.ld + (mi & 1) * 8;
-      else pb[np] = B.p + (rr + (mi & 1) * 8) * B.ld + n + (mi >> 1) * 8;
+      if constexpr (BV::kKC)
+        pb[np] = B.p + (n + rr + (mi >> 1) * 8) * B.ld + (mi & 1) * 8;
+      else
+        pb[np] = B.p + (rr + (mi & 1) * 8) * B.ld + n + (mi >> 1) * 8;
     }
 #pragma unroll 2
     for (int k0 = kb; k0 < ke; k0 += 16) {
@@ -240,7 +250,8 @@ struct Tiling {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) f(r0 + mt * 16 + g + (e >= 2 ? 8 : 0), c0 + nt * 8 + 2 * t + (e & 1), acc[mt][nt][e]);
+        for (int e = 0; e < 4; ++e)
+          f(r0 + mt * 16 + g + (e >= 2 ? 8 : 0), c0 + nt * 8 + 2 * t + (e & 1), acc[mt][nt][e]);
   }
   // f(row, col, a0&, a1&, b0&, b1&): the same element pairs of two accumulators.
   template <class F>
@@ -285,7 +296,7 @@ struct Tile {
     for (int i = 0; i < ITERS; ++i) {
       const int e = threadIdx.x + i * kThreads, r = e / V4, c = (e % V4) * 4;
       v[i] = (e < TOTAL && r < rows_valid) ? __ldg(reinterpret_cast<const float4*>(src + r * src_stride + c))
-                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+                                           : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
   // f(r, x) -> the value stored for element x of row r, rounded to dtype by the store (zero
@@ -328,7 +339,7 @@ struct Tile16 {
     for (int i = 0; i < ITERS; ++i) {
       const int e = threadIdx.x + i * kThreads, r = e / V8, c = (e % V8) * 8;
       v[i] = (e < TOTAL && r < rows_valid) ? __ldg(reinterpret_cast<const uint4*>(src + r * src_stride + c))
-                                            : make_uint4(0u, 0u, 0u, 0u);
+                                           : make_uint4(0u, 0u, 0u, 0u);
     }
   }
   template <class DT>
@@ -386,14 +397,18 @@ __device__ __forceinline__ void store_rows16(uint16_t* dst, int64_t dst_stride, 
   for (int e = threadIdx.x; e < rows * V8; e += blockDim.x) {
     const int r = e / V8, c = (e % V8) * 8;
     uint4 v = *reinterpret_cast<const uint4*>(src + r * ld + c);
-    v.x ^= flip; v.y ^= flip; v.z ^= flip; v.w ^= flip;
+    v.x ^= flip;
+    v.y ^= flip;
+    v.z ^= flip;
+    v.w ^= flip;
     *reinterpret_cast<uint4*>(dst + r * dst_stride + c) = v;
   }
 }
 
 // One-shot staging (load, then store) of a tile into 16-bit shared memory.
 template <class DT, int ROWS, int COLS>
-__device__ __forceinline__ void stage_rows(uint16_t* dst, int ld, const float* src, int64_t src_stride, int rows_valid) {
+__device__ __forceinline__ void stage_rows(uint16_t* dst, int ld, const float* src, int64_t src_stride,
+                                           int rows_valid) {
   Tile<ROWS, COLS> t;
   t.load(src, src_stride, rows_valid);
   t.template store<DT>(dst, ld);

@@ -26,20 +26,20 @@ namespace kcp::kernels::cuda {
 // the sticky error of the failed runtime call.
 [[noreturn]] void raise_cuda_error(cudaError_t err, const char* expr, const char* file, int line);
 
-#define KCP_CUDA_CHECK(expr)                                                             \
-  do {                                                                                   \
-    const cudaError_t kcp_cuda_err_ = (expr);                                            \
-    if (kcp_cuda_err_ != cudaSuccess)                                                    \
-      ::kcp::kernels::cuda::raise_cuda_error(kcp_cuda_err_, #expr, __FILE__, __LINE__);  \
+#define KCP_CUDA_CHECK(expr)                                                            \
+  do {                                                                                  \
+    const cudaError_t kcp_cuda_err_ = (expr);                                           \
+    if (kcp_cuda_err_ != cudaSuccess)                                                   \
+      ::kcp::kernels::cuda::raise_cuda_error(kcp_cuda_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // After every launch: the launch error, and under KCP_CUDA_SYNC_CHECK (Debug builds) the
 // kernel's own fault, so a fault points at the kernel that caused it.
 #if defined(KCP_CUDA_SYNC_CHECK)
-#define KCP_CUDA_LAUNCH_CHECK(stream)                   \
-  do {                                                  \
-    KCP_CUDA_CHECK(cudaGetLastError());                 \
-    KCP_CUDA_CHECK(cudaStreamSynchronize(stream));      \
+#define KCP_CUDA_LAUNCH_CHECK(stream)              \
+  do {                                             \
+    KCP_CUDA_CHECK(cudaGetLastError());            \
+    KCP_CUDA_CHECK(cudaStreamSynchronize(stream)); \
   } while (0)
 #else
 #define KCP_CUDA_LAUNCH_CHECK(stream) KCP_CUDA_CHECK(cudaGetLastError())
@@ -47,9 +47,9 @@ namespace kcp::kernels::cuda {
 
 // Device copies of the layout tables (uploaded once per distinct layout by the backend).
 struct DevLayout {
-  const PieceDesc* pieces = nullptr;    // [n_pieces]
+  const PieceDesc* pieces = nullptr;      // [n_pieces]
   const SegmentDesc* segments = nullptr;  // [n_segments]
-  const ChunkDesc* chunks = nullptr;    // [n_chunks]
+  const ChunkDesc* chunks = nullptr;      // [n_chunks]
   int64_t T = 0, n_chunks = 0;
   int32_t n_pieces = 0, n_segments = 0;
 };

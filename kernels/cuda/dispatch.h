@@ -44,8 +44,8 @@ void dispatch_kdim(int K, F& f, HeadDimList<K0, Ks...>) {
   } else if constexpr (sizeof...(Ks) > 0) {
     dispatch_kdim<DT>(K, f, HeadDimList<Ks...>{});
   } else {
-    throw std::invalid_argument("kcp kernels: cuda: unsupported head dim K=" + std::to_string(K) + " (supported: " +
-                                SupportedHeadDims::text() + ")");
+    throw std::invalid_argument("kcp kernels: cuda: unsupported head dim K=" + std::to_string(K) +
+                                " (supported: " + SupportedHeadDims::text() + ")");
   }
 }
 }  // namespace detail
@@ -59,9 +59,12 @@ void dispatch_dtype_kdim(const Problem& p, F&& f) {
   if (p.V != p.K)
     throw std::invalid_argument("kcp kernels: cuda: unsupported head dims K=" + std::to_string(p.K) +
                                 ", V=" + std::to_string(p.V) + " (the kernels need K = V)");
-  if (p.dtype == DType::FP16) detail::dispatch_kdim<FP16T>(p.K, f, SupportedHeadDims{});
-  else if (p.dtype == DType::BF16) detail::dispatch_kdim<BF16T>(p.K, f, SupportedHeadDims{});
-  else throw std::invalid_argument("kcp kernels: cuda: unsupported dtype " + std::to_string(int(p.dtype)));
+  if (p.dtype == DType::FP16)
+    detail::dispatch_kdim<FP16T>(p.K, f, SupportedHeadDims{});
+  else if (p.dtype == DType::BF16)
+    detail::dispatch_kdim<BF16T>(p.K, f, SupportedHeadDims{});
+  else
+    throw std::invalid_argument("kcp kernels: cuda: unsupported dtype " + std::to_string(int(p.dtype)));
 }
 
 }  // namespace kcp::kernels::cuda

@@ -17,17 +17,17 @@ namespace kcp::kernels::cuda {
 
 struct FoldParams {
   int HV, K, V, n;
-  const float* A;        // item i at A + i * A_stride: [HV, K, K]
+  const float* A;  // item i at A + i * A_stride: [HV, K, K]
   int64_t A_stride;
   int transpose_A;
-  const float* b;        // item i at b + i * b_stride: [HV, K, V]
+  const float* b;  // item i at b + i * b_stride: [HV, K, V]
   int64_t b_stride;
   const float* x0;       // [HV, K, V] or null
   float* states_before;  // item i at states_before + i * states_stride, or null
   int64_t states_stride;
-  float* x_final;        // [HV, K, V] or null
-  float* composed;       // [HV, K, K] or null
-  int xtiles;            // V / 32 when x_final or states_before is wanted, else 0
+  float* x_final;   // [HV, K, V] or null
+  float* composed;  // [HV, K, K] or null
+  int xtiles;       // V / 32 when x_final or states_before is wanted, else 0
 };
 
 __global__ void __launch_bounds__(256) fold_kernel(FoldParams p) {
@@ -46,8 +46,10 @@ __global__ void __launch_bounds__(256) fold_kernel(FoldParams p) {
 
   for (int r = rg; r < K; r += 8) {
     float x;
-    if (ctile) x = (r == c0 + c) ? 1.0f : 0.0f;
-    else x = p.x0 ? p.x0[j * KV + int64_t(r) * V + c0 + c] : 0.0f;
+    if (ctile)
+      x = (r == c0 + c) ? 1.0f : 0.0f;
+    else
+      x = p.x0 ? p.x0[j * KV + int64_t(r) * V + c0 + c] : 0.0f;
     sX[r * 33 + c] = x;
   }
   for (int it = 0; it < p.n; ++it) {
@@ -68,8 +70,10 @@ __global__ void __launch_bounds__(256) fold_kernel(FoldParams p) {
     for (int e = threadIdx.x; e < K * K; e += blockDim.x) {
       const int ga = e / K, gb = e % K;
       const float v = __ldg(A + e);
-      if (p.transpose_A) sA[gb * Ald + ga] = v;
-      else sA[ga * Ald + gb] = v;
+      if (p.transpose_A)
+        sA[gb * Ald + ga] = v;
+      else
+        sA[ga * Ald + gb] = v;
     }
     __syncthreads();
     const float* b = ctile ? nullptr : p.b + it * p.b_stride + j * KV;

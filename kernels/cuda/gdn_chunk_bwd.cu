@@ -12,7 +12,7 @@ void run_grads(const GradParams& p, cudaStream_t st) {
   const size_t smem1 = DqkSmem<V>::bytes, smem2 = WyBwdSmem<K, V>::bytes;
   allow_smem(gdn_bwd_dqk_kernel<DT, K, V>, smem1);
   allow_smem(gdn_bwd_wy_kernel<DT, K, V>, smem2);
-  gdn_bwd_dqk_kernel<DT, K, V><<<grid * unsigned(K / kKS), kThreads, smem1, st>>>(p);
+  gdn_bwd_dqk_kernel<DT, K, V><<<grid* unsigned(K / kKS), kThreads, smem1, st>>>(p);
   KCP_CUDA_LAUNCH_CHECK(st);
   gdn_bwd_wy_kernel<DT, K, V><<<grid, kThreads, smem2, st>>>(p);
   KCP_CUDA_LAUNCH_CHECK(st);
@@ -41,9 +41,8 @@ void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, 
   p.dlam = a.dlam;
   p.dlam_hi = dlam_hi;
   p.dW16 = dW16;
-  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
-    run_grads<typename decltype(dt)::type, decltype(kdim)::value>(p, st);
-  });
+  dispatch_dtype_kdim<Bf16, Fp16>(
+      a.ctx.problem, [&](auto dt, auto kdim) { run_grads<typename decltype(dt)::type, decltype(kdim)::value>(p, st); });
 }
 
 }  // namespace kcp::kernels::cuda

@@ -25,32 +25,34 @@ namespace kcp::kernels::cuda {
 struct GradParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const uint16_t* q;   // [T, H, K] dtype, 16-bit storage
-  const uint16_t* k;   // [T, H, K] dtype, 16-bit storage
-  const float* v;      // [T, HV, V] dtype
-  const float* beta;   // [T, HV]
-  const float* gcum;   // [T, HV] fp32 log2
-  const uint16_t* Phi;  // [T, HV, 64] dtype, 16-bit storage
-  const uint16_t* h;   // [NT, HV, K, V] dtype, 16-bit storage
+  const uint16_t* q;      // [T, H, K] dtype, 16-bit storage
+  const uint16_t* k;      // [T, H, K] dtype, 16-bit storage
+  const float* v;         // [T, HV, V] dtype
+  const float* beta;      // [T, HV]
+  const float* gcum;      // [T, HV] fp32 log2
+  const uint16_t* Phi;    // [T, HV, 64] dtype, 16-bit storage
+  const uint16_t* h;      // [NT, HV, K, V] dtype, 16-bit storage
   const uint16_t* v_new;  // [T, HV, V] dtype, 16-bit storage
-  const uint16_t* dh;  // [NT, HV, K, V] dtype, 16-bit storage
-  const uint16_t* dv2;  // [T, HV, V] dtype, 16-bit storage
-  const float* dO;     // [T, HV, V] dtype
-  float* dq_hv;        // [T, HV, K] fp32
-  float* dk_hv;        // [T, HV, K] fp32
-  float* dv;           // [T, HV, V] dtype
-  float* dbeta;        // [T, HV] fp32
-  float* dlam;         // [T, HV] fp32
-  float* dlam_hi;      // [T, HV] fp32, backend scratch: the second K slice's gate part (K = 128)
-  uint16_t* dW16;      // [T, HV, K] dtype, 16-bit storage, backend scratch: dW between the kernels
+  const uint16_t* dh;     // [NT, HV, K, V] dtype, 16-bit storage
+  const uint16_t* dv2;    // [T, HV, V] dtype, 16-bit storage
+  const float* dO;        // [T, HV, V] dtype
+  float* dq_hv;           // [T, HV, K] fp32
+  float* dk_hv;           // [T, HV, K] fp32
+  float* dv;              // [T, HV, V] dtype
+  float* dbeta;           // [T, HV] fp32
+  float* dlam;            // [T, HV] fp32
+  float* dlam_hi;         // [T, HV] fp32, backend scratch: the second K slice's gate part (K = 128)
+  uint16_t* dW16;         // [T, HV, K] dtype, 16-bit storage, backend scratch: dW between the kernels
 };
 
 // Two per-thread row accumulators (rows r and r + 8 of a fragment), chosen without indexing.
 struct Row2 {
   float lo = 0.0f, hi = 0.0f;
   __device__ __forceinline__ void add(int r, float x) {
-    if ((r >> 3) & 1) hi += x;
-    else lo += x;
+    if ((r >> 3) & 1)
+      hi += x;
+    else
+      lo += x;
   }
   __device__ __forceinline__ float get(int h) const { return h ? hi : lo; }
 };
@@ -228,11 +230,11 @@ struct WyBwdSmem {
   static constexpr int kOffDv2 = kC * kKld;  // after k
   static constexpr int kOffDW = kOffDv2 + kC * kVld;
   static constexpr int kOffPhi = kOffDW + kC * kKld;
-  static constexpr int kOffKb = kOffDW;               // after dX: Kb reuses dW
+  static constexpr int kOffKb = kOffDW;  // after dX: Kb reuses dW
   static constexpr int kOffXb = kOffPhi + kC * kPld;
   static constexpr int kOffYb = kOffXb + kC * kKld;
   static constexpr int kOffDPhi = kOffYb + kC * kVld;
-  static constexpr int kOffT1 = kOffXb;               // after dPhi: T1 and dPi' reuse Xb, Yb
+  static constexpr int kOffT1 = kOffXb;  // after dPhi: T1 and dPi' reuse Xb, Yb
   static constexpr int kOffDPi = kOffXb + kC * kPld;
   static_assert(2 * kC * kPld <= kC * kKld + kC * kVld, "T1 and dPi' must fit in the Xb, Yb space");
   static constexpr int kElems16 = kOffDPhi + kC * kPld;
@@ -393,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     }
   }
   __syncthreads();  // dPi' visible
-  {  // dK += beta_r (dPi' k) + dPi'^T Kb; dbeta += (dPi' k) . k_r
+  {                 // dK += beta_r (dPi' k) + dPi'^T Kb; dbeta += (dPi' k) . k_r
     float a[1][TK::NT][4];
     TK::zero(a);
     TK::template mma<DT>(a, AView<uint16_t, true>{sdPi, Sm::kPld}, BView<uint16_t, false>{sk, Sm::kKld}, 0, kend);

@@ -22,9 +22,8 @@ void run_chunk(const ChunkParams& p, cudaStream_t st) {
 }
 template <bool OUTPUT>
 void dispatch(const Problem& pb, const ChunkParams& p, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
-    run_chunk<typename decltype(dt)::type, decltype(kdim)::value, OUTPUT>(p, st);
-  });
+  dispatch_dtype_kdim<Bf16, Fp16>(
+      pb, [&](auto dt, auto kdim) { run_chunk<typename decltype(dt)::type, decltype(kdim)::value, OUTPUT>(p, st); });
 }
 }  // namespace
 

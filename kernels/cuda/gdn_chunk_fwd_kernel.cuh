@@ -18,14 +18,14 @@ namespace kcp::kernels::cuda {
 struct ChunkParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const uint16_t* q;   // [T, H, K] dtype, 16-bit storage
-  const uint16_t* k;   // [T, H, K] dtype, 16-bit storage
-  const float* gcum;   // [T, HV] fp32 log2
-  const uint16_t* h;   // [NT, HV, K, V] dtype, 16-bit storage (output only)
+  const uint16_t* q;      // [T, H, K] dtype, 16-bit storage
+  const uint16_t* k;      // [T, H, K] dtype, 16-bit storage
+  const float* gcum;      // [T, HV] fp32 log2
+  const uint16_t* h;      // [NT, HV, K, V] dtype, 16-bit storage (output only)
   const uint16_t* v_new;  // [T, HV, V] dtype, 16-bit storage (output only)
-  float* o;            // [T, HV, V] dtype (output only)
-  const float* dO;     // [T, HV, V] dtype (local dv only)
-  uint16_t* dv_local;  // [T, HV, V] dtype, 16-bit storage (local dv only)
+  float* o;               // [T, HV, V] dtype (output only)
+  const float* dO;        // [T, HV, V] dtype (local dv only)
+  uint16_t* dv_local;     // [T, HV, V] dtype, 16-bit storage (local dv only)
 };
 
 template <int K, int V>

@@ -28,15 +28,13 @@ void run_bwd_walk(const BwdWalkParams& p, cudaStream_t st) {
 
 template <bool STATES>
 void dispatch_fwd(const Problem& pb, const FwdWalkParams& p, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
-    run_fwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st);
-  });
+  dispatch_dtype_kdim<Bf16, Fp16>(
+      pb, [&](auto dt, auto kdim) { run_fwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st); });
 }
 template <bool STATES>
 void dispatch_bwd(const Problem& pb, const BwdWalkParams& p, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
-    run_bwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st);
-  });
+  dispatch_dtype_kdim<Bf16, Fp16>(
+      pb, [&](auto dt, auto kdim) { run_bwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st); });
 }
 
 // The layout tables, flags and inputs every walk of a direction reads (Args: the phase's args).

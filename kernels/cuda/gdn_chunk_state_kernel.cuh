@@ -97,8 +97,10 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_fwd_walk_
   if constexpr (!STATES) {
     const SummaryNeeds need = summary_needs(p.pieces, p.sh.N, seg, p.has_h0, p.has_dht);
     if (mtile ? !need.M : !need.h_ext) {  // uniform over the block: before any barrier
-      if (mtile) zero_tile(p.seg_Mt + (int64_t(s) * HV + j) * int64_t(K) * K + int64_t(c0) * K, K, kBV, K);
-      else zero_tile(p.seg_h_ext + (int64_t(s) * HV + j) * KV + c0, V, K, kBV);
+      if (mtile)
+        zero_tile(p.seg_Mt + (int64_t(s) * HV + j) * int64_t(K) * K + int64_t(c0) * K, K, kBV, K);
+      else
+        zero_tile(p.seg_h_ext + (int64_t(s) * HV + j) * KV + c0, V, K, kBV);
       return;
     }
   }
@@ -157,8 +159,7 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_fwd_walk_
           const uint32_t u = *reinterpret_cast<const uint32_t*>(sU + r * Sm::kTld + c);
           const float x0 = DT::from_raw(uint16_t(u & 0xffffu)) - v0;
           const float x1 = DT::from_raw(uint16_t(u >> 16)) - v1;
-          if constexpr (STATES)
-            st16x2<DT>(p.v_new + ((t0 + r) * HV + j) * V + c0 + c, x0, x1);
+          if constexpr (STATES) st16x2<DT>(p.v_new + ((t0 + r) * HV + j) * V + c0 + c, x0, x1);
           const float f = exp2f(gL - sG[r]);
           o0 = x0 * f;  // rounded by the pack below
           o1 = x1 * f;
@@ -218,18 +219,18 @@ struct BwdWalkParams {
   Shape sh;
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
-  const uint16_t* q;      // [T, H, K] dtype, 16-bit storage
-  const uint16_t* k;      // [T, H, K] dtype, 16-bit storage
-  const float* gcum;      // [T, HV] fp32 log2
-  const uint16_t* W;      // [T, HV, K] dtype, 16-bit storage
-  const float* dO;        // [T, HV, V] dtype
+  const uint16_t* q;         // [T, H, K] dtype, 16-bit storage
+  const uint16_t* k;         // [T, H, K] dtype, 16-bit storage
+  const float* gcum;         // [T, HV] fp32 log2
+  const uint16_t* W;         // [T, HV, K] dtype, 16-bit storage
+  const float* dO;           // [T, HV, V] dtype
   const uint16_t* dv_local;  // [T, HV, V] dtype, 16-bit storage
-  const float* seg_exit;  // [S, HV, K, V] fp32 (STATES)
-  uint16_t* dh;           // [NT, HV, K, V] dtype, 16-bit storage (STATES)
-  uint16_t* dv2;          // [T, HV, V] dtype, 16-bit storage (STATES)
-  float* dh0;             // [N, HV, K, V] fp32 or null (STATES)
-  float* seg_dh_ext;      // [S, HV, K, V] fp32 (summaries)
-  const PieceDesc* pieces;  // (summaries: which parts are read)
+  const float* seg_exit;     // [S, HV, K, V] fp32 (STATES)
+  uint16_t* dh;              // [NT, HV, K, V] dtype, 16-bit storage (STATES)
+  uint16_t* dv2;             // [T, HV, V] dtype, 16-bit storage (STATES)
+  float* dh0;                // [N, HV, K, V] fp32 or null (STATES)
+  float* seg_dh_ext;         // [S, HV, K, V] fp32 (summaries)
+  const PieceDesc* pieces;   // (summaries: which parts are read)
   bool has_h0, has_dht;
 };
 

@@ -28,9 +28,8 @@ void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* pa
     q.H = pb.H;
     q.G = pb.group();
     q.l2norm = pb.qk_l2norm ? 1 : 0;
-    dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
-      run_qk<typename decltype(dt)::type, decltype(kdim)::value>(q, st);
-    });
+    dispatch_dtype_kdim<Bf16, Fp16>(
+        pb, [&](auto dt, auto kdim) { run_qk<typename decltype(dt)::type, decltype(kdim)::value>(q, st); });
   }
   FinalizeGateParams g{};
   g.chunks = L.chunks;

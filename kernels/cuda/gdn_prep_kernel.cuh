@@ -19,10 +19,10 @@
 namespace kcp::kernels::cuda {
 
 struct PrepQkParams {
-  const float* x[2];   // q, k: [T, H, K] dtype
-  uint16_t* y[2];      // q_out, k_out: [T, H, K] dtype, 16-bit storage
-  float* rstd[2];      // [T, H] fp32 (l2norm only)
-  int64_t rows;        // T * H
+  const float* x[2];  // q, k: [T, H, K] dtype
+  uint16_t* y[2];     // q_out, k_out: [T, H, K] dtype, 16-bit storage
+  float* rstd[2];     // [T, H] fp32 (l2norm only)
+  int64_t rows;       // T * H
   int l2norm;
 };
 
@@ -37,10 +37,14 @@ __global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
   float v[E];
   if constexpr (E == 4) {
     const float4 f = __ldg(reinterpret_cast<const float4*>(x) + lane_id());
-    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
   } else {
     const float2 f = __ldg(reinterpret_cast<const float2*>(x) + lane_id());
-    v[0] = f.x; v[1] = f.y;
+    v[0] = f.x;
+    v[1] = f.y;
   }
   if (p.l2norm) {
     float ss = 0.0f;
@@ -52,8 +56,10 @@ __global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
     for (int e = 0; e < E; ++e) v[e] = DT::rnd(v[e] * r);
     if (lane_id() == 0) (kside ? p.rstd[1] : p.rstd[0])[row] = r;
   }
-  if constexpr (E == 4) reinterpret_cast<uint2*>(y)[lane_id()] = make_uint2(DT::pack(v[0], v[1]), DT::pack(v[2], v[3]));
-  else reinterpret_cast<uint32_t*>(y)[lane_id()] = DT::pack(v[0], v[1]);
+  if constexpr (E == 4)
+    reinterpret_cast<uint2*>(y)[lane_id()] = make_uint2(DT::pack(v[0], v[1]), DT::pack(v[2], v[3]));
+  else
+    reinterpret_cast<uint32_t*>(y)[lane_id()] = DT::pack(v[0], v[1]);
 }
 
 struct IntraParams {
@@ -79,8 +85,8 @@ __device__ __forceinline__ float gdn_activate(int gate, float graw, float A_log,
 
 template <int K>
 struct IntraSmem {
-  static constexpr int kLd = K + 8;      // 16-bit k tile
-  static constexpr int kPld = 65;        // fp32 Pi / Phi
+  static constexpr int kLd = K + 8;  // 16-bit k tile
+  static constexpr int kPld = 65;    // fp32 Pi / Phi
   static constexpr size_t bytes = size_t(kC) * kLd * 2 + 2 * size_t(kC) * kPld * 4 + 3 * 256 * 4 + 3 * kC * 4;
 };
 
@@ -151,7 +157,10 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
 #pragma unroll
       for (int u = 0; u < 16; u += 4) {
         const float4 f = *reinterpret_cast<const float4*>(sA + r0 + u);
-        a[u] = f.x; a[u + 1] = f.y; a[u + 2] = f.z; a[u + 3] = f.w;
+        a[u] = f.x;
+        a[u + 1] = f.y;
+        a[u + 2] = f.z;
+        a[u + 3] = f.w;
       }
 #pragma unroll
       for (int u = 0; u < 16; ++u) {

@@ -26,9 +26,8 @@ void run_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
 }  // namespace
 
 void launch_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
-    run_wy<typename decltype(dt)::type, decltype(kdim)::value>(a, L, st);
-  });
+  dispatch_dtype_kdim<Bf16, Fp16>(
+      a.ctx.problem, [&](auto dt, auto kdim) { run_wy<typename decltype(dt)::type, decltype(kdim)::value>(a, L, st); });
 }
 
 }  // namespace kcp::kernels::cuda

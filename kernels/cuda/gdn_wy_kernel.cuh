@@ -15,13 +15,13 @@ namespace kcp::kernels::cuda {
 struct WyParams {
   Shape sh;
   const ChunkDesc* chunks;
-  const uint16_t* k;  // [T, H, K] dtype, 16-bit storage
-  const float* v;     // [T, HV, V] dtype
-  const float* beta;  // [T, HV]
-  const float* gcum;  // [T, HV] fp32 log2
+  const uint16_t* k;    // [T, H, K] dtype, 16-bit storage
+  const float* v;       // [T, HV, V] dtype
+  const float* beta;    // [T, HV]
+  const float* gcum;    // [T, HV] fp32 log2
   const uint16_t* Phi;  // [T, HV, 64] dtype, 16-bit storage
-  uint16_t* W;        // [T, HV, K] dtype, 16-bit storage
-  uint16_t* U;        // [T, HV, V] dtype, 16-bit storage
+  uint16_t* W;          // [T, HV, K] dtype, 16-bit storage
+  uint16_t* U;          // [T, HV, V] dtype, 16-bit storage
 };
 
 template <int K, int V>

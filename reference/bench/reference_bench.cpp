@@ -27,9 +27,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Sum over threads of each thread's FP64 GEMM rate (GFLOP/s), all running concurrently.
 double eigen_gemm_rate(int threads, int n, double min_seconds) {
@@ -38,7 +36,7 @@ double eigen_gemm_rate(int threads, int n, double min_seconds) {
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       Eigen::MatrixXd A = Eigen::MatrixXd::Random(n, n), B = Eigen::MatrixXd::Random(n, n), C(n, n);
-      C.noalias() = A * B; // warm-up
+      C.noalias() = A * B;  // warm-up
       int reps = 0;
       const auto t0 = Clock::now();
       double el = 0;
@@ -47,15 +45,12 @@ double eigen_gemm_rate(int threads, int n, double min_seconds) {
         ++reps;
         el = seconds_since(t0);
       } while (el < min_seconds);
-      rate[static_cast<size_t>(t)] =
-          2.0 * n * n * static_cast<double>(n) * reps / el / 1e9 + 0.0 * C(0, 0);
+      rate[static_cast<size_t>(t)] = 2.0 * n * n * static_cast<double>(n) * reps / el / 1e9 + 0.0 * C(0, 0);
     });
   }
-  for (auto& th : pool)
-    th.join();
+  for (auto& th : pool) th.join();
   double sum = 0;
-  for (double r : rate)
-    sum += r;
+  for (double r : rate) sum += r;
   return sum;
 }
 
@@ -82,35 +77,30 @@ Data make_data(const kcp::ref::Problem& p, uint64_t seed) {
   std::normal_distribution<double> nd(0.0, 1.0);
   auto randn = [&](size_t n) {
     std::vector<double> x(n);
-    for (auto& e : x)
-      e = nd(rng);
+    for (auto& e : x) e = nd(rng);
     return x;
   };
   const auto T = static_cast<size_t>(p.tokens());
-  const auto H = static_cast<size_t>(p.H), HV = static_cast<size_t>(p.HV),
-             K = static_cast<size_t>(p.K), V = static_cast<size_t>(p.V),
-             N = static_cast<size_t>(p.sequences());
+  const auto H = static_cast<size_t>(p.H), HV = static_cast<size_t>(p.HV), K = static_cast<size_t>(p.K),
+             V = static_cast<size_t>(p.V), N = static_cast<size_t>(p.sequences());
   Data d;
   d.q = randn(T * H * K);
   d.k = randn(T * H * K);
   d.v = randn(T * HV * V);
   d.g = randn(T * HV * static_cast<size_t>(p.gate_width()));
-  if (p.gate == kcp::ref::GateForm::Direct) // log-decay = logsigmoid(x)
-    for (auto& x : d.g)
-      x = -(std::max(-x, 0.0) + std::log1p(std::exp(-std::abs(x))));
+  if (p.gate == kcp::ref::GateForm::Direct)  // log-decay = logsigmoid(x)
+    for (auto& x : d.g) x = -(std::max(-x, 0.0) + std::log1p(std::exp(-std::abs(x))));
   d.beta = randn(T * HV);
-  for (auto& x : d.beta)
-    x = 1.0 / (1.0 + std::exp(-x));
+  for (auto& x : d.beta) x = 1.0 / (1.0 + std::exp(-x));
   if (p.has_A_log) {
     d.A_log.resize(HV);
     const double span = static_cast<double>(std::max<size_t>(HV - 1, 1));
     for (size_t j = 0; j < HV; ++j)
-      d.A_log[j] = std::log(1.0 + 7.0 * static_cast<double>(j) / span); // log(linspace(1, 8))
+      d.A_log[j] = std::log(1.0 + 7.0 * static_cast<double>(j) / span);  // log(linspace(1, 8))
   }
   if (p.has_dt_bias) {
     d.dt_bias = randn(HV * static_cast<size_t>(p.gate_width()));
-    for (auto& x : d.dt_bias)
-      x *= 0.1;
+    for (auto& x : d.dt_bias) x *= 0.1;
   }
   d.h0 = randn(N * HV * K * V);
   d.dO = randn(T * HV * V);
@@ -123,7 +113,7 @@ struct Row {
   double gflop, seconds, rate;
 };
 
-} // namespace
+}  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false;
@@ -136,8 +126,7 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       const long val = std::strtol(argv[++a], &end, 10);
       if (end == nullptr || *end != '\0' || val < 1 || val > 4096) {
-        std::fprintf(stderr, "kcp_reference_bench: %s needs a positive integer, got '%s'\n",
-                     arg.c_str(), argv[a]);
+        std::fprintf(stderr, "kcp_reference_bench: %s needs a positive integer, got '%s'\n", arg.c_str(), argv[a]);
         return 2;
       }
       (arg == "--threads" ? threads : reps) = static_cast<int>(val);
@@ -146,21 +135,22 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (threads <= 0)
-    threads = std::max(1u, std::thread::hardware_concurrency());
+  if (threads <= 0) threads = std::max(1u, std::thread::hardware_concurrency());
 
   const int64_t T = quick ? 512 : 8192;
   const int H = quick ? 2 : 4, HV = quick ? 4 : 8, K = quick ? 64 : 128, V = K;
   const int gemm_n = quick ? 256 : 512;
   const double gemm_s = quick ? 0.2 : 1.0;
 
-  std::printf("kcp_reference_bench: threads=%d, one sequence, T=%lld, H=%d, HV=%d, K=%d, V=%d, "
-              "best of %d\n",
-              threads, static_cast<long long>(T), H, HV, K, V, reps);
-  std::printf("  GDN: direct gate logsigmoid(randn); KDA: lower-bound gate (lb=-5, A_log, "
-              "dt_bias); both with\n"
-              "  Q/K L2 norm, h0 and dht. Rates count the FLOPs of forward_flops / "
-              "forward_backward_flops.\n");
+  std::printf(
+      "kcp_reference_bench: threads=%d, one sequence, T=%lld, H=%d, HV=%d, K=%d, V=%d, "
+      "best of %d\n",
+      threads, static_cast<long long>(T), H, HV, K, V, reps);
+  std::printf(
+      "  GDN: direct gate logsigmoid(randn); KDA: lower-bound gate (lb=-5, A_log, "
+      "dt_bias); both with\n"
+      "  Q/K L2 norm, h0 and dht. Rates count the FLOPs of forward_flops / "
+      "forward_backward_flops.\n");
   const double gemm_before = eigen_gemm_rate(threads, gemm_n, gemm_s);
 
   std::vector<Row> rows;
@@ -195,7 +185,7 @@ int main(int argc, char** argv) {
     rows.push_back({name, "fwd", ff, best, ff / best});
 
     best = 1e300;
-    kcp::ref::Outputs out; // reused across repetitions, as a caller computing many rows would
+    kcp::ref::Outputs out;  // reused across repetitions, as a caller computing many rows would
     kcp::ref::Grads grads;
     for (int r = 0; r < reps; ++r) {
       const auto t0 = Clock::now();
@@ -208,20 +198,18 @@ int main(int argc, char** argv) {
 
   const double gemm_after = eigen_gemm_rate(threads, gemm_n, gemm_s);
   const double gemm = std::max(gemm_before, gemm_after);
-  std::printf("  Eigen FP64 GEMM %dx%dx%d, one per thread, %d threads: %.2f GFLOP/s (before %.2f, "
-              "after %.2f)\n\n",
-              gemm_n, gemm_n, gemm_n, threads, gemm, gemm_before, gemm_after);
-  std::printf("  %-4s %-8s %9s %9s %9s %12s\n", "op", "pass", "GFLOP", "time_s", "GFLOP/s",
-              "vs_GEMM");
+  std::printf(
+      "  Eigen FP64 GEMM %dx%dx%d, one per thread, %d threads: %.2f GFLOP/s (before %.2f, "
+      "after %.2f)\n\n",
+      gemm_n, gemm_n, gemm_n, threads, gemm, gemm_before, gemm_after);
+  std::printf("  %-4s %-8s %9s %9s %9s %12s\n", "op", "pass", "GFLOP", "time_s", "GFLOP/s", "vs_GEMM");
   bool met = true;
   for (const Row& r : rows) {
     const double ratio = r.rate / gemm;
-    std::printf("  %-4s %-8s %9.2f %9.3f %9.2f %12.3f\n", r.op.c_str(), r.pass.c_str(), r.gflop,
-                r.seconds, r.rate, ratio);
-    if (r.pass == "fwd+bwd" && ratio < 0.3)
-      met = false;
+    std::printf("  %-4s %-8s %9.2f %9.3f %9.2f %12.3f\n", r.op.c_str(), r.pass.c_str(), r.gflop, r.seconds, r.rate,
+                ratio);
+    if (r.pass == "fwd+bwd" && ratio < 0.3) met = false;
   }
-  std::printf("\n  acceptance (fwd+bwd >= 0.30 x GEMM, GDN and KDA): %s\n",
-              met ? "met" : "NOT met");
+  std::printf("\n  acceptance (fwd+bwd >= 0.30 x GEMM, GDN and KDA): %s\n", met ? "met" : "NOT met");
   return 0;
 }

@@ -112,16 +112,18 @@ TEST(Guard, ACacheFileOfAnotherKeyOrCutShortIsRecomputed) {
 TEST(Guard, AnUnwritableCacheFolderWarnsOnceAndTheRunGoesOn) {
   const std::string file = tmp("guard_cache_is_a_file");
   std::ofstream(file) << "not a folder\n";
-  const CmdResult r = run_kcpbench("-q run --rows int1 --row D1 --row B1 --package det --saved full --no-det-checks "
-                                   "--cache " + file);
+  const CmdResult r = run_kcpbench(
+      "-q run --rows int1 --row D1 --row B1 --package det --saved full --no-det-checks "
+      "--cache " +
+      file);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(count(r.out, "warning:"), 1u) << r.out;
-  EXPECT_NE(r.out.find("warning: FP64 reference cache folder " + file + " cannot be used ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("warning: FP64 reference cache folder " + file + " cannot be used ("), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("); running without a reference cache"), std::string::npos) << r.out;
   const CmdResult sub = run_kcpbench(std::string(kD1) + file + "/sub");
   EXPECT_EQ(sub.code, 0) << sub.out;
   EXPECT_EQ(count(sub.out, "warning:"), 1u) << sub.out;
-
 }
 
 // A read-only folder: root writes into any folder, so as root the run drops to user nobody.
@@ -139,7 +141,8 @@ TEST(Guard, AReadOnlyCacheFolderWarnsOnceAndTheRunGoesOn) {
   std::filesystem::permissions(ro, std::filesystem::perms::owner_all);
   EXPECT_EQ(rr.code, 0) << rr.out;
   EXPECT_EQ(count(rr.out, "warning:"), 1u) << rr.out;
-  EXPECT_NE(rr.out.find("warning: FP64 reference cache folder " + ro + " cannot be used (a file cannot be created in "
+  EXPECT_NE(rr.out.find("warning: FP64 reference cache folder " + ro +
+                        " cannot be used (a file cannot be created in "
                         "it: Permission denied); running without a reference cache"),
             std::string::npos)
       << rr.out;
@@ -166,8 +169,9 @@ TEST(Guard, AHangWarnsHowLongItLastsBeforeTheDeadlineAbortsIt) {
                        "with exit code 5"),
             std::string::npos)
       << d.out;
-  const CmdResult e = run_kcpbench("-q run --rows int1 --row A1 --package det --saved full --cache none --inject hang "
-                                   "--deadline 2");
+  const CmdResult e = run_kcpbench(
+      "-q run --rows int1 --row A1 --package det --saved full --cache none --inject hang "
+      "--deadline 2");
   EXPECT_EQ(e.code, 5) << e.out;
   EXPECT_NE(e.out.find("until the deadline of 2 s aborts the run with exit code 5"), std::string::npos) << e.out;
 }
@@ -214,7 +218,8 @@ TEST(Guard, MaxHostMemOverridesTheAvailableMemory) {
   const CmdResult small = run_kcpbench(quick + "--max-host-mem 1M");
   EXPECT_EQ(small.code, 2) << small.out;
   EXPECT_NE(small.out.find("row A1 needs "), std::string::npos) << small.out;
-  EXPECT_NE(small.out.find("and 1048576 bytes (1.0 MiB) are available (--max-host-mem)"), std::string::npos) << small.out;
+  EXPECT_NE(small.out.find("and 1048576 bytes (1.0 MiB) are available (--max-host-mem)"), std::string::npos)
+      << small.out;
   EXPECT_EQ(run_kcpbench(quick + "--max-host-mem 64GiB").code, 0);
   EXPECT_EQ(run_kcpbench(quick + "--max-host-mem auto").code, 0);
   const CmdResult bad = run_kcpbench(quick + "--max-host-mem lots");

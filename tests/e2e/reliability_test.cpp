@@ -50,8 +50,10 @@ TEST(Reliability, IntegersPast32BitsAreRefusedAsWritten) {
   const std::string h = row_file("h.json", R"("H": 4294967298, "HV": 4294967298)");
   const std::string w = row_file("w.json", R"("H": 2, "HV": 2, "world": 4294967298)");
   const std::string w40 = row_file("w40.json", R"("H": 2, "HV": 2, "world": 1099511627776)");
-  const std::string sum = row_file("sum.json", R"("H": 2, "HV": 2, "seqlens": [9223372036854775807, 9223372036854775807, 2])");
-  const std::string big = row_file("big.json", R"("H": 1024, "HV": 1024, "K": 128, "V": 128, "world": 1, "seqlens": [17592186044416])");
+  const std::string sum =
+      row_file("sum.json", R"("H": 2, "HV": 2, "seqlens": [9223372036854775807, 9223372036854775807, 2])");
+  const std::string big =
+      row_file("big.json", R"("H": 1024, "HV": 1024, "K": 128, "V": 128, "world": 1, "seqlens": [17592186044416])");
   expect_exit_two({
       {"list --rows " + h, h + ": 2 problems"},
       {"list --rows " + h, h + ": rows[0].H: must be in [1, 1024], got 4294967298"},
@@ -61,14 +63,16 @@ TEST(Reliability, IntegersPast32BitsAreRefusedAsWritten) {
       {"plan --rows " + w, w + ": rows[0].world: must be in [1, 4096], got 4294967298"},
       {"plan --rows " + w40, w40 + ": rows[0].world: must be in [1, 4096], got 1099511627776"},
       {"plan --rows " + sum, sum + ": rows[0].seqlens: the lengths add up past 9223372036854775807 (64-bit overflow)"},
-      {"plan --rows " + big, big + ": rows[0] (A1): T x HV x K x V = 17592186044416 x 1024 x 128 x 128 overflows 64-bit sizes"},
+      {"plan --rows " + big,
+       big + ": rows[0] (A1): T x HV x K x V = 17592186044416 x 1024 x 128 x 128 overflows 64-bit sizes"},
   });
 }
 
 TEST(Reliability, BadRowFilesExitTwoNamingTheProblem) {
   const std::string empty = tmp("empty.json");
   std::ofstream(empty) << R"({"schema": "kcpbench.rows/1", "name": "e", "rows": []})";
-  const std::string dup = rows_file("dup.json", R"({"name": "A1", "op": "gdn", "H": 2, "HV": 2, "H": 4, "K": 64, "V": 64,
+  const std::string dup =
+      rows_file("dup.json", R"({"name": "A1", "op": "gdn", "H": 2, "HV": 2, "H": 4, "K": 64, "V": 64,
                                                    "seqlens": [1024]})");
   const std::string two = row_file("two.json", R"("H": "two", "HV": 2, "K": 96)");
   const std::string dir = tmp("rowdir");
@@ -112,7 +116,8 @@ TEST(Reliability, BadOptionValuesExitTwoNamingFlagAndValue) {
 // -q and -v belong to kcpbench but may also be written after the subcommand.
 TEST(Reliability, QuietWorksAfterTheSubcommand) {
   const std::string out = tmp("quiet.json");
-  const CmdResult r = run_kcpbench("run --rows int1 --row A2 --package det --saved full --P planned --cache none -q --json " + out);
+  const CmdResult r =
+      run_kcpbench("run --rows int1 --row A2 --package det --saved full --P planned --cache none -q --json " + out);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.find("wrote " + out), std::string::npos) << "-q after run must silence info lines:\n" << r.out;
   EXPECT_EQ(run_kcpbench("plan --rows int1 --row A1 -v").code, 0);
@@ -122,8 +127,9 @@ TEST(Reliability, QuietWorksAfterTheSubcommand) {
 // 200 ms poll must still fire, and soon.
 TEST(Reliability, ASmallDeadlineFiresAndIsReportedAsGiven) {
   const auto t0 = std::chrono::steady_clock::now();
-  const CmdResult r = run_kcpbench("-q run --rows int1 --row A1 --package det --saved full --P planned --cache none "
-                                   "--inject hang --deadline 0.05");
+  const CmdResult r = run_kcpbench(
+      "-q run --rows int1 --row A1 --package det --saved full --P planned --cache none "
+      "--inject hang --deadline 0.05");
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(r.code, 5) << r.out;
   EXPECT_NE(r.out.find("deadline of 0.05 s passed: row A1"), std::string::npos) << r.out;
@@ -134,12 +140,15 @@ TEST(Reliability, ASmallDeadlineFiresAndIsReportedAsGiven) {
 // fault-specific reason, "needs a rank that cuts a piece").
 TEST(Reliability, AnInjectRankTheRowDoesNotHaveIsNamedInTheEntry) {
   const std::string out = tmp("rank7.json");
-  const CmdResult r = run_kcpbench("run --rows int1 --row A1 --package det --saved full --P planned --cache none "
-                                   "--inject drop-segment-entry --inject-rank 7 --json " + out);
+  const CmdResult r = run_kcpbench(
+      "run --rows int1 --row A1 --package det --saved full --P planned --cache none "
+      "--inject drop-segment-entry --inject-rank 7 --json " +
+      out);
   std::ifstream in(out);
   const json j = json::parse(in);
   ASSERT_EQ(j["entries"].size(), 1u) << r.out;
   EXPECT_EQ(j["entries"][0]["status"], "skip");
   EXPECT_EQ(j["entries"][0]["reason"], "--inject-rank 7 is not a rank of row A1 (W = 2: ranks 0..1)");
-  EXPECT_NE(r.out.find("A1 det/full/planned: skipped: --inject-rank 7 is not a rank of row A1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("A1 det/full/planned: skipped: --inject-rank 7 is not a rank of row A1"), std::string::npos)
+      << r.out;
 }

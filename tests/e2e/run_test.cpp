@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "e2e_util.h"
 
@@ -29,8 +29,8 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
   EXPECT_NE(r.out.find(" passed, 0 failed, "), std::string::npos) << r.out;
   json j = read_json(out);
   const json& c = j["context"];
-  for (const char* k : {"schema_version", "build", "date", "command_line", "world_size", "launch_mode", "comm", "backend",
-                        "device_class", "devices", "row_set", "seeds", "backend_device"})
+  for (const char* k : {"schema_version", "build", "date", "command_line", "world_size", "launch_mode", "comm",
+                        "backend", "device_class", "devices", "row_set", "seeds", "backend_device"})
     EXPECT_TRUE(c.contains(k)) << "context." << k;
   for (const char* k : {"git_sha", "git_dirty", "build_type", "compiler", "cuda", "nccl", "mpi"})
     EXPECT_TRUE(c["build"].contains(k)) << "context.build." << k;
@@ -56,7 +56,8 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
       EXPECT_LE(m["rms_ratio"].get<double>(), 1.0);
       EXPECT_GT(m["max_abs"].get<double>(), 0.0) << "a twin with no error at all would be suspicious";
       EXPECT_EQ(m["nonfinite"], 0);
-      for (const char* k : {"rank", "token", "head", "segment", "boundary_distance"}) EXPECT_TRUE(m["worst"].contains(k));
+      for (const char* k : {"rank", "token", "head", "segment", "boundary_distance"})
+        EXPECT_TRUE(m["worst"].contains(k));
     }
     EXPECT_EQ(e["memory_bytes_per_rank"].size(), e["plan"]["P"].size());
     EXPECT_GT(e["memory_bytes_per_rank"][0].get<int64_t>(), 0);
@@ -67,8 +68,10 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
     if (e["form"]["package"] == "det") {
       ++det_checks;
       const json& d = e["determinism"];
-      if (e["form"]["saved"] == "full") EXPECT_EQ(d["rerun_identical"], true);
-      else EXPECT_EQ(d["full_vs_light_identical"], true);
+      if (e["form"]["saved"] == "full")
+        EXPECT_EQ(d["rerun_identical"], true);
+      else
+        EXPECT_EQ(d["full_vs_light_identical"], true);
     }
   }
   EXPECT_EQ(rows.size(), 15u);
@@ -85,7 +88,8 @@ TEST(Run, InjectedFaultsFailTheirRowAtTheBoundary) {
     const char* fault;
     bool state_fault;  // the worst element must sit at distance 0 from the dropped boundary
   };
-  for (const Case& c : {Case{"drop-segment-entry", true}, Case{"drop-rank-incoming", true}, Case{"skip-output-tile", false}}) {
+  for (const Case& c :
+       {Case{"drop-segment-entry", true}, Case{"drop-rank-incoming", true}, Case{"skip-output-tile", false}}) {
     const std::string out = tmp(std::string(c.fault) + ".json");
     auto r = run_kcpbench(std::string("-q run --rows int1 --row A1 --package det --saved full --cache none --inject ") +
                           c.fault + " --json " + out);
@@ -105,18 +109,21 @@ TEST(Run, InjectedFaultsFailTheirRowAtTheBoundary) {
 }
 
 TEST(Run, CrossPackageSavedSetsAndWorkspacesAreRefusedNamingBothSides) {
-  auto a = run_kcpbench("-q run --rows int1 --row A1 --package det --saved full --cache none --inject saved-to-other-package");
+  auto a = run_kcpbench(
+      "-q run --rows int1 --row A1 --package det --saved full --cache none --inject saved-to-other-package");
   EXPECT_EQ(a.code, 2);
   EXPECT_NE(a.out.find("saved set from the det package (deterministic=true) passed to the nondet backward; run it "
                        "through the det backward"),
             std::string::npos)
       << a.out;
-  auto b = run_kcpbench("-q run --rows int1 --row A1 --package nondet --saved light --cache none --inject saved-to-other-package");
+  auto b = run_kcpbench(
+      "-q run --rows int1 --row A1 --package nondet --saved light --cache none --inject saved-to-other-package");
   EXPECT_EQ(b.code, 2);
   EXPECT_NE(b.out.find("saved set from the nondet package (deterministic=false) passed to the det backward"),
             std::string::npos)
       << b.out;
-  auto c = run_kcpbench("-q run --rows int1 --row KA1 --package det --saved full --cache none --inject workspace-of-other-package");
+  auto c = run_kcpbench(
+      "-q run --rows int1 --row KA1 --package det --saved full --cache none --inject workspace-of-other-package");
   EXPECT_EQ(c.code, 2);
   EXPECT_NE(c.out.find("workspace of the nondet package passed to the det package"), std::string::npos) << c.out;
 }
@@ -159,8 +166,9 @@ TEST(Run, DumpWritesNpyFilesAndAManifest) {
 }
 
 TEST(Run, DeadlineTurnsAHangIntoExitFiveNamingRankRowAndPhase) {
-  auto r = run_kcpbench("-q run --rows int1 --row B1 --package det --saved full --cache none --inject hang --inject-rank 2 "
-                        "--deadline 2");
+  auto r = run_kcpbench(
+      "-q run --rows int1 --row B1 --package det --saved full --cache none --inject hang --inject-rank 2 "
+      "--deadline 2");
   EXPECT_EQ(r.code, 5) << r.out;
   EXPECT_NE(r.out.find("[r2] deadline of 2 s passed: row B1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("in phase 'det/full/planned injected hang'"), std::string::npos) << r.out;
@@ -172,8 +180,10 @@ TEST(Run, DeadlineTurnsAHangIntoExitFiveNamingRankRowAndPhase) {
 TEST(Run, ACutShortRunKeepsItsFinishedRowsInTheJson) {
   const std::string out = tmp("cut_short.json");
   std::remove(out.c_str());
-  auto r = run_kcpbench("-q run --rows int1 --row A2 --row B1 --package det --saved full --cache none --inject hang "
-                        "--inject-rank 2 --deadline 2 --json " + out);
+  auto r = run_kcpbench(
+      "-q run --rows int1 --row A2 --row B1 --package det --saved full --cache none --inject hang "
+      "--inject-rank 2 --deadline 2 --json " +
+      out);
   EXPECT_EQ(r.code, 5) << r.out;
   const json j = read_json(out);
   EXPECT_EQ(j["summary"]["complete"], false);
@@ -183,8 +193,10 @@ TEST(Run, ACutShortRunKeepsItsFinishedRowsInTheJson) {
 
 TEST(Run, AFaultThePlanCannotTakeIsASkipNotAnError) {
   const std::string out = tmp("fault_skip.json");
-  auto r = run_kcpbench("-q run --rows int1 --row A2 --package det --saved full --P 1,2 --inject drop-segment-entry "
-                        "--cache none --json " + out);
+  auto r = run_kcpbench(
+      "-q run --rows int1 --row A2 --package det --saved full --P 1,2 --inject drop-segment-entry "
+      "--cache none --json " +
+      out);
   EXPECT_EQ(r.code, 1) << r.out;  // P = 2 takes the fault and fails
   json j = read_json(out);
   ASSERT_EQ(j["entries"].size(), 2u);
@@ -196,11 +208,13 @@ TEST(Run, AFaultThePlanCannotTakeIsASkipNotAnError) {
 TEST(Run, ReferenceDiskCacheGivesTheSameMetrics) {
   const std::string cache = tmp("refcache"), a = tmp("cache_a.json"), b = tmp("cache_b.json");
   std::filesystem::remove_all(cache);
-  ASSERT_EQ(run_kcpbench("-q run --rows int1 --row D1 --package det --saved full --cache " + cache + " --json " + a).code, 0);
+  ASSERT_EQ(
+      run_kcpbench("-q run --rows int1 --row D1 --package det --saved full --cache " + cache + " --json " + a).code, 0);
   int files = 0;
   for (const auto& f : std::filesystem::directory_iterator(cache)) files += f.path().extension() == ".bin";
   EXPECT_EQ(files, 2) << "one file per sequence";
-  ASSERT_EQ(run_kcpbench("-q run --rows int1 --row D1 --package det --saved full --cache " + cache + " --json " + b).code, 0);
+  ASSERT_EQ(
+      run_kcpbench("-q run --rows int1 --row D1 --package det --saved full --cache " + cache + " --json " + b).code, 0);
   EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
 }
 
@@ -208,8 +222,10 @@ TEST(Run, BenchTimesEveryPhaseEachRankRanInTheJsonAndTheTable) {
   // Four ranks (threads) of row A3, planned P: every rank folds, so both sections hold every phase
   // the driver calls; each is timed on its own runs (--repeats of them).
   const std::string out = tmp("bench_phases.json");
-  auto r = run_kcpbench("run --rows int1 --row A3 --package nondet --saved full --P planned --bench --warmup 1 "
-                        "--repeats 5 --cache none --json " + out);
+  auto r = run_kcpbench(
+      "run --rows int1 --row A3 --package nondet --saved full --P planned --bench --warmup 1 "
+      "--repeats 5 --cache none --json " +
+      out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("forward  phases, median ms:  prep "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("backward phases, median ms:  wy "), std::string::npos) << r.out;
@@ -217,11 +233,20 @@ TEST(Run, BenchTimesEveryPhaseEachRankRanInTheJsonAndTheTable) {
   ASSERT_EQ(j["entries"].size(), 1u);
   const json& t = j["entries"][0]["timings_ms"];
   EXPECT_EQ(t["total"]["count"], 5);
-  const std::set<std::string> want = {
-      "forward.prep",          "forward.wy",          "forward.fwd_summaries", "forward.fold",
-      "forward.fwd_states",    "forward.fwd_output",  "backward.wy",           "backward.fold",
-      "backward.fwd_states",   "backward.bwd_local_dv", "backward.bwd_summaries", "backward.bwd_states",
-      "backward.bwd_grads",    "backward.bwd_finalize"};
+  const std::set<std::string> want = {"forward.prep",
+                                      "forward.wy",
+                                      "forward.fwd_summaries",
+                                      "forward.fold",
+                                      "forward.fwd_states",
+                                      "forward.fwd_output",
+                                      "backward.wy",
+                                      "backward.fold",
+                                      "backward.fwd_states",
+                                      "backward.bwd_local_dv",
+                                      "backward.bwd_summaries",
+                                      "backward.bwd_states",
+                                      "backward.bwd_grads",
+                                      "backward.bwd_finalize"};
   std::set<std::string> got;
   double sum[2] = {0.0, 0.0};
   for (const auto& [name, st] : t["phases"].items()) {

@@ -128,7 +128,8 @@ TEST(Replay, AStoredFailingInjectedEntryGivesTheSameVerdictAndRatiosToTheBit) {
 
 TEST(Replay, LightAndSkippedEntriesAndWhatCannotBeReplayed) {
   const std::string out = tmp("light.json");
-  auto r = run_kcpbench("-q run --rows int1 --row A1 --package det --saved full,light --cache none --sweep-P 12 --json " + out);
+  auto r = run_kcpbench(
+      "-q run --rows int1 --row A1 --package det --saved full,light --cache none --sweep-P 12 --json " + out);
   ASSERT_EQ(r.code, 0) << r.out;
   auto light = run_kcpbench("replay " + out + " --entry A1/det/light/planned --cache none");
   EXPECT_EQ(light.code, 0) << light.out;

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "core/kcp/phase_timing_backend.h"
-#include "kernels/api/numeric.h"
 #include "core/kcp/rank_driver.h"
+#include "kernels/api/numeric.h"
 #include "kernels/cuda/cuda_backend.h"
 
 namespace kk = kcp::kernels;
@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   const bool fp16 = arg(7, 0) != 0, l2norm = arg(8, 1) != 0;
   const int64_t chunks = (T + 63) / 64;
   int P = int(arg(5, 0));
-  if (P <= 0) P = int(std::clamp<int64_t>(std::min<int64_t>(132 / (int64_t(HV) * ((K + 63) / 64)), chunks / 16), 1, 64));
+  if (P <= 0)
+    P = int(std::clamp<int64_t>(std::min<int64_t>(132 / (int64_t(HV) * ((K + 63) / 64)), chunks / 16), 1, 64));
   if (kk::cuda_device_count() == 0) {
     std::printf("no CUDA device\n");
     return 0;
@@ -171,9 +172,9 @@ int main(int argc, char** argv) {
   {
     std::printf("OUTHASH T=%lld", (long long)T);
     const std::pair<const char*, std::pair<float*, int64_t>> outs[] = {
-        {"o", {o, T * HV * K}},        {"ht", {ht, int64_t(HV) * K * K}}, {"dq", {dq, T * H * K}},
-        {"dk", {dk, T * H * K}},       {"dv", {dv, T * HV * K}},          {"dg", {dg, T * HV}},
-        {"dbeta", {dbeta, T * HV}},    {"dh0", {dh0, int64_t(HV) * K * K}}};
+        {"o", {o, T * HV * K}},     {"ht", {ht, int64_t(HV) * K * K}},  {"dq", {dq, T * H * K}},
+        {"dk", {dk, T * H * K}},    {"dv", {dv, T * HV * K}},           {"dg", {dg, T * HV}},
+        {"dbeta", {dbeta, T * HV}}, {"dh0", {dh0, int64_t(HV) * K * K}}};
     for (const auto& [name, t] : outs) {
       std::vector<float> hb(size_t(t.second));
       be.download(hb.data(), t.first, t.second, ex);

@@ -115,8 +115,8 @@ TEST_P(GpuDriver, ForwardBackwardMatchesTwinAndFp64) {
     const bool gate = name == "dg" || name == "dbeta" || name == "dA_log" || name == "ddt_bias";
     const double tol = gate ? 4 * u : u;
     char buf[160];
-    std::snprintf(buf, sizeof buf, "\n    %-9s gpu-fp64 %.2e (twin-fp64 %.2e, <= %.0e)  gpu-twin %.2e (<= %.1e)", name.c_str(),
-                  e_ref, e_twin_ref, threshold(name), dt.rel_rms, tol);
+    std::snprintf(buf, sizeof buf, "\n    %-9s gpu-fp64 %.2e (twin-fp64 %.2e, <= %.0e)  gpu-twin %.2e (<= %.1e)",
+                  name.c_str(), e_ref, e_twin_ref, threshold(name), dt.rel_rms, tol);
     line += buf;
     EXPECT_LE(e_ref, threshold(name)) << c.name << ": " << name << " vs FP64";
     EXPECT_LE(dt.rel_rms, tol) << c.name << ": " << name << " vs the twin";

@@ -8,13 +8,11 @@
 #include <stdexcept>
 #include <string>
 
-
 namespace kcp::test {
 
 namespace {
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
 
 }  // namespace
 
@@ -76,8 +74,12 @@ float f16_to_32(uint16_t h, kk::DType dt) {
 
 std::vector<Region16> cuda_16bit_tensors(const kk::WorkspaceTensors& w, const kk::Problem& p, const kk::LayoutView& L) {
   const int64_t T = L.T, NT = L.n_chunks, HV = p.HV, K = p.K, V = p.V;
-  return {{"W", w.W, T * HV * K},       {"U", w.U, T * HV * V},        {"h", w.h, NT * HV * K * V},
-          {"v_new", w.v_new, T * HV * V}, {"dh", w.dh, NT * HV * K * V}, {"dv2", w.dv2, T * HV * V},
+  return {{"W", w.W, T * HV * K},
+          {"U", w.U, T * HV * V},
+          {"h", w.h, NT * HV * K * V},
+          {"v_new", w.v_new, T * HV * V},
+          {"dh", w.dh, NT * HV * K * V},
+          {"dv2", w.dv2, T * HV * V},
           {"dv_local", w.dv_local, T * HV * V}};
 }
 std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Problem& p, const kk::LayoutView& L) {
@@ -112,7 +114,6 @@ float poison16() {
   std::memcpy(&x, &u, 4);
   return x;
 }
-
 
 Diff diff(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) throw std::runtime_error("diff: size mismatch");

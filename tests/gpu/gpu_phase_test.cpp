@@ -23,8 +23,8 @@
 #include <cstring>
 #include <limits>
 
-#include "gpu_harness.h"
 #include "core/kcp/rank_driver.h"
+#include "gpu_harness.h"
 #include "kernels/cuda/cuda_backend.h"
 
 namespace kcp::test {
@@ -86,7 +86,8 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     h_ws_.assign(size_t(gpu_->workspace_floats(p_, L_)), kNaN);  // the GPU's size (with its scratch)
     // The twin's storage (F32), the GPU's workspace size (its scratch last, so every other tensor
     // sits at the same offset as on the device).
-    hs_ = cpu_->bind_saved_for(h_saved_.data(), int64_t(h_saved_.size()), p_, L_, kk::SavedKind::Full, kk::Package::Det);
+    hs_ =
+        cpu_->bind_saved_for(h_saved_.data(), int64_t(h_saved_.size()), p_, L_, kk::SavedKind::Full, kk::Package::Det);
     hw_ = kk::bind_workspace(h_ws_.data(), int64_t(h_ws_.size()), p_, L_, kk::Package::Det,
                              gpu_->extra_workspace_floats(p_, L_), cpu_->dtype_storage());
     h_o_.assign(size_t(T) * c_.HV * c_.V, kNaN);
@@ -108,8 +109,14 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     run.saved = hs_;
     run.ws = hw_;
     kcp::run_rank_forward(*cpu_, run, nullptr, kk::OutputTensors{h_o_.data(), h_ht_.data()});
-    kk::GradTensors g{h_dq_.data(), h_dk_.data(), h_dv_.data(), h_dg_.data(), h_dbeta_.data(),
-                      c_.A_log ? h_dA_.data() : nullptr, c_.dt_bias ? h_ddt_.data() : nullptr, h_dh0_.data()};
+    kk::GradTensors g{h_dq_.data(),
+                      h_dk_.data(),
+                      h_dv_.data(),
+                      h_dg_.data(),
+                      h_dbeta_.data(),
+                      c_.A_log ? h_dA_.data() : nullptr,
+                      c_.dt_bias ? h_ddt_.data() : nullptr,
+                      h_dh0_.data()};
     kcp::run_rank_backward(*cpu_, run, nullptr, g);
     // The device images of the workspace and the saved set: the CUDA backend's 16-bit tensors
     // packed (cuda_backend.cu).
@@ -183,8 +190,8 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     const std::vector<float> a = down(dev, n), b(host, host + n);
     const Diff df = diff(a, b);
     const double u = unit_roundoff(c_);
-    std::printf("[ phase    ] %-22s %-17s %-10s rel_rms %.2e (<= %.1e)  rel_max %.2e (<= %.1e)\n", c_.name.c_str(), phase,
-                name, df.rel_rms, u, df.rel_max, 4 * u);
+    std::printf("[ phase    ] %-22s %-17s %-10s rel_rms %.2e (<= %.1e)  rel_max %.2e (<= %.1e)\n", c_.name.c_str(),
+                phase, name, df.rel_rms, u, df.rel_max, 4 * u);
     EXPECT_EQ(df.bad, 0) << phase << " " << name << ": non-finite values (unwritten or NaN)";
     EXPECT_LE(df.rel_rms, u) << phase << " " << name;
     EXPECT_LE(df.rel_max, 4 * u) << phase << " " << name;
@@ -232,7 +239,8 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   kk::Problem p_;
   kk::RankLayout layout_;
   kk::LayoutView L_;
-  std::vector<float> h_saved_, h_saved_dev_, h_ws_, h_ws_dev_, h_o_, h_ht_, h_dq_, h_dk_, h_dv_, h_dg_, h_dbeta_, h_dA_, h_ddt_, h_dh0_;
+  std::vector<float> h_saved_, h_saved_dev_, h_ws_, h_ws_dev_, h_o_, h_ht_, h_dq_, h_dk_, h_dv_, h_dg_, h_dbeta_, h_dA_,
+      h_ddt_, h_dh0_;
   kk::SavedTensors hs_, ds_;
   kk::WorkspaceTensors hw_, dw_;
   Buf d_saved_, d_ws_, q_, k_, v_, g_, beta_, A_log_, dt_bias_, h0_, dO_, dht_;
@@ -338,7 +346,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
         f.V = c_.V;
         f.n = n;
         const float* Mt = dev ? ds_.seg_Mt : hs_.seg_Mt;
-        const float* b = dev ? (dir == 0 ? dw_.seg_h_ext : dw_.seg_dh_ext) : (dir == 0 ? hw_.seg_h_ext : hw_.seg_dh_ext);
+        const float* b =
+            dev ? (dir == 0 ? dw_.seg_h_ext : dw_.seg_dh_ext) : (dir == 0 ? hw_.seg_h_ext : hw_.seg_dh_ext);
         const int64_t first = dir == 0 ? pc.seg_begin : pc.seg_end - 1, sgn = dir == 0 ? 1 : -1;
         f.A = Mt + first * SK;
         f.A_stride = sgn * SK;
@@ -382,7 +391,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     expect_ws16("fwd_states", "h", dw_.h, NT * S);
     expect_ws16("fwd_states", "v_new", dw_.v_new, T * HV * V);
     for (int32_t q = 0; q < N; ++q)
-      if (L_.pieces[q].end > L_.pieces[q].begin) expect_close("fwd_states", "ht", ht.get() + q * S, h_ht_.data() + q * S, S);
+      if (L_.pieces[q].end > L_.pieces[q].begin)
+        expect_close("fwd_states", "ht", ht.get() + q * S, h_ht_.data() + q * S, S);
   }
 
   // fwd_output

@@ -105,9 +105,9 @@ std::string error_of(F&& f) {
   return "no exception";
 }
 
-#define EXPECT_MESSAGE_HAS(call, needle)                                                  \
-  do {                                                                                    \
-    const std::string msg_ = error_of([&] { call; });                                     \
+#define EXPECT_MESSAGE_HAS(call, needle)                                            \
+  do {                                                                              \
+    const std::string msg_ = error_of([&] { call; });                               \
     EXPECT_NE(msg_.find(needle), std::string::npos) << "message: '" << msg_ << "'"; \
   } while (0)
 
@@ -175,8 +175,8 @@ struct Fixture {
     run.layout = layout.view();
     run.exec.package = pkg;
     run.kind = kk::SavedKind::Full;
-    run.in = {d.q.data(), d.k.data(), d.v.data(), d.g.data(), d.beta.data(), nullptr, nullptr, nullptr, d.dO.data(),
-              nullptr};
+    run.in = {d.q.data(), d.k.data(), d.v.data(), d.g.data(),  d.beta.data(),
+              nullptr,    nullptr,    nullptr,    d.dO.data(), nullptr};
     run.saved = be->bind_saved_for(saved.data(), int64_t(saved.size()), p, run.layout, kk::SavedKind::Full, pkg);
     run.ws = be->bind_workspace_for(ws.data(), int64_t(ws.size()), p, run.layout, pkg);
   }
@@ -282,11 +282,12 @@ TEST(BadArgs, DriverRulesAndTags) {
   // a light run given a full saved set
   mixed = f.run;
   mixed.kind = kk::SavedKind::Light;
-  EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "saved set is full but run.kind is light");
+  EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, mixed, nullptr, nullptr),
+                     "saved set is full but run.kind is light");
   // arena too small
-  EXPECT_MESSAGE_HAS(kk::bind_saved(f.saved.data(), 10, f.run.problem, f.run.layout, kk::SavedKind::Full,
-                                    kk::Package::Det),
-                     "bind_saved: arena holds 10 floats");
+  EXPECT_MESSAGE_HAS(
+      kk::bind_saved(f.saved.data(), 10, f.run.problem, f.run.layout, kk::SavedKind::Full, kk::Package::Det),
+      "bind_saved: arena holds 10 floats");
   // an arena off the 16-byte boundary the CUDA kernels' vector loads need (one float in)
   const float* base = f.saved.data();
   ASSERT_EQ(reinterpret_cast<uintptr_t>(base) % 16, 0u);
@@ -311,7 +312,10 @@ TEST(Fold, MatchesNaiveChain) {
   const int64_t KK = int64_t(HV) * K * K, KV = int64_t(HV) * K * V;
   std::vector<float> A(n * KK), b(n * KV), x0(KV);
   uint64_t s = 7;
-  auto rnd = [&] { s = s * 6364136223846793005ull + 1442695040888963407ull; return float(int(s >> 40) % 17 - 8) / 8.0f; };
+  auto rnd = [&] {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int(s >> 40) % 17 - 8) / 8.0f;
+  };
   for (auto& x : A) x = rnd();
   for (auto& x : b) x = rnd();
   for (auto& x : x0) x = rnd();
@@ -347,7 +351,10 @@ TEST(Fold, MatchesNaiveChain) {
       }
       std::vector<float> states(n * KV, -1.0f), composed(HV * K * K), xf(x0);
       kk::FoldArgs f;
-      f.HV = HV; f.K = K; f.V = V; f.n = n;
+      f.HV = HV;
+      f.K = K;
+      f.V = V;
+      f.n = n;
       f.transpose_A = transpose;
       f.A = reverse ? &A[(n - 1) * KK] : A.data();
       f.A_stride = reverse ? -KK : KK;
@@ -366,7 +373,10 @@ TEST(Fold, MatchesNaiveChain) {
   // n = 0: x_final = x0 (zeros when null), composed = I
   std::vector<float> xf(KV, 5.0f), composed(HV * K * K, 5.0f);
   kk::FoldArgs f;
-  f.HV = HV; f.K = K; f.V = V; f.n = 0;
+  f.HV = HV;
+  f.K = K;
+  f.V = V;
+  f.n = 0;
   f.x_final = xf.data();
   f.composed = composed.data();
   be->fold(f);

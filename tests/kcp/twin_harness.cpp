@@ -6,8 +6,8 @@
 #include <memory>
 #include <stdexcept>
 
-#include "kernels/api/numeric.h"
 #include "core/kcp/rank_exchange.h"
+#include "kernels/api/numeric.h"
 #include "reference/reference.h"
 
 namespace kcp::test {
@@ -85,14 +85,18 @@ Data make_data(const Case& c) {
     if (c.gate == kk::GateForm::Direct) {
       double a = -std::log1p(std::exp(-z)) / c.gate_div;  // logsigmoid / normalizer
       const double u = rng.uniform();
-      if (u < c.mask_p) a = -1000.0;
-      else if (u < c.mask_p + c.zero_p) a = 0.0;
+      if (u < c.mask_p)
+        a = -1000.0;
+      else if (u < c.mask_p + c.zero_p)
+        a = 0.0;
       x = rnd(c, a);
     } else {
       double graw = z;  // raw gate
       const double u = rng.uniform();
-      if (u < c.mask_p) graw = 1000.0;                 // softplus -> 1000, sigmoid -> 1: decay at its extreme
-      else if (u < c.mask_p + c.zero_p) graw = -1000.0;  // softplus -> 0 (no decay), sigmoid -> 0
+      if (u < c.mask_p)
+        graw = 1000.0;  // softplus -> 1000, sigmoid -> 1: decay at its extreme
+      else if (u < c.mask_p + c.zero_p)
+        graw = -1000.0;  // softplus -> 0 (no decay), sigmoid -> 0
       x = rnd(c, graw);
     }
   }
@@ -176,8 +180,8 @@ namespace {
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 struct Rank {
-  int64_t g0 = 0, g1 = 0;           // global token range
-  std::vector<int> piece_seq;        // global sequence of each local piece
+  int64_t g0 = 0, g1 = 0;      // global token range
+  std::vector<int> piece_seq;  // global sequence of each local piece
   kk::RankLayout layout;
   Buf saved, ws, h0, dht, o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0;
   kcp::RankRun run;
@@ -214,8 +218,10 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
     for (int s = 0; s < NS; ++s) {
       const int64_t b = cu[s], e = cu[s + 1];
       bool here;
-      if (b == e) here = (b >= rs.g0 && b < rs.g1) || (r == W - 1 && b == rs.g1);
-      else here = b < rs.g1 && e > rs.g0;
+      if (b == e)
+        here = (b >= rs.g0 && b < rs.g1) || (r == W - 1 && b == rs.g1);
+      else
+        here = b < rs.g1 && e > rs.g0;
       if (!here) continue;
       const int64_t lb = std::max(b, rs.g0) - rs.g0, le = std::min(e, rs.g1) - rs.g0;
       const int32_t pi = static_cast<int32_t>(ps.size());
@@ -294,7 +300,8 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
       int r0 = r;
       while (r0 > 0 && R[r0 - 1]->piece_seq.back() == s && cu[s] < R[r0]->g0) --r0;
       incoming = Buf(be, S);
-      fold_earlier_ranks(be, ex, p, gathered_fwd.get(), r, r - r0, c.h0 ? h0_all.get() + s * S : nullptr, incoming.get());
+      fold_earlier_ranks(be, ex, p, gathered_fwd.get(), r, r - r0, c.h0 ? h0_all.get() + s * S : nullptr,
+                         incoming.get());
     }
     kk::OutputTensors out{rs.o.get(), rs.ht.get()};
     kcp::rank_forward_end(be, rs.run, incoming.get(), out);
@@ -315,7 +322,8 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
       int r1 = r;
       while (r1 + 1 < W && R[r1 + 1]->piece_seq.front() == s && cu[s + 1] > R[r1]->g1) ++r1;
       exit_grad = Buf(be, S);
-      fold_later_ranks(be, ex, p, gathered_bwd.get(), r, r1 - r, c.dht ? dht_all.get() + s * S : nullptr, exit_grad.get());
+      fold_later_ranks(be, ex, p, gathered_bwd.get(), r, r1 - r, c.dht ? dht_all.get() + s * S : nullptr,
+                       exit_grad.get());
     }
     kk::GradTensors gr;
     gr.dq = rs.dq.get();

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/api/backend.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "core/kcp/device_array.h"
 #include "core/kcp/rank_driver.h"
+#include "kernels/api/backend.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace kcp::kernels {
 // gtest prints parameters with PrintTo: "gdn" reads better than a byte dump in ctest's list.
@@ -28,17 +28,17 @@ struct Case {
   std::string name;
   kk::Op op = kk::Op::Gdn;
   int H = 2, HV = 2, K = 64, V = 64;
-  std::vector<int64_t> lens;           // global sequence lengths (zero allowed)
-  bool l2norm = false;                 // in-kernel L2 norm (q, k raw randn); else q, k pre-normalized
-  bool skewed = false;                 // q = randn + 1, k = 10 randn - 50 (nearly parallel keys; needs l2norm)
+  std::vector<int64_t> lens;  // global sequence lengths (zero allowed)
+  bool l2norm = false;        // in-kernel L2 norm (q, k raw randn); else q, k pre-normalized
+  bool skewed = false;        // q = randn + 1, k = 10 randn - 50 (nearly parallel keys; needs l2norm)
   kk::GateForm gate = kk::GateForm::Direct;
   float lower_bound = -5.0f;
   bool A_log = false, dt_bias = false, h0 = false, dht = false;
   kk::DType dtype = kk::DType::BF16;
   uint64_t seed = 1;
-  double gate_div = 1.0;               // direct gates: logsigmoid(randn) / gate_div (weaker decay)
-  double mask_p = 0.0;                 // probability of an extreme-decay gate: direct -1000, raw +1000
-  double zero_p = 0.0;                 // probability of a no-decay gate: direct 0, raw -1000
+  double gate_div = 1.0;  // direct gates: logsigmoid(randn) / gate_div (weaker decay)
+  double mask_p = 0.0;    // probability of an extreme-decay gate: direct -1000, raw +1000
+  double zero_p = 0.0;    // probability of a no-decay gate: direct 0, raw -1000
   int64_t T() const {
     int64_t t = 0;
     for (int64_t l : lens) t += l;
@@ -76,12 +76,12 @@ class Buf : public kcp::DeviceArray {
 };
 
 struct TwinOptions {
-  std::vector<int64_t> rank_bounds;   // global token boundaries of W ranks: {0, ..., T}; empty = one rank
-  std::vector<int> P;                 // segments per piece, per rank (empty = 1 everywhere)
+  std::vector<int64_t> rank_bounds;  // global token boundaries of W ranks: {0, ..., T}; empty = one rank
+  std::vector<int> P;                // segments per piece, per rank (empty = 1 everywhere)
   kk::SavedKind kind = kk::SavedKind::Full;
   kk::Package package = kk::Package::Det;
   int threads = 1;
-  bool repoison_between = true;       // NaN the workspace between forward and backward
+  bool repoison_between = true;          // NaN the workspace between forward and backward
   const kk::Backend* backend = nullptr;  // host-memory backend to run; null: a fresh CPU twin
 };
 // W emulated ranks on any backend (memory through Backend::alloc_floats / upload / download), so

@@ -118,7 +118,9 @@ class EverySummaryBackend final : public kk::Backend {
   void bwd_states(const kk::BwdStateArgs& a) const override { in_->bwd_states(a); }
   void bwd_grads(const kk::BwdGradArgs& a) const override { in_->bwd_grads(a); }
   void bwd_finalize(const kk::BwdFinalizeArgs& a) const override { in_->bwd_finalize(a); }
-  void copy_floats(float* d, const float* s, int64_t n, const kk::Exec& e) const override { in_->copy_floats(d, s, n, e); }
+  void copy_floats(float* d, const float* s, int64_t n, const kk::Exec& e) const override {
+    in_->copy_floats(d, s, n, e);
+  }
   void fill_floats(float* d, float v, int64_t n, const kk::Exec& e) const override { in_->fill_floats(d, v, n, e); }
   float* alloc_floats(int64_t n) const override { return in_->alloc_floats(n); }
   void free_floats(float* p) const override { in_->free_floats(p); }

@@ -69,7 +69,8 @@ inline Case gdn_varlen() {
   Case c;
   c.name = "gdn_varlen";
   c.op = kernels::Op::Gdn;
-  c.H = 2; c.HV = 2;
+  c.H = 2;
+  c.HV = 2;
   c.lens = {100, 37, 300};
   c.seed = 11;
   return c;
@@ -77,7 +78,8 @@ inline Case gdn_varlen() {
 inline Case gdn_gva_state() {
   Case c = gdn_varlen();
   c.name = "gdn_gva_h0_dht";
-  c.H = 2; c.HV = 4;
+  c.H = 2;
+  c.HV = 4;
   c.h0 = c.dht = true;
   c.lens = {100, 0, 37, 300};
   c.gate_div = 8.0;  // long memory: the state crosses many chunks
@@ -87,7 +89,8 @@ inline Case gdn_gva_state() {
 inline Case gdn_raw_l2() {
   Case c = gdn_varlen();
   c.name = "gdn_l2norm_softplus";
-  c.H = 2; c.HV = 4;
+  c.H = 2;
+  c.HV = 4;
   c.l2norm = true;
   c.gate = kernels::GateForm::Softplus;
   c.A_log = c.dt_bias = true;
@@ -99,7 +102,10 @@ inline Case gdn_k128() {
   Case c;
   c.name = "gdn_K128";
   c.op = kernels::Op::Gdn;
-  c.H = 1; c.HV = 2; c.K = 128; c.V = 128;
+  c.H = 1;
+  c.HV = 2;
+  c.K = 128;
+  c.V = 128;
   c.lens = {200, 77};
   c.h0 = c.dht = true;
   c.seed = 14;
@@ -147,7 +153,8 @@ inline Case single_sequence(kernels::Op op) {
   Case c;
   c.name = op == kernels::Op::Gdn ? "gdn_single600" : "kda_single600";
   c.op = op;
-  c.H = 2; c.HV = 4;
+  c.H = 2;
+  c.HV = 4;
   c.lens = {600};
   c.h0 = c.dht = true;
   c.gate_div = 16.0;  // ~e^-3 per chunk: segment entry states matter

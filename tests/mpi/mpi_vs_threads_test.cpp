@@ -16,8 +16,10 @@ json read_json(const std::string& path) {
 }
 
 void expect_same(const std::string& row, int W) {
-  const std::string a = ::testing::TempDir() + "/mpi_" + row + ".json", b = ::testing::TempDir() + "/thr_" + row + ".json";
-  const std::string mpirun = std::string(MPIEXEC) + " " + MPIEXEC_FLAGS + " " + MPIEXEC_NP + " " + std::to_string(W) + " ";
+  const std::string a = ::testing::TempDir() + "/mpi_" + row + ".json",
+                    b = ::testing::TempDir() + "/thr_" + row + ".json";
+  const std::string mpirun =
+      std::string(MPIEXEC) + " " + MPIEXEC_FLAGS + " " + MPIEXEC_NP + " " + std::to_string(W) + " ";
   auto m = run_command(mpirun + KCPBENCH_EXE + " -q run --rows int1 --row " + row + " --cache none --json " + a);
   ASSERT_EQ(m.code, 0) << m.out;
   auto t = run_kcpbench("-q run --rows int1 --row " + row + " --cache none --json " + b);
@@ -43,9 +45,10 @@ TEST(MpiVsThreads, TwoRanksGvaStates) { expect_same("D1", 2); }
 
 TEST(MpiDeadline, AHungRankAbortsEveryProcessWithExitFive) {
   const std::string mpirun = std::string(MPIEXEC) + " " + MPIEXEC_FLAGS + " " + MPIEXEC_NP + " 4 ";
-  auto m = run_command(mpirun + KCPBENCH_EXE +
-                       " -q run --rows int1 --row B1 --package det --saved full --cache none --inject hang --inject-rank 1 "
-                       "--deadline 2");
+  auto m =
+      run_command(mpirun + KCPBENCH_EXE +
+                  " -q run --rows int1 --row B1 --package det --saved full --cache none --inject hang --inject-rank 1 "
+                  "--deadline 2");
   EXPECT_EQ(m.code, 5) << m.out;
   // Each process reports its own rank; the first MPI_Abort may end the others before they print,
   // so any rank's report will do here (the threads-mode test checks every rank's line).

@@ -64,8 +64,7 @@ void expect_bitwise(const Outputs& oa, const Grads& ga, const Outputs& ob, const
 TEST(Reference, ForwardMatchesNaiveOverWindows) {
   for (const Op op : {Op::Gdn, Op::Kda}) {
     for (const GateForm gate : {GateForm::Direct, GateForm::Softplus, GateForm::LowerBound}) {
-      if (op == Op::Gdn && gate == GateForm::LowerBound)
-        continue;
+      if (op == Op::Gdn && gate == GateForm::LowerBound) continue;
       const Problem p = multi_window_problem(op, gate);
       const Data d = make_data(p, 7);
       const Outputs naive = naive_forward(p, d);
@@ -85,8 +84,7 @@ TEST(Reference, ForwardMatchesNaiveOverWindows) {
 // Directional finite differences on the multi-window shape (per-element ones run on tiny shapes).
 TEST(Reference, DirectionalDerivativesOverWindows) {
   for (const Op op : {Op::Gdn, Op::Kda}) {
-    const Problem p =
-        multi_window_problem(op, op == Op::Gdn ? GateForm::Softplus : GateForm::LowerBound);
+    const Problem p = multi_window_problem(op, op == Op::Gdn ? GateForm::Softplus : GateForm::LowerBound);
     Data d = make_data(p, 11);
     Outputs out;
     Grads gr;
@@ -116,8 +114,7 @@ TEST(Reference, DirectionalDerivativesOverWindows) {
       }
       const std::vector<double> x0 = *t.x;
       auto L = [&](double s) {
-        for (size_t e = 0; e < dir.size(); ++e)
-          (*t.x)[e] = x0[e] + s * dir[e];
+        for (size_t e = 0; e < dir.size(); ++e) (*t.x)[e] = x0[e] + s * dir[e];
         return loss(p, d, naive_forward(p, d));
       };
       const double h = 1e-4;
@@ -152,11 +149,9 @@ TEST(Reference, BetaZeroIsPureDecay) {
     for (int n = 0; n < 2; ++n) {
       for (int j = 0; j < 2; ++j) {
         std::vector<double> logdec(static_cast<size_t>(K), 0.0);
-        for (int64_t t = p.cu_seqlens[static_cast<size_t>(n)];
-             t < p.cu_seqlens[static_cast<size_t>(n) + 1]; ++t) {
+        for (int64_t t = p.cu_seqlens[static_cast<size_t>(n)]; t < p.cu_seqlens[static_cast<size_t>(n) + 1]; ++t) {
           for (int r = 0; r < K; ++r)
-            logdec[static_cast<size_t>(r)] +=
-                d.g[static_cast<size_t>((t * 2 + j) * Kg + (Kg == 1 ? 0 : r))];
+            logdec[static_cast<size_t>(r)] += d.g[static_cast<size_t>((t * 2 + j) * Kg + (Kg == 1 ? 0 : r))];
           for (int c = 0; c < V; ++c) {
             double o = 0;
             for (int r = 0; r < K; ++r)
@@ -177,10 +172,8 @@ TEST(Reference, BetaZeroIsPureDecay) {
       }
     }
     EXPECT_LE(err, 1e-14 * mx);
-    for (double x : gr.dk)
-      EXPECT_EQ(x, 0.0);
-    for (double x : gr.dv)
-      EXPECT_EQ(x, 0.0);
+    for (double x : gr.dk) EXPECT_EQ(x, 0.0);
+    for (double x : gr.dv) EXPECT_EQ(x, 0.0);
   }
 }
 
@@ -190,7 +183,7 @@ TEST(Reference, OneTokenFromZeroState) {
   for (const Op op : {Op::Gdn, Op::Kda}) {
     Problem p = base_problem(op, 4, 3);
     p.cu_seqlens = {0, 1};
-    p.has_h0 = true; // zeros: dh0 has a closed form too
+    p.has_h0 = true;  // zeros: dh0 has a closed form too
     p.has_dht = true;
     p.scale = 0.5;
     Data d = make_data(p, 9);
@@ -205,8 +198,7 @@ TEST(Reference, OneTokenFromZeroState) {
     const Mat dht = Eigen::Map<const Mat>(d.dht.data(), 4, 3);
     const double b = d.beta[0], rho = 0.5;
     Vec dec(4);
-    for (int r = 0; r < 4; ++r)
-      dec[r] = std::exp(d.g[static_cast<size_t>(op == Op::Kda ? r : 0)]);
+    for (int r = 0; r < 4; ++r) dec[r] = std::exp(d.g[static_cast<size_t>(op == Op::Kda ? r : 0)]);
 
     auto near = [](const std::vector<double>& got, const Eigen::MatrixXd& want, const char* what) {
       const Eigen::MatrixXd w = want;
@@ -220,10 +212,8 @@ TEST(Reference, OneTokenFromZeroState) {
     near(gr.dq, (rho * b * v.dot(dO) * k).transpose(), "dq");
     near(gr.dk, (rho * b * v.dot(dO) * q + b * dht * v).transpose(), "dk");
     near(gr.dv, (rho * b * q.dot(k) * dO + b * dht.transpose() * k).transpose(), "dv");
-    near(gr.dbeta, Eigen::MatrixXd::Constant(1, 1, rho * q.dot(k) * v.dot(dO) + k.dot(dht * v)),
-         "dbeta");
-    for (double x : gr.dg)
-      EXPECT_EQ(x, 0.0);
+    near(gr.dbeta, Eigen::MatrixXd::Constant(1, 1, rho * q.dot(k) * v.dot(dO) + k.dot(dht * v)), "dbeta");
+    for (double x : gr.dg) EXPECT_EQ(x, 0.0);
     const Mat Gm = dht + rho * q * dO.transpose();
     near(gr.dh0, dec.asDiagonal() * (Gm - b * k * (k.transpose() * Gm)), "dh0");
   }
@@ -244,13 +234,11 @@ TEST(Reference, GdnEqualsKdaWithUniformGate) {
     const size_t rows = dg.g.size();
     dk.g.resize(rows * static_cast<size_t>(K));
     for (size_t r = 0; r < rows; ++r)
-      for (int c = 0; c < K; ++c)
-        dk.g[r * static_cast<size_t>(K) + static_cast<size_t>(c)] = dg.g[r];
+      for (int c = 0; c < K; ++c) dk.g[r * static_cast<size_t>(K) + static_cast<size_t>(c)] = dg.g[r];
     if (pg.has_dt_bias) {
       dk.dt_bias.resize(dg.dt_bias.size() * static_cast<size_t>(K));
       for (size_t j = 0; j < dg.dt_bias.size(); ++j)
-        for (int c = 0; c < K; ++c)
-          dk.dt_bias[j * static_cast<size_t>(K) + static_cast<size_t>(c)] = dg.dt_bias[j];
+        for (int c = 0; c < K; ++c) dk.dt_bias[j * static_cast<size_t>(K) + static_cast<size_t>(c)] = dg.dt_bias[j];
     }
     Outputs og, ok;
     Grads gg, gk;
@@ -268,8 +256,7 @@ TEST(Reference, GdnEqualsKdaWithUniformGate) {
     auto channel_sum = [K](const std::vector<double>& x) {
       std::vector<double> s(x.size() / static_cast<size_t>(K), 0.0);
       for (size_t r = 0; r < s.size(); ++r)
-        for (int c = 0; c < K; ++c)
-          s[r] += x[r * static_cast<size_t>(K) + static_cast<size_t>(c)];
+        for (int c = 0; c < K; ++c) s[r] += x[r * static_cast<size_t>(K) + static_cast<size_t>(c)];
       return s;
     };
     EXPECT_LE(rel_max_diff(channel_sum(gk.dg), gg.dg), tol);
@@ -285,7 +272,7 @@ TEST(Reference, GdnEqualsKdaWithUniformGate) {
 TEST(Reference, SameBitsForAnyThreadCount) {
   for (const Op op : {Op::Gdn, Op::Kda}) {
     Problem p = multi_window_problem(op, op == Op::Gdn ? GateForm::Softplus : GateForm::LowerBound);
-    p.cu_seqlens = {0, 300, 300, 700, 1100}; // several token chunks in the O(T) passes too
+    p.cu_seqlens = {0, 300, 300, 700, 1100};  // several token chunks in the O(T) passes too
     const Data d = make_data(p, 13);
     Outputs o1;
     Grads g1;
@@ -320,8 +307,8 @@ TEST(Reference, SameBitsForAnyScheduleAndCheckpointing) {
       tu.column_groups = groups;
       return tu;
     };
-    for (const detail::Tuning& tu : {tuning(5, 256, 0), tuning(3, 4, 0), tuning(1, 1, 2),
-                                     tuning(64, 1, 1), tuning(64, 256, 1), tuning(7, 3, 1 << 20)}) {
+    for (const detail::Tuning& tu : {tuning(5, 256, 0), tuning(3, 4, 0), tuning(1, 1, 2), tuning(64, 1, 1),
+                                     tuning(64, 256, 1), tuning(7, 3, 1 << 20)}) {
       Outputs o;
       Grads g;
       detail::run(p, d.inputs(), o, &g, 3, tu);
@@ -364,24 +351,20 @@ TEST(Reference, ZeroLengthSequencesPassStatesThrough) {
 TEST(Reference, ExtremeGatesStayFinite) {
   Problem p = multi_window_problem(Op::Kda, GateForm::Direct);
   Data d = make_data(p, 29);
-  for (size_t x = 0; x < d.g.size(); x += 7)
-    d.g[x] = -1000.0;
+  for (size_t x = 0; x < d.g.size(); x += 7) d.g[x] = -1000.0;
   Outputs out;
   Grads gr;
   forward_backward(p, d.inputs(), out, gr, 2);
   for (const auto* v : {&out.o, &out.ht, &gr.dq, &gr.dk, &gr.dv, &gr.dg, &gr.dbeta, &gr.dh0})
-    for (double x : *v)
-      ASSERT_TRUE(std::isfinite(x));
+    for (double x : *v) ASSERT_TRUE(std::isfinite(x));
   EXPECT_LE(rel_max_diff(out.o, naive_forward(p, d).o), 1e-12);
 
   p = multi_window_problem(Op::Gdn, GateForm::Softplus);
   d = make_data(p, 31);
-  for (size_t x = 0; x < d.g.size(); x += 5)
-    d.g[x] = (x % 2 == 0) ? 800.0 : -800.0;
+  for (size_t x = 0; x < d.g.size(); x += 5) d.g[x] = (x % 2 == 0) ? 800.0 : -800.0;
   forward_backward(p, d.inputs(), out, gr, 2);
   for (const auto* v : {&out.o, &gr.dg, &gr.dA_log, &gr.ddt_bias})
-    for (double x : *v)
-      ASSERT_TRUE(std::isfinite(x));
+    for (double x : *v) ASSERT_TRUE(std::isfinite(x));
 }
 
 // ---- FLOP count
@@ -394,8 +377,7 @@ TEST(Reference, FlopCount) {
   const double kv = 128.0 * 64.0 * 2.0;
   EXPECT_DOUBLE_EQ(forward_flops(p), 7.0 * kv * 3000);
   EXPECT_DOUBLE_EQ(forward_backward_flops(p), 28.0 * kv * 3000);
-  p.cu_seqlens = {0, 64 * 256,
-                  64 * 256 + 64 * 256 + 1}; // the second one uses two-level checkpoints
+  p.cu_seqlens = {0, 64 * 256, 64 * 256 + 64 * 256 + 1};  // the second one uses two-level checkpoints
   EXPECT_DOUBLE_EQ(forward_backward_flops(p), 28.0 * kv * (64 * 256) + 33.0 * kv * (64 * 256 + 1));
 }
 
@@ -447,7 +429,7 @@ TEST(Reference, ValidateNamesTheField) {
   p.gate = GateForm::LowerBound;
   expect_invalid(p, "Problem.gate");
   p.op = Op::Kda;
-  EXPECT_NO_THROW(validate(p)); // LowerBound without A_log is allowed
+  EXPECT_NO_THROW(validate(p));  // LowerBound without A_log is allowed
   p.lower_bound = 0.0;
   expect_invalid(p, "Problem.lower_bound");
 }
@@ -467,7 +449,7 @@ TEST(Reference, MissingInputsAreNamed) {
   }
   in = d.inputs();
   in.dht = nullptr;
-  EXPECT_NO_THROW((void)forward(p, in, 1)); // forward does not need dht
+  EXPECT_NO_THROW((void)forward(p, in, 1));  // forward does not need dht
   Outputs out;
   Grads gr;
   try {
@@ -478,5 +460,5 @@ TEST(Reference, MissingInputsAreNamed) {
   }
 }
 
-} // namespace
-} // namespace kcp::ref::test
+}  // namespace
+}  // namespace kcp::ref::test

@@ -42,13 +42,11 @@ inline Data make_data(const Problem& p, uint64_t seed) {
   auto uni = [&](size_t n, double lo, double hi) {
     std::uniform_real_distribution<double> u(lo, hi);
     std::vector<double> x(n);
-    for (auto& e : x)
-      e = u(rng);
+    for (auto& e : x) e = u(rng);
     return x;
   };
-  const auto T = static_cast<size_t>(p.tokens()), H = static_cast<size_t>(p.H),
-             HV = static_cast<size_t>(p.HV), K = static_cast<size_t>(p.K),
-             V = static_cast<size_t>(p.V), N = static_cast<size_t>(p.sequences()),
+  const auto T = static_cast<size_t>(p.tokens()), H = static_cast<size_t>(p.H), HV = static_cast<size_t>(p.HV),
+             K = static_cast<size_t>(p.K), V = static_cast<size_t>(p.V), N = static_cast<size_t>(p.sequences()),
              Kg = static_cast<size_t>(p.gate_width());
   Data d;
   d.q = uni(T * H * K, -1, 1);
@@ -56,40 +54,32 @@ inline Data make_data(const Problem& p, uint64_t seed) {
   d.v = uni(T * HV * V, -1, 1);
   d.g = p.gate == GateForm::Direct ? uni(T * HV * Kg, -1.0, -0.05) : uni(T * HV * Kg, -2, 2);
   d.beta = uni(T * HV, 0.2, 0.9);
-  if (p.has_A_log)
-    d.A_log = uni(HV, -0.5, 0.5);
-  if (p.has_dt_bias)
-    d.dt_bias = uni(HV * Kg, -0.5, 0.5);
-  if (p.has_h0)
-    d.h0 = uni(N * HV * K * V, -1, 1);
+  if (p.has_A_log) d.A_log = uni(HV, -0.5, 0.5);
+  if (p.has_dt_bias) d.dt_bias = uni(HV * Kg, -0.5, 0.5);
+  if (p.has_h0) d.h0 = uni(N * HV * K * V, -1, 1);
   d.dO = uni(T * HV * V, -1, 1);
-  if (p.has_dht)
-    d.dht = uni(N * HV * K * V, -1, 1);
+  if (p.has_dht) d.dht = uni(N * HV * K * V, -1, 1);
   return d;
 }
 
 // ---- naive forward ----------------------------------------------------------------------------
 
-inline double naive_softplus(double x) {
-  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
+inline double naive_softplus(double x) { return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)); }
 inline double naive_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 inline double naive_log_decay(const Problem& p, const Data& d, int64_t t, int j, int c) {
   const int Kg = p.gate_width();
   const double g = d.g[static_cast<size_t>((t * p.HV + j) * Kg + (Kg == 1 ? 0 : c))];
-  const double bias =
-      p.has_dt_bias ? d.dt_bias[static_cast<size_t>(j * Kg + (Kg == 1 ? 0 : c))] : 0.0;
+  const double bias = p.has_dt_bias ? d.dt_bias[static_cast<size_t>(j * Kg + (Kg == 1 ? 0 : c))] : 0.0;
   switch (p.gate) {
-  case GateForm::Direct:
-    return g;
-  case GateForm::Softplus:
-    return -std::exp(d.A_log[static_cast<size_t>(j)]) * naive_softplus(g + bias);
-  case GateForm::LowerBound: {
-    const double z =
-        p.has_A_log ? std::exp(d.A_log[static_cast<size_t>(j)]) * (g + bias) : g + bias;
-    return p.lower_bound * naive_sigmoid(z);
-  }
+    case GateForm::Direct:
+      return g;
+    case GateForm::Softplus:
+      return -std::exp(d.A_log[static_cast<size_t>(j)]) * naive_softplus(g + bias);
+    case GateForm::LowerBound: {
+      const double z = p.has_A_log ? std::exp(d.A_log[static_cast<size_t>(j)]) * (g + bias) : g + bias;
+      return p.lower_bound * naive_sigmoid(z);
+    }
   }
   return 0;
 }
@@ -107,10 +97,8 @@ inline Outputs naive_forward(const Problem& p, const Data& d) {
       const int i = j / G;
       Mat S = Mat::Zero(K, V);
       const size_t soff = static_cast<size_t>((static_cast<int64_t>(n) * HV + j) * K * V);
-      if (p.has_h0)
-        S = Eigen::Map<const Mat>(d.h0.data() + soff, K, V);
-      for (int64_t t = p.cu_seqlens[static_cast<size_t>(n)];
-           t < p.cu_seqlens[static_cast<size_t>(n) + 1]; ++t) {
+      if (p.has_h0) S = Eigen::Map<const Mat>(d.h0.data() + soff, K, V);
+      for (int64_t t = p.cu_seqlens[static_cast<size_t>(n)]; t < p.cu_seqlens[static_cast<size_t>(n) + 1]; ++t) {
         Eigen::VectorXd q = Eigen::Map<const Eigen::VectorXd>(d.q.data() + (t * H + i) * K, K);
         Eigen::VectorXd k = Eigen::Map<const Eigen::VectorXd>(d.k.data() + (t * H + i) * K, K);
         if (p.qk_l2norm) {
@@ -118,10 +106,8 @@ inline Outputs naive_forward(const Problem& p, const Data& d) {
           k /= std::sqrt(k.squaredNorm() + 1e-6);
         }
         Eigen::VectorXd dec(K);
-        for (int c = 0; c < K; ++c)
-          dec[c] = std::exp(naive_log_decay(p, d, t, j, c));
-        const Eigen::VectorXd v =
-            Eigen::Map<const Eigen::VectorXd>(d.v.data() + (t * HV + j) * V, V);
+        for (int c = 0; c < K; ++c) dec[c] = std::exp(naive_log_decay(p, d, t, j, c));
+        const Eigen::VectorXd v = Eigen::Map<const Eigen::VectorXd>(d.v.data() + (t * HV + j) * V, V);
         const double beta = d.beta[static_cast<size_t>(t * HV + j)];
         S = dec.asDiagonal() * S;
         const Eigen::VectorXd e = v - S.transpose() * k;
@@ -136,11 +122,9 @@ inline Outputs naive_forward(const Problem& p, const Data& d) {
 
 inline double loss(const Problem& p, const Data& d, const Outputs& out) {
   long double L = 0;
-  for (size_t x = 0; x < out.o.size(); ++x)
-    L += static_cast<long double>(out.o[x]) * d.dO[x];
+  for (size_t x = 0; x < out.o.size(); ++x) L += static_cast<long double>(out.o[x]) * d.dO[x];
   if (p.has_dht)
-    for (size_t x = 0; x < out.ht.size(); ++x)
-      L += static_cast<long double>(out.ht[x]) * d.dht[x];
+    for (size_t x = 0; x < out.ht.size(); ++x) L += static_cast<long double>(out.ht[x]) * d.dht[x];
   return static_cast<double>(L);
 }
 
@@ -160,9 +144,9 @@ inline double fd_element(const Problem& p, Data& d, std::vector<double>& x, size
 }
 
 struct Agreement {
-  double rel_norm = 0; // ||fd - an||_2 / ||an||_2
-  double rel_max = 0;  // max |fd - an| / max |an|
-  double scale = 0;    // max |an|
+  double rel_norm = 0;  // ||fd - an||_2 / ||an||_2
+  double rel_max = 0;   // max |fd - an| / max |an|
+  double scale = 0;     // max |an|
 };
 
 inline Agreement compare(const std::vector<double>& fd, const std::vector<double>& an) {
@@ -191,4 +175,4 @@ inline double rel_max_diff(const std::vector<double>& a, const std::vector<doubl
   return mx > 0 ? md / mx : md;
 }
 
-} // namespace kcp::ref::test
+}  // namespace kcp::ref::test

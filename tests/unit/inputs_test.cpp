@@ -119,7 +119,7 @@ TEST(Inputs, RawGateParameters) {
 }
 
 TEST(Numeric, RoundingIsNearestEven) {
-  EXPECT_EQ(round_to_bf16(1.0f + 1.0f / 256.0f), 1.0f);           // tie -> even (down)
+  EXPECT_EQ(round_to_bf16(1.0f + 1.0f / 256.0f), 1.0f);                  // tie -> even (down)
   EXPECT_EQ(round_to_bf16(1.0f + 3.0f / 256.0f), 1.0f + 4.0f / 256.0f);  // tie -> even (up)
   EXPECT_EQ(round_to_fp16(1.0f + 1.0f / 2048.0f), 1.0f);
   EXPECT_EQ(round_to_fp16(65504.0f), 65504.0f);

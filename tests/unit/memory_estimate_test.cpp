@@ -59,14 +59,15 @@ TEST(MemoryEstimate, FormArraysAreWhatFormBuffersAllocatesForEveryInt1Row) {
     for (const RankPlan& rp : plan.ranks) {
       const RowInputs shard = make_inputs(row, set.row_digests[row.index], rp.global_begin, rp.global_end);
       const kernels::RankLayout layout = kernel_layout(rp);
-      const FormBuffers buf(*backend, row, rp, plan.world, shard, kernel_problem(row), layout.view(), SavedKind::Full, {});
+      const FormBuffers buf(*backend, row, rp, plan.world, shard, kernel_problem(row), layout.view(), SavedKind::Full,
+                            {});
       EXPECT_EQ(e.ranks[rp.rank].form_arrays, buf.bytes()) << row.name << " rank " << rp.rank;
       EXPECT_EQ(e.ranks[rp.rank].saved_set, int64_t(sizeof(float)) * buf.saved_arena().size()) << row.name;
       EXPECT_EQ(e.ranks[rp.rank].workspace, int64_t(sizeof(float)) * buf.workspace_arena().size()) << row.name;
       // The shard as generated (the estimate adds a few floats of gate parameters at most).
-      const int64_t shard_bytes = int64_t(sizeof(float)) * int64_t(shard.q.size() + shard.k.size() + shard.v.size() +
-                                                                   shard.g.size() + shard.beta.size() + shard.dO.size() +
-                                                                   shard.h0.size() + shard.dht.size());
+      const int64_t shard_bytes =
+          int64_t(sizeof(float)) * int64_t(shard.q.size() + shard.k.size() + shard.v.size() + shard.g.size() +
+                                           shard.beta.size() + shard.dO.size() + shard.h0.size() + shard.dht.size());
       EXPECT_GE(e.ranks[rp.rank].inputs, shard_bytes) << row.name;
       EXPECT_LE(e.ranks[rp.rank].inputs, shard_bytes + 2 * 4 * row.HV * row.K) << row.name;
     }

@@ -11,9 +11,9 @@
 
 namespace {
 
-const std::vector<std::string> kWant = {"prep",       "wy",           "fwd_summaries", "fold",
-                                        "fwd_states", "fwd_output",   "bwd_local_dv",  "bwd_summaries",
-                                        "bwd_states", "bwd_grads",    "bwd_finalize"};
+const std::vector<std::string> kWant = {"prep",       "wy",         "fwd_summaries", "fold",
+                                        "fwd_states", "fwd_output", "bwd_local_dv",  "bwd_summaries",
+                                        "bwd_states", "bwd_grads",  "bwd_finalize"};
 
 TEST(PhaseTable, NamesInTheAlgorithmOrder) {
   const std::vector<std::string>& want = kWant;

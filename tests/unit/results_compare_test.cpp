@@ -10,9 +10,9 @@
 
 #include "core/util/error.h"
 
-using nlohmann::json;
-using kcp::CompareOptions;
 using kcp::compare_results;
+using kcp::CompareOptions;
+using nlohmann::json;
 
 namespace {
 
@@ -52,15 +52,13 @@ json entry(const std::string& P = "planned", const std::string& status = "pass",
   return e;
 }
 
-json doc(std::vector<json> entries, json ctx = context()) {
-  return {{"context", ctx}, {"entries", entries}};
-}
+json doc(std::vector<json> entries, json ctx = context()) { return {{"context", ctx}, {"entries", entries}}; }
 
 struct Case {
   const char* name;
   json base, now;
-  std::vector<std::string> classes;   // findings other than same/noisy, sorted
-  std::vector<std::string> fail_on;   // policies under which the pair is a regression
+  std::vector<std::string> classes;           // findings other than same/noisy, sorted
+  std::vector<std::string> fail_on;           // policies under which the pair is a regression
   std::vector<std::string> all_classes = {};  // when set: every finding class, same/noisy included
 };
 
@@ -77,64 +75,115 @@ std::vector<Case> cases() {
   };
   cs.push_back({"identical", doc({entry()}), doc({entry()}), {}, {}, {"same"}});
   cs.push_back({"pass_to_fail", doc({entry()}), doc({entry("planned", "fail")}), {"pass_to_fail"}, {"accuracy"}});
-  cs.push_back({"pass_to_contract_broken", doc({entry()}), doc({entry("planned", "contract_broken")}), {"pass_to_fail"},
+  cs.push_back({"pass_to_contract_broken",
+                doc({entry()}),
+                doc({entry("planned", "contract_broken")}),
+                {"pass_to_fail"},
                 {"accuracy"}});
   cs.push_back({"fail_to_pass_never_fails", doc({entry("planned", "fail")}), doc({entry()}), {"fail_to_pass"}, {}});
-  cs.push_back({"still_failing_is_not_a_regression", doc({entry("planned", "fail")}), doc({entry("planned", "fail")}), {}, {}});
-  cs.push_back({"ratio_max_rise", doc({entry()}),
-                doc({with(entry(), [](json& e) { e["tensors"]["o"]["ratio_max"] = 0.40; })}), {"ratio_rise"}, {"accuracy"}});
-  cs.push_back({"rms_ratio_rise", doc({entry()}),
-                doc({with(entry(), [](json& e) { e["tensors"]["dq"]["rms_ratio"] = 0.50; })}), {"ratio_rise"}, {"accuracy"}});
-  cs.push_back({"ratio_rise_within_threshold", doc({entry()}),
-                doc({with(entry(), [](json& e) { e["tensors"]["o"]["ratio_max"] = 0.34; })}), {}, {}});
-  cs.push_back({"ratio_fall", doc({entry()}),
-                doc({with(entry(), [](json& e) { e["tensors"]["o"]["ratio_max"] = 0.05; })}), {}, {}});
-  cs.push_back({"ratio_becomes_non_finite", doc({entry()}),
-                doc({with(entry(), [](json& e) { e["tensors"]["o"]["ratio_max"] = nullptr; })}), {"ratio_rise"},
+  cs.push_back(
+      {"still_failing_is_not_a_regression", doc({entry("planned", "fail")}), doc({entry("planned", "fail")}), {}, {}});
+  cs.push_back({"ratio_max_rise",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["tensors"]["o"]["ratio_max"] = 0.40; })}),
+                {"ratio_rise"},
                 {"accuracy"}});
-  cs.push_back({"new_nonfinite", doc({entry()}),
-                doc({with(entry(), [](json& e) { e["tensors"]["o"]["nonfinite"] = 3; })}), {"new_nonfinite"}, {"accuracy"}});
-  cs.push_back({"fewer_nonfinite", doc({with(entry(), [](json& e) { e["tensors"]["o"]["nonfinite"] = 3; })}), doc({entry()}),
-                {}, {}});
+  cs.push_back({"rms_ratio_rise",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["tensors"]["dq"]["rms_ratio"] = 0.50; })}),
+                {"ratio_rise"},
+                {"accuracy"}});
+  cs.push_back({"ratio_rise_within_threshold",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["tensors"]["o"]["ratio_max"] = 0.34; })}),
+                {},
+                {}});
+  cs.push_back({"ratio_fall",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["tensors"]["o"]["ratio_max"] = 0.05; })}),
+                {},
+                {}});
+  cs.push_back({"ratio_becomes_non_finite",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["tensors"]["o"]["ratio_max"] = nullptr; })}),
+                {"ratio_rise"},
+                {"accuracy"}});
+  cs.push_back({"new_nonfinite",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["tensors"]["o"]["nonfinite"] = 3; })}),
+                {"new_nonfinite"},
+                {"accuracy"}});
+  cs.push_back({"fewer_nonfinite",
+                doc({with(entry(), [](json& e) { e["tensors"]["o"]["nonfinite"] = 3; })}),
+                doc({entry()}),
+                {},
+                {}});
   cs.push_back({"missing_entry", doc({entry(), entry("2")}), doc({entry()}), {"missing"}, {"missing"}});
   cs.push_back({"new_entry_never_fails", doc({entry()}), doc({entry(), entry("2")}), {"new_entry"}, {}});
   cs.push_back({"pass_to_skip_is_missing", doc({entry("2")}), doc({entry("2", "skip")}), {"missing"}, {"missing"}});
   cs.push_back({"skip_to_pass_never_fails", doc({entry("2", "skip")}), doc({entry("2")}), {"now_runs"}, {}});
   cs.push_back({"skip_to_skip", doc({entry("2", "skip")}), doc({entry("2", "skip")}), {}, {}});
-  cs.push_back({"tensor_no_longer_judged", doc({entry()}), doc({with(entry(), [](json& e) { e["tensors"].erase("dq"); })}),
-                {"missing"}, {"missing"}});
-  cs.push_back({"row_changed_digest", doc({entry()}), doc({entry("planned", "pass", "d2")}), {"missing", "new_entry"},
+  cs.push_back({"tensor_no_longer_judged",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["tensors"].erase("dq"); })}),
+                {"missing"},
                 {"missing"}});
-  cs.push_back({"other_fault_is_another_entry", doc({entry()}),
-                doc({with(entry(), [](json& e) { e["fault"] = "drop-segment-entry"; })}), {"missing", "new_entry"},
+  cs.push_back({"row_changed_digest",
+                doc({entry()}),
+                doc({entry("planned", "pass", "d2")}),
+                {"missing", "new_entry"},
                 {"missing"}});
-  cs.push_back({"slower", doc({entry()}),
+  cs.push_back({"other_fault_is_another_entry",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["fault"] = "drop-segment-entry"; })}),
+                {"missing", "new_entry"},
+                {"missing"}});
+  cs.push_back({"slower",
+                doc({entry()}),
                 doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(120.0, 119.0, 121.0, 20); })}),
-                {"slower"}, {"time"}});
-  cs.push_back({"faster_never_fails", doc({entry()}),
+                {"slower"},
+                {"time"}});
+  cs.push_back({"faster_never_fails",
+                doc({entry()}),
                 doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(50.0, 49.5, 50.5, 20); })}),
-                {"faster"}, {}});
-  cs.push_back({"small_change_is_same", doc({entry()}),
-                doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(105.0, 104.0, 106.0, 20); })}), {}, {},
+                {"faster"},
+                {}});
+  cs.push_back({"small_change_is_same",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(105.0, 104.0, 106.0, 20); })}),
+                {},
+                {},
                 {"same"}});
-  cs.push_back({"wide_spread_is_noisy", doc({entry()}),
-                doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(150.0, 100.0, 200.0, 20); })}), {}, {},
+  cs.push_back({"wide_spread_is_noisy",
+                doc({entry()}),
+                doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(150.0, 100.0, 200.0, 20); })}),
+                {},
+                {},
                 {"noisy"}});
   cs.push_back({"wide_base_spread_is_noisy",
                 doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(100.0, 60.0, 140.0, 20); })}),
-                doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(150.0, 149.0, 151.0, 20); })}), {}, {},
+                doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(150.0, 149.0, 151.0, 20); })}),
+                {},
+                {},
                 {"noisy"}});
-  cs.push_back({"few_repeats_is_noisy", doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(100, 100, 100, 1); })}),
-                doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(300, 300, 300, 1); })}), {}, {},
+  cs.push_back({"few_repeats_is_noisy",
+                doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(100, 100, 100, 1); })}),
+                doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(300, 300, 300, 1); })}),
+                {},
+                {},
                 {"noisy"}});
-  cs.push_back({"accuracy_and_time_together", doc({entry(), entry("2")}),
+  cs.push_back({"accuracy_and_time_together",
+                doc({entry(), entry("2")}),
                 doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(130.0, 129.0, 131.0, 20); }),
                      entry("2", "fail")}),
-                {"pass_to_fail", "slower"}, {"accuracy", "time"}});
-  cs.push_back({"every_policy", doc({entry(), entry("2"), entry("4")}),
+                {"pass_to_fail", "slower"},
+                {"accuracy", "time"}});
+  cs.push_back({"every_policy",
+                doc({entry(), entry("2"), entry("4")}),
                 doc({with(entry(), [](json& e) { e["timings_ms"]["total"] = timing(130.0, 129.0, 131.0, 20); }),
                      entry("2", "fail")}),
-                {"missing", "pass_to_fail", "slower"}, {"accuracy", "time", "missing"}});
+                {"missing", "pass_to_fail", "slower"},
+                {"accuracy", "time", "missing"}});
   return cs;
 }
 
@@ -173,7 +222,7 @@ TEST(ResultsCompare, EveryClassUnderEveryFailOnPolicy) {
       std::string ptext;
       for (const auto& p : policy) ptext += p + ",";
       EXPECT_EQ(rep.exit_code(), should_fail ? 1 : 0) << c.name << " under --fail-on " << ptext << "\n"
-                                                       << kcp::render_text(rep);
+                                                      << kcp::render_text(rep);
     }
   }
 }
@@ -198,7 +247,7 @@ TEST(ResultsCompare, FindingsCarryTheNumbers) {
 
 TEST(ResultsCompare, ThresholdsAreOptions) {
   json now = doc({entry()});
-  now["entries"][0]["tensors"]["o"]["ratio_max"] = 0.34;                 // +0.04
+  now["entries"][0]["tensors"]["o"]["ratio_max"] = 0.34;                       // +0.04
   now["entries"][0]["timings_ms"]["total"] = timing(105.0, 104.5, 105.5, 20);  // +5%
   CompareOptions opt;
   EXPECT_EQ(compare_results(doc({entry()}), now, opt).exit_code(), 0);
@@ -251,7 +300,8 @@ TEST(ResultsCompare, ACorruptNewFileIsAConfigErrorNotARegression) {
   string_ratio["entries"][1]["tensors"]["dq"]["ratio_max"] = "abc";
   std::string msg = refusal(string_ratio);
   EXPECT_NE(msg.find("NEW"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("entries[1].tensors.dq.ratio_max: expected a number or null, got \"abc\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("entries[1].tensors.dq.ratio_max: expected a number or null, got \"abc\""), std::string::npos)
+      << msg;
 
   json no_tensors = doc({entry(), entry("2")});
   no_tensors["entries"][0].erase("tensors");

@@ -113,10 +113,14 @@ TEST(Results, OtherCorruptionsNameTheirPath) {
   };
   const std::vector<Case> cases = {
       {[&](json& d) { d["entries"][i]["status"] = 3; }, e + ".status: expected a string, got 3"},
-      {[&](json& d) { d["entries"][i]["form"]["P"] = "sometimes"; }, e + ".form.P: expected \"planned\" or a segment count"},
-      {[&](json& d) { d["entries"][i]["timings_ms"]["total"]["count"] = 1.5; }, e + ".timings_ms.total.count: expected an integer"},
-      {[&](json& d) { d["entries"][i]["tensors"]["o"]["worst"]["token"] = "x"; }, e + ".tensors.o.worst.token: expected an integer"},
-      {[&](json& d) { d["entries"][i]["memory_bytes_per_rank"][0] = true; }, e + ".memory_bytes_per_rank[0]: expected an integer"},
+      {[&](json& d) { d["entries"][i]["form"]["P"] = "sometimes"; },
+       e + ".form.P: expected \"planned\" or a segment count"},
+      {[&](json& d) { d["entries"][i]["timings_ms"]["total"]["count"] = 1.5; },
+       e + ".timings_ms.total.count: expected an integer"},
+      {[&](json& d) { d["entries"][i]["tensors"]["o"]["worst"]["token"] = "x"; },
+       e + ".tensors.o.worst.token: expected an integer"},
+      {[&](json& d) { d["entries"][i]["memory_bytes_per_rank"][0] = true; },
+       e + ".memory_bytes_per_rank[0]: expected an integer"},
       {[&](json& d) { d["entries"][i]["determinism"] = "yes"; }, e + ".determinism: expected an object"},
       {[&](json& d) { d["context"]["world_size"] = "2"; }, "context.world_size: expected an integer"},
       {[&](json& d) { d["summary"]["passed"] = nullptr; }, "summary.passed: expected an integer"},

@@ -59,31 +59,56 @@ TEST(RowLoader, EveryMistakeIsNamedWithFilePathExpectedAndFound) {
   const std::vector<BrokenCase> cases = {
       {"unknown key", [](json& d) { d["rows"][0]["headz"] = 3; }, "bad.json: rows[0].headz: unknown key"},
       {"wrong type", [](json& d) { d["rows"][0]["H"] = "two"; }, "rows[0].H: expected an integer, got string \"two\""},
-      {"HV not a multiple of H", [](json& d) { d["rows"][0]["HV"] = 3; }, "rows[0].HV: must be a multiple of H (2), got 3"},
-      {"unsupported K", [](json& d) { d["rows"][0]["K"] = 96; }, "rows[0].K: unsupported head dim (supported: 64, 128), got 96"},
+      {"HV not a multiple of H", [](json& d) { d["rows"][0]["HV"] = 3; },
+       "rows[0].HV: must be a multiple of H (2), got 3"},
+      {"unsupported K", [](json& d) { d["rows"][0]["K"] = 96; },
+       "rows[0].K: unsupported head dim (supported: 64, 128), got 96"},
       {"negative length", [](json& d) { d["rows"][1]["seqlens"][0] = -5; }, "rows[1].seqlens[0]: must be >= 0, got -5"},
-      {"W too large", [](json& d) { d["rows"][0]["seqlens"] = {3}; d["rows"][0]["world"] = 4; },
+      {"W too large",
+       [](json& d) {
+         d["rows"][0]["seqlens"] = {3};
+         d["rows"][0]["world"] = 4;
+       },
        "rows[0].world: W = 4 is larger than the 3 tokens allow"},
-      {"not divisible", [](json& d) { d["rows"][0]["seqlens"] = {513}; }, "total tokens 513 must be divisible by W = 2"},
-      {"forced P too large", [](json& d) { d["rows"][0]["forms"] = {{"forced_P", {9}}}; },
+      {"not divisible", [](json& d) { d["rows"][0]["seqlens"] = {513}; },
+       "total tokens 513 must be divisible by W = 2"},
+      {"forced P too large",
+       [](json& d) {
+         d["rows"][0]["forms"] = {{"forced_P", {9}}};
+       },
        "rows[0].forms.forced_P[0]: the plan cannot take P = 9"},
       {"bad enum", [](json& d) { d["rows"][0]["op"] = "gla"; }, "rows[0].op: expected one of gdn, kda, got \"gla\""},
-      {"bad package", [](json& d) { d["rows"][1]["forms"]["packages"] = {"det", "fast"}; },
+      {"bad package",
+       [](json& d) {
+         d["rows"][1]["forms"]["packages"] = {"det", "fast"};
+       },
        "rows[1].forms.packages[1]: expected one of det, nondet, got \"fast\""},
-      {"lower bound on gdn", [](json& d) { d["rows"][0]["gate"] = "lower_bound"; d["rows"][0]["A_log"] = true; },
+      {"lower bound on gdn",
+       [](json& d) {
+         d["rows"][0]["gate"] = "lower_bound";
+         d["rows"][0]["A_log"] = true;
+       },
        "rows[0].gate: the lower_bound form exists for kda only"},
       {"softplus without A_log", [](json& d) { d["rows"][0]["gate"] = "softplus"; },
        "rows[0].A_log: the softplus gate form needs A_log: true, got false"},
-      {"dht without final state", [](json& d) { d["rows"][0]["dht"] = true; }, "rows[0].dht: dht needs final_state: true"},
-      {"rank_tokens do not add up", [](json& d) { d["rows"][0]["rank_tokens"] = {100, 300}; },
+      {"dht without final state", [](json& d) { d["rows"][0]["dht"] = true; },
+       "rows[0].dht: dht needs final_state: true"},
+      {"rank_tokens do not add up",
+       [](json& d) {
+         d["rows"][0]["rank_tokens"] = {100, 300};
+       },
        "rows[0].rank_tokens: must add up to the total tokens 512, got 400"},
-      {"budget for an absent tensor", [](json& d) { d["rows"][1]["budgets"]["tensors"]["dh0"] = {{"max_abs", 1}, {"rel_rms", 1}}; },
+      {"budget for an absent tensor",
+       [](json& d) {
+         d["rows"][1]["budgets"]["tensors"]["dh0"] = {{"max_abs", 1}, {"rel_rms", 1}};
+       },
        "rows[1].budgets.tensors.dh0: this row does not produce dh0"},
       {"unknown device class", [](json& d) { d["rows"][0]["plan_device"] = "a100"; },
        "rows[0].plan_device: unknown device class (known: h100, h200, b200, gb300, cpu), got \"a100\""},
       {"duplicate name", [](json& d) { d["rows"][1]["name"] = "A1"; }, "rows[1].name: duplicate row name \"A1\""},
       {"bad row name", [](json& d) { d["rows"][0]["name"] = "gdn_big"; }, "rows[0].name: expected a family letter"},
-      {"missing field", [](json& d) { d["rows"][0].erase("seqlens"); }, "rows[0].seqlens: required array of integers is missing"},
+      {"missing field", [](json& d) { d["rows"][0].erase("seqlens"); },
+       "rows[0].seqlens: required array of integers is missing"},
       {"wrong schema", [](json& d) { d["schema"] = "rows/0"; }, "schema: expected \"kcpbench.rows/1\", got \"rows/0\""},
   };
   for (const auto& c : cases) {
@@ -142,26 +167,44 @@ TEST(RowLoader, SelectRows) {
 // as written, never truncated (H = 4294967298 used to load as H = 2).
 TEST(RowLoader, IntegersAreRangeCheckedAsWrittenBeforeNarrowing) {
   const std::vector<BrokenCase> cases = {
-      {"H past 32 bits", [](json& d) { d["rows"][0]["H"] = 4294967298LL; d["rows"][0]["HV"] = 4294967298LL; },
+      {"H past 32 bits",
+       [](json& d) {
+         d["rows"][0]["H"] = 4294967298LL;
+         d["rows"][0]["HV"] = 4294967298LL;
+       },
        "bad.json: rows[0].H: must be in [1, 1024], got 4294967298"},
-      {"HV past 32 bits", [](json& d) { d["rows"][0]["H"] = 4294967298LL; d["rows"][0]["HV"] = 4294967298LL; },
+      {"HV past 32 bits",
+       [](json& d) {
+         d["rows"][0]["H"] = 4294967298LL;
+         d["rows"][0]["HV"] = 4294967298LL;
+       },
        "bad.json: rows[0].HV: must be in [1, 1024], got 4294967298"},
       {"world past 32 bits", [](json& d) { d["rows"][0]["world"] = 4294967298LL; },
        "rows[0].world: must be in [1, 4096], got 4294967298"},
       {"world 2^40", [](json& d) { d["rows"][0]["world"] = int64_t(1) << 40; },
        "rows[0].world: must be in [1, 4096], got 1099511627776"},
-      {"K past 32 bits", [](json& d) { d["rows"][0]["K"] = 4294967360LL; }, "rows[0].K: must be in [1, 1024], got 4294967360"},
+      {"K past 32 bits", [](json& d) { d["rows"][0]["K"] = 4294967360LL; },
+       "rows[0].K: must be in [1, 1024], got 4294967360"},
       {"chunk past 32 bits", [](json& d) { d["rows"][0]["chunk"] = 4294967360LL; },
        "rows[0].chunk: must be in [1, 1024], got 4294967360"},
-      {"forced P past 32 bits", [](json& d) { d["rows"][0]["forms"] = {{"forced_P", {4294967298LL}}}; },
+      {"forced P past 32 bits",
+       [](json& d) {
+         d["rows"][0]["forms"] = {{"forced_P", {4294967298LL}}};
+       },
        "rows[0].forms.forced_P[0]: must be in [1, 64], got 4294967298"},
       {"negative seed", [](json& d) { d["rows"][0]["seed"] = -1; },
        "rows[0].seed: must be in [0, 18446744073709551615], got -1"},
       {"length past int64", [](json& d) { d["rows"][0]["seqlens"] = {18446744073709551615ULL}; },
        "rows[0].seqlens[0]: must be at most 9223372036854775807, got 18446744073709551615"},
-      {"lengths summing past 2^64", [](json& d) { d["rows"][0]["seqlens"] = {9223372036854775807LL, 9223372036854775807LL, 2}; },
+      {"lengths summing past 2^64",
+       [](json& d) {
+         d["rows"][0]["seqlens"] = {9223372036854775807LL, 9223372036854775807LL, 2};
+       },
        "rows[0].seqlens: the lengths add up past 9223372036854775807 (64-bit overflow)"},
-      {"rank tokens summing past 2^63", [](json& d) { d["rows"][0]["rank_tokens"] = {9223372036854775807LL, 512}; },
+      {"rank tokens summing past 2^63",
+       [](json& d) {
+         d["rows"][0]["rank_tokens"] = {9223372036854775807LL, 512};
+       },
        "rows[0].rank_tokens: the counts add up past 9223372036854775807 (64-bit overflow)"},
       {"sizes past 64 bits",
        [](json& d) {
@@ -203,7 +246,7 @@ TEST(RowLoader, ATypeErrorDoesNotHideTheRowsOtherErrors) {
                            "rows[0].dht: dht needs final_state: true"})
     EXPECT_NE(msg.find(part), std::string::npos) << part << "\n" << msg;
   d = valid_set();
-  d["rows"][0]["HV"] = "four";  // the default HV = 1 must not be called "not a multiple of H (2)"
+  d["rows"][0]["HV"] = "four";      // the default HV = 1 must not be called "not a multiple of H (2)"
   d["rows"][0]["seqlens"] = {"x"};  // nor the unread lengths "an empty array"
   d["rows"][0]["world"] = 0;
   d["rows"][1]["op"] = 7;  // nor the default gdn "lower_bound exists for kda only"

@@ -106,8 +106,10 @@ TEST(RowSchemaKeys, SameKeysObjectByObject) {
       if (!loader_keys.count(k)) only_schema.insert(k);
     for (const auto& k : loader_keys)
       if (!schema_keys.count(k)) only_loader.insert(k);
-    EXPECT_TRUE(only_schema.empty()) << where << ": the schema accepts keys the loader rejects: " << listed(only_schema);
-    EXPECT_TRUE(only_loader.empty()) << where << ": the loader accepts keys the schema rejects: " << listed(only_loader);
+    EXPECT_TRUE(only_schema.empty()) << where
+                                     << ": the schema accepts keys the loader rejects: " << listed(only_schema);
+    EXPECT_TRUE(only_loader.empty()) << where
+                                     << ": the loader accepts keys the schema rejects: " << listed(only_loader);
     EXPECT_EQ(node->value("additionalProperties", json(true)), json(false))
         << where << ": the schema must reject unknown keys (additionalProperties: false), as the loader does";
     EXPECT_EQ(it->second.size(), loader_keys.size()) << kind << ": the loader's key list repeats a key";
@@ -138,10 +140,13 @@ TEST(RowSchemaKeys, LoaderRejectsExactlyTheKeysOutsideItsLists) {
       {"budgets", json::json_pointer("/rows/0/budgets")},
       {"budgets.tensors", json::json_pointer("/rows/0/budgets/tensors")},
       {"tensor_budget", json::json_pointer("/rows/0/budgets/tensors/o")}};
-  const std::map<std::string, std::string> path = {
-      {"row_set", ""}, {"row", "rows[0]."}, {"inputs", "rows[0].inputs."}, {"forms", "rows[0].forms."},
-      {"budgets", "rows[0].budgets."}, {"budgets.tensors", "rows[0].budgets.tensors."},
-      {"tensor_budget", "rows[0].budgets.tensors.o."}};
+  const std::map<std::string, std::string> path = {{"row_set", ""},
+                                                   {"row", "rows[0]."},
+                                                   {"inputs", "rows[0].inputs."},
+                                                   {"forms", "rows[0].forms."},
+                                                   {"budgets", "rows[0].budgets."},
+                                                   {"budgets.tensors", "rows[0].budgets.tensors."},
+                                                   {"tensor_budget", "rows[0].budgets.tensors.o."}};
   for (const auto& [kind, keys] : accepted_keys()) {
     ASSERT_TRUE(at.count(kind)) << "no test document place for kind " << kind;
     json doc = base;
@@ -152,7 +157,8 @@ TEST(RowSchemaKeys, LoaderRejectsExactlyTheKeysOutsideItsLists) {
       json& obj = one[at.at(kind)];
       if (obj.contains(k)) continue;  // already there and accepted
       obj[k] = nullptr;               // a wrong value: a type error, never an unknown-key error
-      EXPECT_FALSE(unknown_key_error(one, path.at(kind) + k)) << kind << "." << k << ": a listed key was called unknown";
+      EXPECT_FALSE(unknown_key_error(one, path.at(kind) + k))
+          << kind << "." << k << ": a listed key was called unknown";
     }
   }
 }

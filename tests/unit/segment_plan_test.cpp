@@ -266,8 +266,10 @@ TEST(SegmentPlan, WorkspaceSizesNeverWrap) {
     const SegmentPlan plan = make_plan(row, {0, "h200", 0, 0});
     FAIL() << "planned with a wrapped workspace of " << plan.ranks[0].workspace.total() << " bytes";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("row P1: rank 0's workspace (chunk_states) overflows 64-bit sizes (70368744177664 x 1024 x 128 x 128 x 2)"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find(
+            "row P1: rank 0's workspace (chunk_states) overflows 64-bit sizes (70368744177664 x 1024 x 128 x 128 x 2)"),
+        std::string::npos)
         << e.what();
   }
   // Lengths that add up past 2^63 - 1 are refused, not wrapped to a small total.
