@@ -26,6 +26,8 @@ struct DriverCase {
   Case c;
   TwinOptions opt;
 };
+// ctest lists the case by name, not as a byte dump.
+void PrintTo(const DriverCase& d, std::ostream* os) { *os << d.c.name; }
 
 Case base(const std::string& name, int K, uint64_t seed) {
   Case c;

@@ -68,6 +68,8 @@ struct Param {
   Case c;
   int P;
 };
+// ctest lists the case by name, not as a byte dump.
+void PrintTo(const Param& p, std::ostream* os) { *os << p.c.name << " P=" << p.P; }
 
 class GpuPhase : public ::testing::TestWithParam<Param> {
  protected:
