@@ -28,19 +28,19 @@ import os
 import re
 import sys
 
-plt = FixedLocator = FuncFormatter = LogLocator = NullLocator = Patch = None  # matplotlib, imported by draw()
+plt = FixedLocator = FuncFormatter = NullLocator = Patch = None  # matplotlib, imported by draw()
 
 
 def import_matplotlib():
     """Imports matplotlib only when something is drawn (--help and bad input do not need it)."""
-    global plt, FixedLocator, FuncFormatter, LogLocator, NullLocator, Patch
+    global plt, FixedLocator, FuncFormatter, NullLocator, Patch
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         from matplotlib.patches import Patch
-        from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
     except ImportError as exc:  # fail loudly: a plot that silently is not drawn helps nobody
         sys.stderr.write(
             "plot_p_sweep.py: matplotlib is not importable by %s (%s).\n"
@@ -169,8 +169,15 @@ def ratio_panel(ax, metric, title, forced, planned, names, colors):
     # and a ratio of 0.3 is as far from the budget as one of 3. (A ratio of exactly 0 is a gap.)
     ax.set_yscale("log")
     low = min(low if low is not None else 1.0, 1.0)
-    ax.set_ylim(low / 1.6, max(top, 1.0) * 1.6)
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    lo, hi = low / 2.0, max(top, 1.0) * 1.6
+    ax.set_ylim(lo, hi)
+    # 1-2-5 ticks (LogLocator leaves most of them out on a range of one or two decades).
+    ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+             for m in (1, 2, 5)]
+    ticks = [t for t in ticks if lo <= t <= hi]
+    if len(ticks) > 9:
+        ticks = [t for t in ticks if round(t / 10.0 ** math.floor(math.log10(t))) == 1]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: "%g" % v))
     ax.set_ylabel(metric.replace("_", " ") + " (error / budget)")
