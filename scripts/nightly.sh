@@ -20,6 +20,7 @@
 # the baseline is cut to the entries of the (row, package, saved set) triples the run has, every
 # schedule of them kept (so a schedule the run lost is still missing); the cut baseline is written
 # next to the run as <set>-<date>.baseline.json. Without arguments after -- the whole baseline counts.
+# --update-baseline with arguments after -- only adopts a first baseline (exit 2 when one exists).
 #
 # Options:  --set NAME (row set), --device NAME (results folder and planning class),
 #           --results DIR (default: <repo>/results), --update-baseline, -h/--help
@@ -81,6 +82,11 @@ out="$dir/$set_name-$date_tag.json"
 md="$dir/$set_name-$date_tag.md"
 baseline="$dir/baseline/$set_name.json"
 mkdir -p "$dir"
+# --update-baseline after a subset run would replace the whole baseline by the subset.
+if [ "$update" = 1 ] && [ ${#run_args[@]} -gt 0 ] && [ -f "$baseline" ]; then
+  echo "nightly: --update-baseline with arguments after -- would replace $baseline by a subset run; update it from a run without them" >&2
+  exit 2
+fi
 
 echo "nightly: $set_name on $device -> $out"
 set +e

@@ -47,6 +47,13 @@ out=$(FAIL_ON=accuracy,missing bash "$nightly" --set int1 --device cpu --results
 echo "$out"
 [ $rc -eq 0 ] || fail "--row A1 against the committed int1 baseline: expected 0, got $rc"
 echo "$out" | grep -q "comparing 4 of 80 baseline entries" || fail "--row A1: not 4 of 80 entries compared"
+# --update-baseline after a subset run would replace the 80-entry baseline by 4 entries: refused.
+out=$(bash "$nightly" --update-baseline --set int1 --device cpu --results "$work" -- --row A1 2>&1); rc=$?
+echo "$out"
+[ $rc -eq 2 ] || fail "--update-baseline with a subset over an existing baseline: expected 2, got $rc"
+echo "$out" | grep -q "would replace .*baseline/int1.json by a subset run" || fail "--update-baseline subset: message"
+cmp -s "$work/cpu/baseline/int1.json" "$(dirname "$nightly")/../results/cpu/baseline/int1.json" \
+  || fail "--update-baseline subset: the baseline was changed"
 cp "$work/baseline-A1-det-full.json" "$work/cpu/baseline/int1.json"
 
 # A baseline entry that the new run does not have: missing -> regression under the default policy.
