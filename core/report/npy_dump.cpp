@@ -144,8 +144,19 @@ void Dumper::write_manifest(const nlohmann::json& context) const {
       {"inputs",
        "q, k, v, g, beta, dO per rank over its tokens; h0, dht [sequences, HV, K, V], A_log [HV] and "
        "dt_bias [HV, gate width] once (rank 0), the same for every rank"}};
+  // Token-major layouts of docs/algorithm.md 0 (T: the rank's tokens, the file's "tokens" range).
+  const nlohmann::json layouts = {{"q, k, dq, dk", "[T, H, K]"},
+                                  {"v, dO, o, dv", "[T, HV, V]"},
+                                  {"g, dg", "[T, HV, gate width] (gate width: 1 for GDN, K for KDA)"},
+                                  {"beta, dbeta", "[T, HV]"},
+                                  {"ht, dh0", "[local pieces, HV, K, V], the state key-major"},
+                                  {"h0, dht", "[sequences, HV, K, V]"},
+                                  {"A_log, dA_log", "[HV]"},
+                                  {"dt_bias", "[HV, gate width]"},
+                                  {"ddt_bias", "[HV * gate width]"}};
   write_json_atomic(dir_ + "/manifest.json", {{"schema", "kcpbench.dump/1"},
                                               {"context", context},
+                                              {"layouts", layouts},
                                               {"verdicts", verdicts},
                                               {"rows", rows_},
                                               {"files", entries_}});

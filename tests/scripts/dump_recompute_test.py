@@ -61,6 +61,9 @@ def recompute(dump_dir, results):
     for key in ("loss", "max_abs", "rel_rms", "params"):
         if key not in man.get("verdicts", {}):
             fail("manifest: verdicts.%s missing" % key)
+    for key in ("q, k, dq, dk", "ht, dh0", "h0, dht"):
+        if key not in man.get("layouts", {}):
+            fail("manifest: layouts[%r] missing" % key)
     checked = 0
     for e in results["entries"]:
         if "tensors" not in e:
