@@ -251,7 +251,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                   "$XDG_CACHE_HOME/kcpbench or ~/.cache/kcpbench)");
   sub->add_option("--dump", o->dump,
                   "Write inputs, FP64 reference and backend outputs/gradients of the selected "
-                  "rows and forms as .npy files, with DIR/manifest.json describing each");
+                  "rows and forms as .npy files, with DIR/manifest.json describing each (DIR: empty, new, or an "
+                  "earlier dump, whose listed files are removed; anything else: exit 2)");
   sub->add_option("--warmup", o->warmup, "Untimed forward+backward runs per form before the timed ones")
       ->capture_default_str();
   sub->add_option("--repeats", o->repeats, "Timed forward+backward runs per form (median/min/max/p90 in the JSON)")

@@ -16,6 +16,11 @@
 # arguments, or files from different devices; a run that ends with 2, 3 or 5 (bad row file,
 # runtime error, deadline) exits with its own code and is not compared. Failing entries that also
 # fail in the baseline are not regressions: only changes count.
+# A subset run (arguments after --, e.g. --row A1 --package det) compares only what it selected:
+# the baseline is cut to the entries of the (row, package, saved set) triples the run has, every
+# schedule of them kept (so a schedule the run lost is still missing); the cut baseline is written
+# next to the run as <set>-<date>.baseline.json. Without arguments after -- the whole baseline counts.
+# --update-baseline with arguments after -- only adopts a first baseline (exit 2 when one exists).
 #
 # Options:  --set NAME (row set), --device NAME (results folder and planning class),
 #           --results DIR (default: <repo>/results), --update-baseline, -h/--help
@@ -77,6 +82,11 @@ out="$dir/$set_name-$date_tag.json"
 md="$dir/$set_name-$date_tag.md"
 baseline="$dir/baseline/$set_name.json"
 mkdir -p "$dir"
+# --update-baseline after a subset run would replace the whole baseline by the subset.
+if [ "$update" = 1 ] && [ ${#run_args[@]} -gt 0 ] && [ -f "$baseline" ]; then
+  echo "nightly: --update-baseline with arguments after -- would replace $baseline by a subset run; update it from a run without them" >&2
+  exit 2
+fi
 
 echo "nightly: $set_name on $device -> $out"
 set +e
@@ -100,9 +110,25 @@ if [ ! -f "$baseline" ]; then
   exit 2
 fi
 
+compare_base="$baseline"
+if [ ${#run_args[@]} -gt 0 ]; then
+  compare_base="$dir/$set_name-$date_tag.baseline.json"
+  python3 - "$baseline" "$out" "$compare_base" <<'PY' || { echo "nightly: cannot cut $baseline to the selected rows" >&2; exit 3; }
+import json, sys
+base, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+key = lambda e: (e.get("row"), (e.get("form") or {}).get("package"), (e.get("form") or {}).get("saved"))
+selected = {key(e) for e in run["entries"]}
+kept = [e for e in base["entries"] if key(e) in selected]
+print("nightly: subset run: comparing %d of %d baseline entries (the rows, packages and saved sets it ran)"
+      % (len(kept), len(base["entries"])))
+base["entries"] = kept
+json.dump(base, open(sys.argv[3], "w"), indent=1)
+PY
+fi
+
 set +e
 # shellcheck disable=SC2086  # COMPARE_ARGS is a list of flags
-"$kcpbench" compare "$baseline" "$out" --fail-on "${FAIL_ON:-accuracy,time,missing}" --md "$md" ${COMPARE_ARGS:-}
+"$kcpbench" compare "$compare_base" "$out" --fail-on "${FAIL_ON:-accuracy,time,missing}" --md "$md" ${COMPARE_ARGS:-}
 rc=$?
 set -e
 echo "nightly: summary in $md; compare exited $rc"

@@ -185,9 +185,12 @@ void log_phase_medians(const std::map<std::string, Stats>& phases) {
   }
 }
 
-// --dump: the rank's inputs and reference once per row, the backend's tensors once per form.
+// --dump: the rank's inputs and reference once per row (the row's per-sequence inputs h0, dht,
+// A_log, dt_bias once, from rank 0), the backend's tensors once per form; the manifest's
+// description of the row (shape, scale, gate, loss) and the reference of the Param gradients (this
+// rank's part of the total: the sequences that start on it, as compare_parameter_grads sums them).
 void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInputs& in, const RankReference& ref,
-              int r) {
+              const std::vector<std::shared_ptr<const SequenceReference>>& param_refs, int r) {
   const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == Op::Kda ? K : 1;
   const int64_t N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
   auto in_ = [&](const char* n, const std::vector<float>& v, std::vector<int64_t> shape) {
@@ -199,10 +202,39 @@ void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInpu
   in_("g", in.g, {T, HV, gw});
   in_("beta", in.beta, {T, HV});
   in_("dO", in.dO, {T, HV, V});
+  if (r == 0) {
+    const int64_t S = row.sequences();
+    d.add(row.name, "row", r, "input", "h0", in.h0, {S, HV, K, V}, -1, -1);
+    d.add(row.name, "row", r, "input", "dht", in.dht, {S, HV, K, V}, -1, -1);
+    d.add(row.name, "row", r, "input", "A_log", in.A_log, {HV}, -1, -1);
+    d.add(row.name, "row", r, "input", "dt_bias", in.dt_bias, {HV, gw}, -1, -1);
+    nlohmann::json info = row_summary_json(row, "");
+    info.erase("digest");
+    info["scale"] = row.scale > 0 ? row.scale : 1.0 / std::sqrt(double(K));
+    info["gate_width"] = gw;
+    info["A_log"] = row.A_log;
+    info["dt_bias"] = row.dt_bias;
+    if (row.gate == GateForm::LowerBound) info["lower_bound"] = row.lower_bound;
+    info["loss"] = row.dht ? "sum(o * dO) + sum(ht * dht)" : "sum(o * dO)";
+    d.describe_row(row.name, info);
+  }
   for (int i = 0; i < kResultTensorCount; ++i) {
     const ResultTensor t = result_tensor(i);
-    if (place_of(t) != TensorPlace::Param)
+    if (place_of(t) != TensorPlace::Param) {
       d.add(row.name, "row", r, "reference", to_string(t), ref[t], result_shape(row, t, T, N), b, e);
+      continue;
+    }
+    if (!row_has(row, t)) continue;
+    std::vector<double> part;
+    for (size_t p = 0; p < param_refs.size(); ++p) {
+      if (rp.pieces[p].from_prev_rank) continue;
+      const std::vector<double>& v = (*param_refs[p])[t];
+      if (part.empty()) part.assign(v.size(), 0.0);
+      for (size_t j = 0; j < v.size() && j < part.size(); ++j) part[j] += v[j];
+    }
+    // A rank where no sequence starts still writes its (zero) part, so every rank has the file.
+    if (part.empty()) part.assign(size_t(HV * (t == ResultTensor::dA_log ? 1 : gw)), 0.0);
+    d.add(row.name, "row", r, "reference", to_string(t), part, {int64_t(part.size())}, -1, -1);
   }
 }
 
@@ -279,7 +311,7 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
   c.ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
   if (c.announce && runnable)
     log::progress0("[{}/{}] {}: FP64 reference ready ({:.1f} s)", row_no, row_total, row.name, c.ref_seconds);
-  if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, c.shard, c.ref, r);
+  if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, c.shard, c.ref, c.param_refs, r);
   comm.barrier();
   refs.release(sel.digest);  // every rank of this process has its slice: the row's cache goes
   return c;

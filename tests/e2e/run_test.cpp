@@ -4,11 +4,13 @@
 // calibrate derives.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
 
 #include "e2e_util.h"
 
@@ -142,7 +144,10 @@ TEST(Calibrate, Int1BudgetsAreReproduced) {
 }
 
 TEST(Run, DumpWritesNpyFilesAndAManifest) {
-  const std::string dir = tmp("dump");
+  // A folder of this process: --dump refuses a folder holding files no earlier dump of its own
+  // lists, and TempDir is shared by every checkout's tests.
+  const std::string dir = tmp("dump-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
   auto r = run_kcpbench("-q run --rows int1 --row D1 --package nondet --saved light --cache none --dump " + dir);
   ASSERT_EQ(r.code, 0) << r.out;
   json m = read_json(dir + "/manifest.json");
@@ -161,8 +166,10 @@ TEST(Run, DumpWritesNpyFilesAndAManifest) {
     EXPECT_EQ(int64_t(in.tellg()) % 64, bytes % 64) << "header padded to 64 bytes";
     EXPECT_GT(int64_t(in.tellg()), bytes);
   }
-  for (const char* k : {"input:q", "input:dO", "reference:o", "reference:dh0", "backend:o", "backend:dq", "backend:ht"})
+  for (const char* k : {"input:q", "input:dO", "input:h0", "input:dht", "reference:o", "reference:dh0", "backend:o",
+                        "backend:dq", "backend:ht"})
     EXPECT_TRUE(kinds.count(k)) << k;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Run, DeadlineTurnsAHangIntoExitFiveNamingRankRowAndPhase) {
