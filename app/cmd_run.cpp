@@ -1,5 +1,6 @@
 // `kcpbench run`: plan, run every form, judge against FP64, report (docs/design.md 3).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -331,9 +332,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     KCP_REQUIRE(o->comm != "nccl" || std::string(backend->name()) == "cuda",
                 "--comm nccl exchanges device buffers: it needs --backend cuda (this run uses {})", backend->name());
     const std::string comm_kind = o->comm == "auto" ? (launched ? "mpi" : "local") : o->comm;
-    check_before_run(
-        rows, opt, *backend,
-        {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi, o->threads});
+    check_before_run(rows, opt, *backend,
+                     {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi,
+                      o->threads, o->json, o->dump});
 
     RunContext ctx;
     ctx.argv = g.argv;
@@ -354,21 +355,42 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     if (dumper.enabled()) opt.dumper = &dumper;
     // The JSON is rewritten after every row of a threads launch (summary.complete false until the
     // end), so a run cut short (a deadline, a killed job) keeps the rows it finished.
-    auto write_results = [&](const RunOutcome& t, bool complete) {
+    auto results_doc = [&](const RunOutcome& t, bool complete) {
       Results doc;
       doc.context = context_block(ctx);
       doc.entries = t.entries;
       doc.summary = Summary{t.passed, t.failed, t.skipped, t.contract_broken, complete};
-      write_json_atomic(o->json, to_json(doc));
+      return to_json(doc);
     };
+    // --json was checked before the first row; should a write still fail (a disk full, the folder
+    // removed), the run goes on with one warning, and the end keeps the entries elsewhere.
+    bool warned = false;
     std::function<void(const RunOutcome&)> after_row;
-    if (!o->json.empty()) after_row = [&](const RunOutcome& t) { write_results(t, false); };
+    if (!o->json.empty())
+      after_row = [&](const RunOutcome& t) {
+        try {
+          write_json_atomic(o->json, results_doc(t, false));
+        } catch (const Error& e) {
+          if (!warned) log::warn("could not write {} after a row (the run goes on): {}", o->json, e.what());
+          warned = true;
+        }
+      };
     RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx, after_row);
     dumper.write_manifest(to_json(context_block(ctx)));
     const bool rank0 = !use_mpi || mpi_world_rank() == 0;
     if (rank0) {
       if (!o->json.empty()) {
-        write_results(total, true);
+        const nlohmann::json doc = results_doc(total, true);
+        try {
+          write_json_atomic(o->json, doc);
+        } catch (const Error& e) {
+          // Never lose a finished entry: keep them in the temp folder, say where, then exit 3.
+          const std::string kept = (std::filesystem::temp_directory_path() /
+                                    fmt::format("kcpbench-results-{}.json", static_cast<long>(::getpid())))
+                                       .string();
+          write_json_atomic(kept, doc);
+          throw ApiError(fmt::format("{}; the results were written to {} instead", e.what(), kept));
+        }
         log::info0("wrote {}", o->json);
       }
       std::printf("%d passed, %d failed, %d skipped\n", total.passed, total.failed + total.contract_broken,
