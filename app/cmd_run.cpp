@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -87,6 +88,20 @@ std::vector<int> parse_sweep_P(const std::vector<std::string>& items, bool& is_a
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+// Whether the file at `path` must not be replaced by an incomplete results file: anything there,
+// except a results file that is incomplete itself (summary.complete false).
+bool keeps_earlier_results(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return true;
+  const auto s = j.find("summary");
+  if (s == j.end() || !s->is_object()) return true;
+  const auto c = s->find("complete");
+  return !(c != s->end() && c->is_boolean() && !c->get<bool>());
 }
 
 }  // namespace
@@ -362,6 +377,19 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
       doc.summary = Summary{t.passed, t.failed, t.skipped, t.contract_broken, complete};
       return to_json(doc);
     };
+    // The rows written so far (summary.complete false) never replace a file an earlier run left
+    // there (unless that one is incomplete too): they go beside it, to JSON.partial, until the run
+    // completes, and a deadline abort says where they are.
+    const std::string partial = !o->json.empty() && keeps_earlier_results(o->json) ? o->json + ".partial" : o->json;
+    if (!o->json.empty()) {
+      if (partial != o->json)
+        log::info0("{} holds earlier results: this run writes its rows to {} until it completes", o->json, partial);
+      watchdog.set_note(partial == o->json
+                            ? fmt::format("the rows finished before the deadline are in {} (complete: false)", partial)
+                            : fmt::format("the rows finished before the deadline are in {} (complete: false); {} was "
+                                          "left as it was",
+                                          partial, o->json));
+    }
     // --json was checked before the first row; should a write still fail (a disk full, the folder
     // removed), the run goes on with one warning, and the end keeps the entries elsewhere.
     bool warned = false;
@@ -369,7 +397,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     if (!o->json.empty())
       after_row = [&](const RunOutcome& t) {
         try {
-          write_json_atomic(o->json, results_doc(t, false));
+          write_json_atomic(partial, results_doc(t, false));
         } catch (const Error& e) {
           if (!warned) log::warn("could not write {} after a row (the run goes on): {}", o->json, e.what());
           warned = true;
@@ -381,6 +409,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     if (rank0) {
       if (!o->json.empty()) {
         const nlohmann::json doc = results_doc(total, true);
+        std::error_code ec_ignored;
         try {
           write_json_atomic(o->json, doc);
         } catch (const Error& e) {
@@ -391,6 +420,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
           write_json_atomic(kept, doc);
           throw ApiError(fmt::format("{}; the results were written to {} instead", e.what(), kept));
         }
+        if (partial != o->json) std::filesystem::remove(partial, ec_ignored);
         log::info0("wrote {}", o->json);
       }
       std::printf("%d passed, %d failed, %d skipped\n", total.passed, total.failed + total.contract_broken,

@@ -191,6 +191,37 @@ TEST(Run, ACutShortRunKeepsItsFinishedRowsInTheJson) {
   for (const json& e : j["entries"]) EXPECT_EQ(e["row"], "A2") << e.dump();
 }
 
+// A deadline abort used to overwrite a complete results file with an incomplete one, silently:
+// the rows of a run go beside it (X.partial) until the run completes, and the abort says where.
+TEST(Run, ADeadlineAbortKeepsACompleteFileAndWritesThePartialBeside) {
+  const std::string out = tmp("keep_complete.json"), partial = out + ".partial";
+  std::remove(partial.c_str());
+  auto first =
+      run_kcpbench("-q run --rows int1 --row A2 --package det --saved full --P planned --cache none --json " + out);
+  ASSERT_EQ(first.code, 0) << first.out;
+  const json before = read_json(out);
+  ASSERT_EQ(before["summary"]["complete"], true);
+  auto r = run_kcpbench(
+      "-q run --rows int1 --row A2 --row B1 --package det --saved full --cache none --inject hang "
+      "--inject-rank 2 --deadline 2 --json " +
+      out);
+  EXPECT_EQ(r.code, 5) << r.out;
+  EXPECT_EQ(read_json(out), before) << "the complete file must be left as it was";
+  const json cut = read_json(partial);
+  EXPECT_EQ(cut["summary"]["complete"], false);
+  EXPECT_NE(r.out.find("the rows finished before the deadline are in " + partial), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(out + " was left as it was"), std::string::npos) << r.out;
+  // compare flags the incomplete side
+  auto c = run_kcpbench("compare " + out + " " + partial);
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_NE(c.out.find("NEW is incomplete"), std::string::npos) << c.out;
+  // a run that completes replaces the file and removes the partial
+  auto again =
+      run_kcpbench("-q run --rows int1 --row A2 --package det --saved full --P planned --cache none --json " + out);
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_FALSE(std::filesystem::exists(partial));
+}
+
 TEST(Run, AFaultThePlanCannotTakeIsASkipNotAnError) {
   const std::string out = tmp("fault_skip.json");
   auto r = run_kcpbench(
