@@ -346,15 +346,21 @@ Determinism det_checks(const RowContext& c, const Form& form, const SegmentPlan&
   return det;
 }
 
-// The table line of a run entry (rank 0).
+// The table line of a run entry (rank 0). A failing line survives -q.
 void log_entry(const Entry& entry, const RowContext& c, const Form& form, const SegmentPlan& plan, const Verdict& v) {
   const Timings& t = entry.timings_ms;
-  log::info0("[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}", c.row_no,
-             c.row_total, c.row.name, form.label(), p_text(plan), entry.worst.ratio_max, entry.worst.ratio_max_tensor,
-             entry.worst.rms_ratio, entry.worst.rms_ratio_tensor, t.total ? t.total->median : 0.0,
-             entry.status == "pass"   ? std::string("PASS")
-             : entry.status == "fail" ? "FAIL: " + v.reason
-                                      : std::string("CONTRACT BROKEN"));
+  const std::string line = fmt::format(
+      "[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}", c.row_no,
+      c.row_total, c.row.name, form.label(), p_text(plan), entry.worst.ratio_max, entry.worst.ratio_max_tensor,
+      entry.worst.rms_ratio, entry.worst.rms_ratio_tensor, t.total ? t.total->median : 0.0,
+      entry.status == "pass"   ? std::string("PASS")
+      : entry.status == "fail" ? "FAIL: " + v.reason
+                               : std::string("CONTRACT BROKEN"));
+  // A failing line survives -q (only PASS lines go).
+  if (entry.status != "pass")
+    log::always0("{}", line);
+  else
+    log::info0("{}", line);
   if (t.phases) log_phase_medians(*t.phases);
 }
 
@@ -402,7 +408,11 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
     entry.reason = skip;
     ++outcome.skipped;
     if (r == 0) {
-      log::info0("[{}/{}] {} {}: skipped: {}", c.row_no, c.row_total, c.row.name, form.label(), skip);
+      // A skip because the backend cannot run the row is an error -q keeps; a planned skip is not.
+      if (!c.backend_status.ok)
+        log::always0("[{}/{}] {} {}: skipped: {}", c.row_no, c.row_total, c.row.name, form.label(), skip);
+      else
+        log::info0("[{}/{}] {} {}: skipped: {}", c.row_no, c.row_total, c.row.name, form.label(), skip);
       outcome.entries.push_back(std::move(entry));
     }
     return;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "e2e_util.h"
 
@@ -234,6 +235,22 @@ TEST(Run, AFaultThePlanCannotTakeIsASkipNotAnError) {
   EXPECT_EQ(j["entries"][0]["status"], "skip");
   EXPECT_NE(j["entries"][0]["reason"].get<std::string>().find("needs a rank that cuts a piece"), std::string::npos);
   EXPECT_EQ(j["entries"][1]["status"], "fail");
+}
+
+// -q used to drop the whole table, so a failing run printed only the counts: it keeps the FAIL
+// lines (and CONTRACT BROKEN, and skips for an error) and drops only PASS lines and plain skips.
+TEST(Run, QuietKeepsTheFailLinesAndDropsOnlyThePassLines) {
+  auto r = run_kcpbench(
+      "-q run --rows int1 --row A2 --package det --saved full --P 1,2 --inject drop-segment-entry --cache none");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("A2   det/full/P=2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("skipped:"), std::string::npos) << "a planned skip is no error:\n" << r.out;
+  EXPECT_NE(r.out.find("0 passed, 1 failed, 1 skipped"), std::string::npos) << r.out;
+  auto p = run_kcpbench("-q run --rows int1 --row A2 --package det --saved full --P planned --cache none");
+  EXPECT_EQ(p.code, 0) << p.out;
+  EXPECT_EQ(p.out.find("PASS"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("1 passed, 0 failed, 0 skipped"), std::string::npos) << p.out;
 }
 
 TEST(Run, ReferenceDiskCacheGivesTheSameMetrics) {
