@@ -403,6 +403,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
           warned = true;
         }
       };
+    log::info0("{}", table_header());
     RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx, after_row);
     dumper.write_manifest(to_json(context_block(ctx)));
     const bool rank0 = !use_mpi || mpi_world_rank() == 0;

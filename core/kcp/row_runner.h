@@ -75,6 +75,9 @@ struct SelectedRow {
 RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,
                     const kernels::Backend& backend, ReferenceStore& refs);
 
+// The header line of the table run_rows prints (one line per entry).
+std::string table_header();
+
 // The forms of a row under the options, in run order: for each schedule (planned, then each
 // forced P), det before nondet, full before light.
 std::vector<Form> expand_forms(const RowConfig& row, const RunOptions& opt);

@@ -253,6 +253,66 @@ TEST(Run, QuietKeepsTheFailLinesAndDropsOnlyThePassLines) {
   EXPECT_NE(p.out.find("1 passed, 0 failed, 0 skipped"), std::string::npos) << p.out;
 }
 
+namespace {
+// Row A2 of int1 (one rank, 768 tokens) with `budgets` (JSON text, "" for none).
+std::string a2_rows(const std::string& name, const std::string& budgets) {
+  const std::string path = tmp(name);
+  std::ofstream(path) << R"({"schema": "kcpbench.rows/1", "name": "t", "defaults": {"plan_device": "cpu", "dtype": )"
+                      << R"("bf16", "seed": 1, "inputs": {"gate_strength": 16}}, "rows": [{"name": "A2", "op": "gdn", )"
+                      << R"("H": 2, "HV": 2, "K": 64, "V": 64, "seqlens": [768], "world": 1)"
+                      << (budgets.empty() ? "" : R"(, "budgets": )" + budgets) << "}]}";
+  return path;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string l; std::getline(ss, l);) out.push_back(l);
+  return out;
+}
+}  // namespace
+
+// The table: a header line; a FAIL line is short (the worst tensor and its ratio and where its
+// worst element sits; every reason stays in the JSON) where it used to list every tensor (past 300
+// characters); ratios past 1e6 print in scientific notation (they printed hundreds of digits); a
+// row without budgets prints what it measured and "no budget" (it printed ratio_max 0.0000).
+TEST(Run, TheTableHasAHeaderShortFailLinesAndReadableRatios) {
+  std::string tiny = R"({"source": "test: budgets 1e-30", "tensors": {)";
+  for (const char* t : {"o", "dq", "dk", "dv", "dg", "dbeta"})
+    tiny += std::string(t == std::string("o") ? "" : ", ") + "\"" + t + R"(": {"max_abs": 1e-30, "rel_rms": 1e-30})";
+  tiny += "}}";
+  const std::string out = tmp("tiny_budgets.json");
+  auto r = run_kcpbench("run --rows " + a2_rows("tiny_budgets_rows.json", tiny) +
+                        " --package det --saved full --P planned --cache none --json " + out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto lines = lines_of(r.out);
+  size_t header = lines.size(), fail = lines.size();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("ratio_max") != std::string::npos && lines[i].find("verdict") != std::string::npos) header = i;
+    if (lines[i].find("FAIL") != std::string::npos) fail = i;
+  }
+  ASSERT_LT(header, lines.size()) << "no header line:\n" << r.out;
+  ASSERT_LT(fail, lines.size()) << r.out;
+  EXPECT_LT(header, fail);
+  const std::string& f = lines[fail];
+  EXPECT_LT(f.size(), 200u) << f;
+  EXPECT_NE(f.find("e+"), std::string::npos) << "a ratio near 1e28 in scientific notation: " << f;
+  EXPECT_NE(f.find("(+5 more tensors)"), std::string::npos) << f;
+  EXPECT_NE(f.find("at rank 0, token "), std::string::npos) << f;
+  EXPECT_NE(f.find(", segment "), std::string::npos) << f;
+  const json e = read_json(out)["entries"][0];
+  EXPECT_NE(e["reason"].get<std::string>().find("dbeta: ratio_max"), std::string::npos)
+      << "the JSON keeps every reason";
+
+  auto nb = run_kcpbench("run --rows " + a2_rows("no_budgets_rows.json", "") +
+                         " --package det --saved full --P planned --cache none");
+  EXPECT_EQ(nb.code, 1) << nb.out;
+  EXPECT_EQ(nb.out.find("0.0000"), std::string::npos) << nb.out;
+  EXPECT_NE(nb.out.find("max-abs "), std::string::npos) << nb.out;
+  EXPECT_NE(nb.out.find("rel-RMS "), std::string::npos) << nb.out;
+  EXPECT_NE(nb.out.find("FAIL: no budget (run kcpbench calibrate)"), std::string::npos) << nb.out;
+}
+
 TEST(Run, ReferenceDiskCacheGivesTheSameMetrics) {
   const std::string cache = tmp("refcache"), a = tmp("cache_a.json"), b = tmp("cache_b.json");
   std::filesystem::remove_all(cache);
