@@ -405,7 +405,8 @@ std::string table_header() {
 namespace {
 
 // The table line of a run entry (rank 0). A failing line survives -q. An entry without any
-// budget shows what it measured: the largest max-abs error and rel-RMS error over its tensors.
+// budget (and every entry while calibrating) shows what it measured: the largest max-abs error
+// and rel-RMS error over its tensors.
 void log_entry(const Entry& entry, const RowContext& c, const Form& form, const SegmentPlan& plan,
                const RunOptions& opt) {
   const Timings& t = entry.timings_ms;
@@ -422,16 +423,18 @@ void log_entry(const Entry& entry, const RowContext& c, const Form& form, const 
                               : entry.status == "fail" ? "FAIL: " + short_reason(*entry.tensors)
                                                        : "CONTRACT BROKEN: " + entry.reason.value_or("");
   std::string line;
-  if (!any_budget && abs) {
+  if (abs && (opt.calibrating || !any_budget)) {
     line = fmt::format("{:<8}{:<4} {:<22} {:<12} max-abs {:.3e} ({}) rel-RMS {:.3e} ({}) {:>9.1f}  {}", prog,
                        c.row.name, form.label(), p_text(plan), abs->max_abs, abs->name, rel->rel_rms, rel->name, ms,
-                       entry.status == "fail" ? std::string("FAIL: no budget (run kcpbench calibrate)") : verdict);
+                       opt.calibrating          ? std::string("measured (calibrating)")
+                       : entry.status == "fail" ? std::string("FAIL: no budget (run kcpbench calibrate)")
+                                                : verdict);
   } else {
     line = fmt::format(kTableLine, prog, c.row.name, form.label(), p_text(plan), ratio_text(entry.worst.ratio_max),
                        entry.worst.ratio_max_tensor, ratio_text(entry.worst.rms_ratio), entry.worst.rms_ratio_tensor,
                        fmt::format("{:.1f}", ms), verdict);
   }
-  if (entry.status != "pass")
+  if (entry.status != "pass" && !opt.calibrating)
     log::always0("{}", line);
   else
     log::info0("{}", line);

@@ -313,6 +313,18 @@ TEST(Run, TheTableHasAHeaderShortFailLinesAndReadableRatios) {
   EXPECT_NE(nb.out.find("FAIL: no budget (run kcpbench calibrate)"), std::string::npos) << nb.out;
 }
 
+// calibrate used to print "FAIL: no budget" lines for the rows it calibrates: it prints what it
+// measures.
+TEST(Run, CalibratePrintsWhatItMeasuresNotFailLines) {
+  const std::string rows = a2_rows("calibrate_rows.json", "");
+  auto r = run_kcpbench("calibrate --rows " + rows + " --cache none");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("no budget"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("max-abs "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured"), std::string::npos) << r.out;
+}
+
 TEST(Run, ReferenceDiskCacheGivesTheSameMetrics) {
   const std::string cache = tmp("refcache"), a = tmp("cache_a.json"), b = tmp("cache_b.json");
   std::filesystem::remove_all(cache);
