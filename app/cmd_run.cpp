@@ -381,7 +381,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     // there (unless that one is incomplete too): they go beside it, to JSON.partial, until the run
     // completes, and a deadline abort says where they are.
     const std::string partial = !o->json.empty() && keeps_earlier_results(o->json) ? o->json + ".partial" : o->json;
-    if (!o->json.empty()) {
+    if (!o->json.empty() && !use_mpi) {  // under mpirun the file is written once, at the end
       if (partial != o->json)
         log::info0("{} holds earlier results: this run writes its rows to {} until it completes", o->json, partial);
       watchdog.set_note(partial == o->json
