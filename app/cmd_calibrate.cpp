@@ -56,10 +56,12 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     opt.saved = {SavedKind::Full};
     opt.use_row_forced = false;
     opt.determinism_checks = false;
+    opt.calibrating = true;  // the table says what each row measures (it has no budgets yet)
     opt.device_class = o->device;
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
     auto backend = kernels::make_cpu_backend();
     RunContext ctx;
+    log::info0("{}", table_header());
     const RunOutcome out = run_in_world(rows, opt, "local", o->threads, *backend, ctx);
 
     // Read the file as ordered JSON so --write keeps its layout and key order.

@@ -1,10 +1,12 @@
 // `kcpbench run`: plan, run every form, judge against FP64, report (docs/design.md 3).
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -86,6 +88,20 @@ std::vector<int> parse_sweep_P(const std::vector<std::string>& items, bool& is_a
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+// Whether the file at `path` must not be replaced by an incomplete results file: anything there,
+// except a results file that is incomplete itself (summary.complete false).
+bool keeps_earlier_results(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return false;
+  std::ifstream in(path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return true;
+  const auto s = j.find("summary");
+  if (s == j.end() || !s->is_object()) return true;
+  const auto c = s->find("complete");
+  return !(c != s->end() && c->is_boolean() && !c->get<bool>());
 }
 
 }  // namespace
@@ -332,9 +348,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     KCP_REQUIRE(o->comm != "nccl" || std::string(backend->name()) == "cuda",
                 "--comm nccl exchanges device buffers: it needs --backend cuda (this run uses {})", backend->name());
     const std::string comm_kind = o->comm == "auto" ? (launched ? "mpi" : "local") : o->comm;
-    check_before_run(
-        rows, opt, *backend,
-        {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi, o->threads});
+    check_before_run(rows, opt, *backend,
+                     {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi,
+                      o->threads, o->json, o->dump});
 
     RunContext ctx;
     ctx.argv = g.argv;
@@ -355,21 +371,58 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     if (dumper.enabled()) opt.dumper = &dumper;
     // The JSON is rewritten after every row of a threads launch (summary.complete false until the
     // end), so a run cut short (a deadline, a killed job) keeps the rows it finished.
-    auto write_results = [&](const RunOutcome& t, bool complete) {
+    auto results_doc = [&](const RunOutcome& t, bool complete) {
       Results doc;
       doc.context = context_block(ctx);
       doc.entries = t.entries;
       doc.summary = Summary{t.passed, t.failed, t.skipped, t.contract_broken, complete};
-      write_json_atomic(o->json, to_json(doc));
+      return to_json(doc);
     };
+    // The rows written so far (summary.complete false) never replace a file an earlier run left
+    // there (unless that one is incomplete too): they go beside it, to JSON.partial, until the run
+    // completes, and a deadline abort says where they are.
+    const std::string partial = !o->json.empty() && keeps_earlier_results(o->json) ? o->json + ".partial" : o->json;
+    if (!o->json.empty() && !use_mpi) {  // under mpirun the file is written once, at the end
+      if (partial != o->json)
+        log::info0("{} holds earlier results: this run writes its rows to {} until it completes", o->json, partial);
+      watchdog.set_note(partial == o->json
+                            ? fmt::format("the rows finished before the deadline are in {} (complete: false)", partial)
+                            : fmt::format("the rows finished before the deadline are in {} (complete: false); {} was "
+                                          "left as it was",
+                                          partial, o->json));
+    }
+    // --json was checked before the first row; should a write still fail (a disk full, the folder
+    // removed), the run goes on with one warning, and the end keeps the entries elsewhere.
+    bool warned = false;
     std::function<void(const RunOutcome&)> after_row;
-    if (!o->json.empty()) after_row = [&](const RunOutcome& t) { write_results(t, false); };
+    if (!o->json.empty())
+      after_row = [&](const RunOutcome& t) {
+        try {
+          write_json_atomic(partial, results_doc(t, false));
+        } catch (const Error& e) {
+          if (!warned) log::warn("could not write {} after a row (the run goes on): {}", o->json, e.what());
+          warned = true;
+        }
+      };
+    log::info0("{}", table_header());
     RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx, after_row);
     dumper.write_manifest(to_json(context_block(ctx)));
     const bool rank0 = !use_mpi || mpi_world_rank() == 0;
     if (rank0) {
       if (!o->json.empty()) {
-        write_results(total, true);
+        const nlohmann::json doc = results_doc(total, true);
+        std::error_code ec_ignored;
+        try {
+          write_json_atomic(o->json, doc);
+        } catch (const Error& e) {
+          // Never lose a finished entry: keep them in the temp folder, say where, then exit 3.
+          const std::string kept = (std::filesystem::temp_directory_path() /
+                                    fmt::format("kcpbench-results-{}.json", static_cast<long>(::getpid())))
+                                       .string();
+          write_json_atomic(kept, doc);
+          throw ApiError(fmt::format("{}; the results were written to {} instead", e.what(), kept));
+        }
+        if (partial != o->json) std::filesystem::remove(partial, ec_ignored);
         log::info0("wrote {}", o->json);
       }
       std::printf("%d passed, %d failed, %d skipped\n", total.passed, total.failed + total.contract_broken,

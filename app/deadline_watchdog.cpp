@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "core/comm/mpi_communicator.h"
@@ -32,12 +33,21 @@ DeadlineWatchdog::DeadlineWatchdog(double seconds) : seconds_(seconds) {
             stderr, "kcpbench: error: [r%d] deadline of %g s passed: row %s has run %.1f s; in phase '%s' for %.1f s\n",
             p.rank, seconds_, p.row.c_str(), std::chrono::duration<double>(now - p.row_started).count(),
             p.phase.c_str(), std::chrono::duration<double>(now - p.since).count());
+      {
+        std::lock_guard<std::mutex> lock(note_mutex_);
+        if (!note_.empty()) std::fprintf(stderr, "kcpbench: error: %s\n", note_.c_str());
+      }
       std::fprintf(stderr, "kcpbench: error: aborting the communicators (exit code 5)\n");
       std::fflush(stderr);
       mpi_abort(5);   // under mpirun: every process ends
       std::_Exit(5);  // threads mode: ranks blocked in a collective cannot unwind
     }
   });
+}
+
+void DeadlineWatchdog::set_note(std::string note) {
+  std::lock_guard<std::mutex> lock(note_mutex_);
+  note_ = std::move(note);
 }
 
 DeadlineWatchdog::~DeadlineWatchdog() {

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
+#include <string>
 #include <thread>
 
 namespace kcp::app {
@@ -15,9 +17,13 @@ class DeadlineWatchdog {
   // least 1 ms apart) and is printed as given (%g: "deadline of 0.05 s").
   explicit DeadlineWatchdog(double seconds);
   ~DeadlineWatchdog();
+  // A line printed after the abort message (where the rows finished so far were written).
+  void set_note(std::string note);
 
  private:
   double seconds_;
+  std::mutex note_mutex_;
+  std::string note_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -34,8 +34,8 @@ int main(int argc, char** argv) {
     cli.add_option("--configs", g.configs_dir, "Folder holding rows/<set>.json (default: the source tree's configs/)");
     int quiet = 0, verbose = 0;
     auto* q = cli.add_flag("-q,--quiet", quiet,
-                           "Print only the table, the summary and errors (before or after the "
-                           "subcommand)");
+                           "Print only the failing table lines (FAIL, CONTRACT BROKEN, a skip for an "
+                           "error), the summary and errors (before or after the subcommand)");
     auto* v = cli.add_flag("-v,--verbose", verbose,
                            "Print debug lines (per-phase details; before or after the "
                            "subcommand)");

@@ -1,8 +1,14 @@
 #include "app/run_guard.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -115,8 +121,38 @@ void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, c
 
 }  // namespace
 
+void check_output_path(const std::string& path, const char* flag, bool folder) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::file_status st = fs::status(p, ec);
+  if (!folder && fs::is_directory(st))
+    KCP_THROW(ConfigError, "{} {}: is a folder, not a file (give a file path such as {}/results.json)", flag, path,
+              path);
+  if (folder && fs::exists(st) && !fs::is_directory(st))
+    KCP_THROW(ConfigError, "{} {}: is not a folder (it exists as a file)", flag, path);
+  const fs::path dir = folder ? p : p.has_parent_path() ? p.parent_path() : fs::path(".");
+  fs::path existing = dir;  // the nearest part of the folder that exists
+  while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+  if (existing.empty()) existing = ".";
+  if (!fs::is_directory(existing, ec))
+    KCP_THROW(ConfigError, "{} {}: cannot make the folder {}: {} is not a folder", flag, path, dir.string(),
+              existing.string());
+  const fs::path probe = existing / fmt::format(".kcpbench-probe-{}", static_cast<long>(::getpid()));
+  std::FILE* f = std::fopen(probe.c_str(), "w");
+  if (!f) {
+    const int err = errno;
+    KCP_THROW(ConfigError, "{} {}: cannot write in {}: {}", flag, path, existing.string(), std::strerror(err));
+  }
+  std::fclose(f);
+  fs::remove(probe, ec);
+}
+
 void check_before_run(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
                       const RunGuard& guard) {
+  if (!guard.use_mpi || mpi_world_rank() == 0) check_output_path(guard.json, "--json", false);
+  check_output_path(guard.dump, "--dump", true);
   check_hang(opt, guard);
   check_memory(rows, opt, backend, guard);
 }

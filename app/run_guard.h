@@ -1,7 +1,7 @@
 // What `kcpbench run` checks before any row runs (ConfigError, exit 2): an injected hang needs a
 // finite deadline (and the run says how long it will hang), and every selected row must fit in the
 // host and device memory at hand (core/plan/memory_estimate.h), unless --max-host-mem /
-// --max-device-mem say how much there is.
+// --max-device-mem say how much there is. --json and --dump must be writable before any row runs.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +19,18 @@ struct RunGuard {
   std::string max_host_mem = "auto", max_device_mem = "auto";
   bool use_mpi = false;  // one rank per process (else every row's ranks are threads of this one)
   int threads = 0;       // --threads (0: default)
+  std::string json;      // --json ("" none; checked on rank 0, the one that writes it)
+  std::string dump;      // --dump ("" none)
 };
 
 void check_before_run(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
                       const RunGuard& guard);
+
+// Refuses (ConfigError, exit 2) an output that cannot be written, naming the flag, the path and
+// why: a file path that is a folder (folder = false) or a folder path that is a file, a parent
+// that cannot be made (a part of it is a file), or a folder this process cannot write in (a
+// probe file is created and removed there). A missing parent that can be made is fine.
+void check_output_path(const std::string& path, const char* flag, bool folder);
 
 // "auto" -> -1; "123", "64G", "1.5GiB", "512MB" -> bytes (K/M/G/T/P are powers of 1024).
 // Throws ConfigError naming the option.

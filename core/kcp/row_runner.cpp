@@ -378,15 +378,98 @@ Determinism det_checks(const RowContext& c, const Form& form, const SegmentPlan&
   return det;
 }
 
-// The table line of a run entry (rank 0).
-void log_entry(const Entry& entry, const RowContext& c, const Form& form, const SegmentPlan& plan, const Verdict& v) {
+// A ratio for the table: 4 decimals, from 1e6 on scientific notation (a huge ratio printed
+// hundreds of digits), non-finite as "nan" / "inf".
+std::string ratio_text(double r) {
+  if (!std::isfinite(r)) return fmt::format("{}", r);
+  return std::fabs(r) >= 1e6 ? fmt::format("{:.3e}", r) : fmt::format("{:.4f}", r);
+}
+
+// " at rank 1, token 1023, segment 2" (a state tensor names its sequence), "" when unknown.
+std::string where_text(const WorstElement& w) {
+  if (w.rank < 0) return "";
+  std::string s = fmt::format(" at rank {}", w.rank);
+  if (w.token >= 0)
+    s += fmt::format(", token {}", w.token);
+  else if (w.seq >= 0)
+    s += fmt::format(", sequence {}", w.seq);
+  if (w.segment >= 0) s += fmt::format(", segment {}", w.segment);
+  return s;
+}
+
+// The table's short reason of a failing entry: its worst failing tensor (non-finite values first,
+// then the larger ratio), with the worst element's location, and how many more tensors fail.
+// The entry's `reason` in the JSON keeps every tensor.
+std::string short_reason(const std::map<std::string, TensorMetrics>& tensors) {
+  auto severity = [](const TensorMetrics& m) {
+    if (!m.has_budget) return -1.0;
+    if (m.nonfinite > 0) return double(INFINITY);
+    const double r = std::max(m.ratio_max, m.rms_ratio);
+    return std::isnan(r) ? double(INFINITY) : r;
+  };
+  const TensorMetrics* worst = nullptr;
+  int failing = 0;
+  for (const auto& [name, m] : tensors) {
+    if (m.pass) continue;
+    ++failing;
+    if (!worst || severity(m) > severity(*worst)) worst = &m;
+  }
+  if (!worst) return "";
+  const TensorMetrics& m = *worst;
+  std::string s = !m.has_budget ? m.name + ": no budget (run kcpbench calibrate)"
+                  : m.nonfinite ? fmt::format("{}: {} non-finite values{}", m.name, m.nonfinite, where_text(m.worst))
+                                : fmt::format("{}: ratio_max {}, rms ratio {}{}", m.name, ratio_text(m.ratio_max),
+                                              ratio_text(m.rms_ratio), where_text(m.worst));
+  if (failing > 1) s += fmt::format(" (+{} more tensor{})", failing - 1, failing > 2 ? "s" : "");
+  return s;
+}
+
+// The table's columns (table_header names them).
+constexpr const char* kTableLine = "{:<8}{:<4} {:<22} {:<12} {:>10} {:<6} {:>10} {:<6} {:>9}  {}";
+
+}  // namespace
+
+std::string table_header() {
+  return fmt::format(kTableLine, "", "row", "form", "P per rank", "ratio_max", "tensor", "rms ratio", "tensor",
+                     "total ms", "verdict");
+}
+
+namespace {
+
+// The table line of a run entry (rank 0). A failing line survives -q. An entry without any
+// budget (and every entry while calibrating) shows what it measured: the largest max-abs error
+// and rel-RMS error over its tensors.
+void log_entry(const Entry& entry, const RowContext& c, const Form& form, const SegmentPlan& plan,
+               const RunOptions& opt) {
   const Timings& t = entry.timings_ms;
-  log::info0("[{}/{}] {:<4} {:<22} P {:<12} ratio_max {:>7.4f} ({:<6}) rms {:>7.4f} ({:<6}) {:>8.1f} ms  {}", c.row_no,
-             c.row_total, c.row.name, form.label(), p_text(plan), entry.worst.ratio_max, entry.worst.ratio_max_tensor,
-             entry.worst.rms_ratio, entry.worst.rms_ratio_tensor, t.total ? t.total->median : 0.0,
-             entry.status == "pass"   ? std::string("PASS")
-             : entry.status == "fail" ? "FAIL: " + v.reason
-                                      : std::string("CONTRACT BROKEN"));
+  const std::string prog = fmt::format("[{}/{}]", c.row_no, c.row_total);
+  const double ms = t.total ? t.total->median : 0.0;
+  bool any_budget = false;
+  const TensorMetrics *abs = nullptr, *rel = nullptr;
+  for (const auto& [name, m] : *entry.tensors) {
+    any_budget = any_budget || m.has_budget;
+    if (!abs || !(m.max_abs <= abs->max_abs)) abs = &m;
+    if (!rel || !(m.rel_rms <= rel->rel_rms)) rel = &m;
+  }
+  const std::string verdict = entry.status == "pass"   ? std::string("PASS")
+                              : entry.status == "fail" ? "FAIL: " + short_reason(*entry.tensors)
+                                                       : "CONTRACT BROKEN: " + entry.reason.value_or("");
+  std::string line;
+  if (abs && (opt.calibrating || !any_budget)) {
+    line = fmt::format("{:<8}{:<4} {:<22} {:<12} max-abs {:.3e} ({}) rel-RMS {:.3e} ({}) {:>9.1f}  {}", prog,
+                       c.row.name, form.label(), p_text(plan), abs->max_abs, abs->name, rel->rel_rms, rel->name, ms,
+                       opt.calibrating          ? std::string("measured (calibrating)")
+                       : entry.status == "fail" ? std::string("FAIL: no budget (run kcpbench calibrate)")
+                                                : verdict);
+  } else {
+    line = fmt::format(kTableLine, prog, c.row.name, form.label(), p_text(plan), ratio_text(entry.worst.ratio_max),
+                       entry.worst.ratio_max_tensor, ratio_text(entry.worst.rms_ratio), entry.worst.rms_ratio_tensor,
+                       fmt::format("{:.1f}", ms), verdict);
+  }
+  if (entry.status != "pass" && !opt.calibrating)
+    log::always0("{}", line);
+  else
+    log::info0("{}", line);
   if (t.phases) log_phase_medians(*t.phases);
 }
 
@@ -394,7 +477,7 @@ void log_entry(const Entry& entry, const RowContext& c, const Form& form, const 
 void finish_entry(Entry& entry, const RowContext& c, const Form& form, const SegmentPlan& plan,
                   const std::vector<TensorMetrics>& ms, const Verdict& v, const std::string& status,
                   const std::string& broken, const std::optional<Determinism>& det, const Timings& timings,
-                  const std::vector<double>& mem_all) {
+                  const std::vector<double>& mem_all, const RunOptions& opt) {
   entry.status = status;
   if (!v.pass) entry.reason = v.reason;
   if (!broken.empty()) entry.reason = broken;
@@ -407,7 +490,7 @@ void finish_entry(Entry& entry, const RowContext& c, const Form& form, const Seg
   entry.memory_bytes_per_rank.clear();
   for (double b : mem_all) entry.memory_bytes_per_rank.push_back(int64_t(b));
   entry.reference_seconds_rank0 = c.ref_seconds;
-  log_entry(entry, c, form, plan, v);
+  log_entry(entry, c, form, plan, opt);
 }
 
 // The faulting rank's location, gathered from every rank (rank 0 writes it into the entry).
@@ -434,7 +517,11 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
     entry.reason = skip;
     ++outcome.skipped;
     if (r == 0) {
-      log::info0("[{}/{}] {} {}: skipped: {}", c.row_no, c.row_total, c.row.name, form.label(), skip);
+      // A skip because the backend cannot run the row is an error -q keeps; a planned skip is not.
+      if (!c.backend_status.ok)
+        log::always0("[{}/{}] {} {}: skipped: {}", c.row_no, c.row_total, c.row.name, form.label(), skip);
+      else
+        log::info0("[{}/{}] {} {}: skipped: {}", c.row_no, c.row_total, c.row.name, form.label(), skip);
       outcome.entries.push_back(std::move(entry));
     }
     return;
@@ -468,7 +555,7 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   comm.allgather(&mem_mine, mem_all.data(), 1);
   const std::string status = !broken.empty() ? "contract_broken" : v.pass ? "pass" : "fail";
   ++(status == "pass" ? outcome.passed : status == "fail" ? outcome.failed : outcome.contract_broken);
-  if (r == 0) finish_entry(entry, c, form, plan, ms, v, status, broken, det, timings, mem_all);
+  if (r == 0) finish_entry(entry, c, form, plan, ms, v, status, broken, det, timings, mem_all, opt);
   if (opt.fault.kind != FaultKind::None) record_fault_at(r == 0 ? &entry : nullptr, res, comm);
   if (r == 0) outcome.entries.push_back(std::move(entry));
 }

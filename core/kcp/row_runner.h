@@ -40,6 +40,7 @@ struct RunOptions {
   int repeats = 1;           // timed runs per form
   bool phase_times = false;  // then `repeats` runs with every backend phase timed (per-phase stats)
   Fault fault;
+  bool calibrating = false;  // calibrate: table lines say what was measured, not a verdict
   Dumper* dumper = nullptr;  // --dump: inputs, reference and backend tensors as .npy
   int progress_offset = 0;   // rows before these in the whole run (for "[i/n]" lines)
   int progress_total = 0;    // rows in the whole run (0 = these rows)
@@ -74,6 +75,9 @@ struct SelectedRow {
 
 RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,
                     const kernels::Backend& backend, ReferenceStore& refs);
+
+// The header line of the table run_rows prints (one line per entry).
+std::string table_header();
 
 // The forms of a row under the options, in run order: for each schedule (planned, then each
 // forced P), det before nondet, full before light.

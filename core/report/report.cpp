@@ -59,15 +59,20 @@ void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
                       __FILE__, __LINE__);
   }
   const std::string tmp = path + ".tmp";
+  // A failed write or rename removes the temp file (no stray .tmp is left beside the target).
+  auto fail = [&](const char* what, int err, const std::string& file) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    raise_api_error("I/O", what, err, std::strerror(err) + std::string(": ") + file, __FILE__, __LINE__);
+  };
   {
     std::ofstream out(tmp);
-    if (!out) raise_api_error("I/O", "open", errno, std::strerror(errno) + std::string(": ") + tmp, __FILE__, __LINE__);
+    if (!out) fail("open", errno, tmp);
     out << doc.dump(2) << "\n";
-    if (!out)
-      raise_api_error("I/O", "write", errno, std::strerror(errno) + std::string(": ") + tmp, __FILE__, __LINE__);
+    out.flush();
+    if (!out) fail("write", errno, tmp);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    raise_api_error("I/O", "rename", errno, std::strerror(errno) + std::string(": ") + path, __FILE__, __LINE__);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("rename", errno, path);
 }
 
 }  // namespace kcp

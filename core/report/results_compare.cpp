@@ -211,6 +211,17 @@ CompareReport compare_results(const Results& base, const Results& now, const Com
     throw ConfigError(msg);
   }
 
+  // A side cut short (summary.complete false: a deadline, a killed job) is a finding of its own,
+  // first: its absent entries are not regressions of the code.
+  if (base.summary && base.summary->complete == false)
+    rep.findings.push_back({"incomplete", "", "BASE", "", "", 0, 0,
+                            "BASE is incomplete (summary.complete false: that run was cut short); entries it lacks "
+                            "show as new"});
+  if (now.summary && now.summary->complete == false)
+    rep.findings.push_back({"incomplete", "missing", "NEW", "", "", 0, 0,
+                            "NEW is incomplete (summary.complete false: that run was cut short, e.g. by a "
+                            "deadline); entries it lacks show as missing"});
+
   // Keys of NEW (a repeated key gets "#2", "#3" in order, on both sides alike).
   auto keyed = [](const std::vector<Entry>& entries) {
     std::vector<std::pair<std::string, const Entry*>> out;

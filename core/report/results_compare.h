@@ -15,6 +15,8 @@
 //                            or a tensor judged in BASE is not judged in NEW
 //   slower         time      both sides timed >= 3 repeats with a spread (max-min)/median within
 //                            time_threshold, and NEW's median total > BASE's * (1 + time_threshold)
+//   incomplete     missing   NEW has summary.complete false (a run cut short); in BASE it is
+//                            reported and never fails
 //   new_entry, fail_to_pass, now_runs, faster, noisy, same: reported, never fail.
 // Time uses timings_ms.total; fewer than 3 repeats or a wider spread on either side is "noisy".
 #pragma once

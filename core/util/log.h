@@ -23,6 +23,11 @@ template <class... A>
 void info0(fmt::format_string<A...> f, A&&... a) {
   if (level() >= Level::Info && is_rank0()) write(false, fmt::format(f, std::forward<A>(a)...));
 }
+// A line -q keeps (a failing table line): rank 0, stdout, at every level.
+template <class... A>
+void always0(fmt::format_string<A...> f, A&&... a) {
+  if (is_rank0()) write(false, fmt::format(f, std::forward<A>(a)...));
+}
 // Progress of a long step (rank 0, stderr, so the stdout table stays clean; silenced by -q).
 template <class... A>
 void progress0(fmt::format_string<A...> f, A&&... a) {

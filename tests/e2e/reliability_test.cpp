@@ -152,3 +152,45 @@ TEST(Reliability, AnInjectRankTheRowDoesNotHaveIsNamedInTheEntry) {
   EXPECT_NE(r.out.find("A1 det/full/planned: skipped: --inject-rank 7 is not a rank of row A1"), std::string::npos)
       << r.out;
 }
+
+// --json and --dump used to be checked only when written: a folder that cannot be written, a
+// path that is a folder or a parent that cannot be made let the whole run execute, then exit 3
+// with every result lost (and a stray .tmp). They are now refused before the first row.
+TEST(Reliability, AnUnwritableOutputIsRefusedBeforeTheFirstRow) {
+  namespace fs = std::filesystem;
+  const std::string run = "run --rows int1 --row A2 --package det --saved full --P planned --cache none ";
+  const std::string dir = tmp("json_dir");
+  fs::create_directories(dir);
+  const std::string file = tmp("a_file");
+  std::ofstream(file) << "x";
+  // A read-only folder: chmod 0555 (root writes there anyway, so it uses /sys, mounted read-only).
+  std::string ro = tmp("ro_dir");
+  fs::create_directories(ro);
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+  if (std::ofstream(ro + "/probe")) {
+    fs::remove(ro + "/probe");
+    ro = "/sys";
+  }
+  const std::vector<Bad> cases = {
+      {run + "--json " + dir, "--json " + dir + ": is a folder"},
+      {run + "--json " + ro + "/out.json", "--json " + ro + "/out.json: cannot write in " + ro + ": "},
+      {run + "--json " + file + "/sub/out.json",
+       "--json " + file + "/sub/out.json: cannot make the folder " + file + "/sub: " + file + " is not a folder"},
+      {run + "--dump " + file, "--dump " + file + ": is not a folder"},
+      {run + "--dump " + ro + "/d", "--dump " + ro + "/d: cannot write in " + ro + ": "},
+  };
+  for (const Bad& c : cases) {
+    const CmdResult r = run_kcpbench(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << ": expected \"" << c.expect << "\" in\n" << r.out;
+    EXPECT_EQ(r.out.find("A2 det/full/planned"), std::string::npos) << "no row may run:\n" << r.out;
+  }
+  EXPECT_FALSE(fs::exists(dir + ".tmp"));
+  fs::permissions(tmp("ro_dir"), fs::perms::owner_all);
+  // A missing parent that can be made is made, as before.
+  const std::string deep = tmp("new_parent/sub/out.json");
+  fs::remove_all(tmp("new_parent"));
+  const CmdResult ok = run_kcpbench(run + "-q --json " + deep);
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_TRUE(fs::exists(deep));
+}

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "e2e_util.h"
@@ -198,6 +199,37 @@ TEST(Run, ACutShortRunKeepsItsFinishedRowsInTheJson) {
   for (const json& e : j["entries"]) EXPECT_EQ(e["row"], "A2") << e.dump();
 }
 
+// A deadline abort used to overwrite a complete results file with an incomplete one, silently:
+// the rows of a run go beside it (X.partial) until the run completes, and the abort says where.
+TEST(Run, ADeadlineAbortKeepsACompleteFileAndWritesThePartialBeside) {
+  const std::string out = tmp("keep_complete.json"), partial = out + ".partial";
+  std::remove(partial.c_str());
+  auto first =
+      run_kcpbench("-q run --rows int1 --row A2 --package det --saved full --P planned --cache none --json " + out);
+  ASSERT_EQ(first.code, 0) << first.out;
+  const json before = read_json(out);
+  ASSERT_EQ(before["summary"]["complete"], true);
+  auto r = run_kcpbench(
+      "-q run --rows int1 --row A2 --row B1 --package det --saved full --cache none --inject hang "
+      "--inject-rank 2 --deadline 2 --json " +
+      out);
+  EXPECT_EQ(r.code, 5) << r.out;
+  EXPECT_EQ(read_json(out), before) << "the complete file must be left as it was";
+  const json cut = read_json(partial);
+  EXPECT_EQ(cut["summary"]["complete"], false);
+  EXPECT_NE(r.out.find("the rows finished before the deadline are in " + partial), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(out + " was left as it was"), std::string::npos) << r.out;
+  // compare flags the incomplete side
+  auto c = run_kcpbench("compare " + out + " " + partial);
+  EXPECT_EQ(c.code, 1) << c.out;
+  EXPECT_NE(c.out.find("NEW is incomplete"), std::string::npos) << c.out;
+  // a run that completes replaces the file and removes the partial
+  auto again =
+      run_kcpbench("-q run --rows int1 --row A2 --package det --saved full --P planned --cache none --json " + out);
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_FALSE(std::filesystem::exists(partial));
+}
+
 TEST(Run, AFaultThePlanCannotTakeIsASkipNotAnError) {
   const std::string out = tmp("fault_skip.json");
   auto r = run_kcpbench(
@@ -210,6 +242,94 @@ TEST(Run, AFaultThePlanCannotTakeIsASkipNotAnError) {
   EXPECT_EQ(j["entries"][0]["status"], "skip");
   EXPECT_NE(j["entries"][0]["reason"].get<std::string>().find("needs a rank that cuts a piece"), std::string::npos);
   EXPECT_EQ(j["entries"][1]["status"], "fail");
+}
+
+// -q used to drop the whole table, so a failing run printed only the counts: it keeps the FAIL
+// lines (and CONTRACT BROKEN, and skips for an error) and drops only PASS lines and plain skips.
+TEST(Run, QuietKeepsTheFailLinesAndDropsOnlyThePassLines) {
+  auto r = run_kcpbench(
+      "-q run --rows int1 --row A2 --package det --saved full --P 1,2 --inject drop-segment-entry --cache none");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("A2   det/full/P=2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FAIL"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("skipped:"), std::string::npos) << "a planned skip is no error:\n" << r.out;
+  EXPECT_NE(r.out.find("0 passed, 1 failed, 1 skipped"), std::string::npos) << r.out;
+  auto p = run_kcpbench("-q run --rows int1 --row A2 --package det --saved full --P planned --cache none");
+  EXPECT_EQ(p.code, 0) << p.out;
+  EXPECT_EQ(p.out.find("PASS"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("1 passed, 0 failed, 0 skipped"), std::string::npos) << p.out;
+}
+
+namespace {
+// Row A2 of int1 (one rank, 768 tokens) with `budgets` (JSON text, "" for none).
+std::string a2_rows(const std::string& name, const std::string& budgets) {
+  const std::string path = tmp(name);
+  std::ofstream(path) << R"({"schema": "kcpbench.rows/1", "name": "t", "defaults": {"plan_device": "cpu", "dtype": )"
+                      << R"("bf16", "seed": 1, "inputs": {"gate_strength": 16}}, "rows": [{"name": "A2", "op": "gdn", )"
+                      << R"("H": 2, "HV": 2, "K": 64, "V": 64, "seqlens": [768], "world": 1)"
+                      << (budgets.empty() ? "" : R"(, "budgets": )" + budgets) << "}]}";
+  return path;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string l; std::getline(ss, l);) out.push_back(l);
+  return out;
+}
+}  // namespace
+
+// The table: a header line; a FAIL line is short (the worst tensor and its ratio and where its
+// worst element sits; every reason stays in the JSON) where it used to list every tensor (past 300
+// characters); ratios past 1e6 print in scientific notation (they printed hundreds of digits); a
+// row without budgets prints what it measured and "no budget" (it printed ratio_max 0.0000).
+TEST(Run, TheTableHasAHeaderShortFailLinesAndReadableRatios) {
+  std::string tiny = R"({"source": "test: budgets 1e-30", "tensors": {)";
+  for (const char* t : {"o", "dq", "dk", "dv", "dg", "dbeta"})
+    tiny += std::string(t == std::string("o") ? "" : ", ") + "\"" + t + R"(": {"max_abs": 1e-30, "rel_rms": 1e-30})";
+  tiny += "}}";
+  const std::string out = tmp("tiny_budgets.json");
+  auto r = run_kcpbench("run --rows " + a2_rows("tiny_budgets_rows.json", tiny) +
+                        " --package det --saved full --P planned --cache none --json " + out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  const auto lines = lines_of(r.out);
+  size_t header = lines.size(), fail = lines.size();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("ratio_max") != std::string::npos && lines[i].find("verdict") != std::string::npos) header = i;
+    if (lines[i].find("FAIL") != std::string::npos) fail = i;
+  }
+  ASSERT_LT(header, lines.size()) << "no header line:\n" << r.out;
+  ASSERT_LT(fail, lines.size()) << r.out;
+  EXPECT_LT(header, fail);
+  const std::string& f = lines[fail];
+  EXPECT_LT(f.size(), 200u) << f;
+  EXPECT_NE(f.find("e+"), std::string::npos) << "a ratio near 1e28 in scientific notation: " << f;
+  EXPECT_NE(f.find("(+5 more tensors)"), std::string::npos) << f;
+  EXPECT_NE(f.find("at rank 0, token "), std::string::npos) << f;
+  EXPECT_NE(f.find(", segment "), std::string::npos) << f;
+  const json e = read_json(out)["entries"][0];
+  EXPECT_NE(e["reason"].get<std::string>().find("dbeta: ratio_max"), std::string::npos)
+      << "the JSON keeps every reason";
+
+  auto nb = run_kcpbench("run --rows " + a2_rows("no_budgets_rows.json", "") +
+                         " --package det --saved full --P planned --cache none");
+  EXPECT_EQ(nb.code, 1) << nb.out;
+  EXPECT_EQ(nb.out.find("0.0000"), std::string::npos) << nb.out;
+  EXPECT_NE(nb.out.find("max-abs "), std::string::npos) << nb.out;
+  EXPECT_NE(nb.out.find("rel-RMS "), std::string::npos) << nb.out;
+  EXPECT_NE(nb.out.find("FAIL: no budget (run kcpbench calibrate)"), std::string::npos) << nb.out;
+}
+
+// calibrate used to print "FAIL: no budget" lines for the rows it calibrates: it prints what it
+// measures.
+TEST(Run, CalibratePrintsWhatItMeasuresNotFailLines) {
+  const std::string rows = a2_rows("calibrate_rows.json", "");
+  auto r = run_kcpbench("calibrate --rows " + rows + " --cache none");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("no budget"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("max-abs "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured"), std::string::npos) << r.out;
 }
 
 TEST(Run, ReferenceDiskCacheGivesTheSameMetrics) {

@@ -351,3 +351,24 @@ TEST(ResultsCompare, MarkdownSummary) {
   const std::string t = kcp::render_text(bad);
   EXPECT_NE(t.find("REGRESSION"), std::string::npos) << t;
 }
+
+// A results file with summary.complete false (a run cut short) used to be compared silently, its
+// absent entries just "missing": an incomplete input is now a finding of its own, naming the side.
+TEST(ResultsCompare, AnIncompleteInputIsFlagged) {
+  json full = doc({entry()});
+  full["summary"] = {{"passed", 1}, {"failed", 0}, {"skipped", 0}, {"contract_broken", 0}, {"complete", true}};
+  json cut = full;
+  cut["summary"]["complete"] = false;
+  CompareOptions opt;
+  const kcp::CompareReport now_cut = compare_results(full, cut, opt);
+  ASSERT_EQ(now_cut.count("incomplete"), 1) << kcp::render_text(now_cut);
+  EXPECT_EQ(now_cut.exit_code(), 1) << "an incomplete NEW fails under --fail-on missing";
+  EXPECT_NE(kcp::render_text(now_cut).find("NEW is incomplete (summary.complete false"), std::string::npos)
+      << kcp::render_text(now_cut);
+  opt.fail_on = {};
+  EXPECT_EQ(compare_results(full, cut, opt).exit_code(), 0);
+  const kcp::CompareReport base_cut = compare_results(cut, full, CompareOptions{});
+  ASSERT_EQ(base_cut.count("incomplete"), 1);
+  EXPECT_NE(kcp::render_text(base_cut).find("BASE is incomplete"), std::string::npos);
+  EXPECT_EQ(compare_results(full, full, CompareOptions{}).count("incomplete"), 0);
+}

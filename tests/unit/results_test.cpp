@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/report/report.h"
 #include "core/util/error.h"
 
 using nlohmann::json;
@@ -162,3 +163,11 @@ TEST(Results, NonFiniteNumbersAreWrittenAsNullAndReadAsNaN) {
 }
 
 }  // namespace
+
+// A write that fails (here: the target is a folder, so the rename fails) leaves no stray .tmp.
+TEST(Results, AFailedWriteLeavesNoTempFile) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "write_atomic_dir";
+  fs::create_directories(dir);
+  EXPECT_THROW(kcp::write_json_atomic(dir.string(), json{{"a", 1}}), kcp::Error);
+  EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
+}
