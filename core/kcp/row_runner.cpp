@@ -324,12 +324,13 @@ std::string plan_form(const RowContext& c, const Form& form, const RunOptions& o
   plan = c.planned;
   std::string skip;
   if (form.forced_P > 0) {
-    if (!opt.sweep) skip = forced_p_skip_reason(c.row, c.planned, form.forced_P);
+    // A rank that cannot take the P at all is said first (no rule could run it), then the rule.
+    skip = forced_p_unfit_reason(c.planned, form.forced_P);
+    if (skip.empty() && !opt.sweep) skip = forced_p_skip_reason(c.row, c.planned, form.forced_P);
     if (skip.empty()) {
       PlanRequest fr = c.req;
       fr.forced_P = form.forced_P;
-      skip = forced_p_unfit_reason(c.planned, form.forced_P);
-      if (skip.empty()) plan = make_plan(c.row, fr);
+      plan = make_plan(c.row, fr);
     }
   }
   if (skip.empty()) skip = fault_skip_reason(opt.fault, plan);

@@ -153,6 +153,21 @@ TEST(Reliability, AnInjectRankTheRowDoesNotHaveIsNamedInTheEntry) {
       << r.out;
 }
 
+// A forced P that some rank cannot take at all used to be reported by the row's forced rule
+// ("runs only where every rank plans P = 1"), as if another rule could run it: the rank and its
+// chunk count are said first.
+TEST(Reliability, AForcedPARankCannotTakeNamesTheRank) {
+  const std::string out = tmp("p64.json");
+  const CmdResult r =
+      run_kcpbench("run --rows int1 --row A1 --package det --saved full --P 64 --cache none --json " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream in(out);
+  const json j = json::parse(in);
+  ASSERT_EQ(j["entries"].size(), 1u) << r.out;
+  EXPECT_EQ(j["entries"][0]["status"], "skip");
+  EXPECT_EQ(j["entries"][0]["reason"], "rank 0 cannot take forced P = 64: its longest piece has only 8 chunk(s)");
+}
+
 // --json and --dump used to be checked only when written: a folder that cannot be written, a
 // path that is a folder or a parent that cannot be made let the whole run execute, then exit 3
 // with every result lost (and a stray .tmp). They are now refused before the first row.
