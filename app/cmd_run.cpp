@@ -147,6 +147,7 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
     total.failed += part.failed;
     total.skipped += part.skipped;
     total.contract_broken += part.contract_broken;
+    total.refused += part.refused;
   };
   // Records a row this launch cannot run as skipped (never dropped).
   auto skip_row = [&](const SelectedRow& sr, int rank, const std::string& why) {
@@ -375,7 +376,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
       Results doc;
       doc.context = context_block(ctx);
       doc.entries = t.entries;
-      doc.summary = Summary{t.passed, t.failed, t.skipped, t.contract_broken, complete};
+      doc.summary = Summary{t.passed, t.failed, t.skipped, t.contract_broken, t.refused, complete};
       return to_json(doc);
     };
     // The rows written so far (summary.complete false) never replace a file an earlier run left
@@ -425,13 +426,13 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
         if (partial != o->json) std::filesystem::remove(partial, ec_ignored);
         log::info0("wrote {}", o->json);
       }
-      std::printf("%d passed, %d failed, %d skipped\n", total.passed, total.failed + total.contract_broken,
-                  total.skipped);
+      std::printf("%d passed, %d failed, %d skipped%s\n", total.passed, total.failed + total.contract_broken,
+                  total.skipped, total.refused > 0 ? fmt::format(", {} refused", total.refused).c_str() : "");
       std::fflush(stdout);
     }
     // Every rank holds the same counts (verdicts are reduced), so all agree on the exit code.
     if (total.contract_broken > 0) return 4;
-    if (total.failed > 0) return 1;
+    if (total.failed > 0 || total.refused > 0) return 1;
     return 0;
   };
 }

@@ -28,6 +28,12 @@ struct Fault {
   std::string name() const;
 };
 FaultKind parse_fault(const std::string& name);  // throws ConfigError naming the known faults
+// The package-mismatch faults: every rank hands its backward a saved set or workspace of the other
+// package, and the backend's contract is to refuse it (the entry's status is "refused"; a backend
+// that runs it instead has broken the contract: "contract_broken").
+inline bool is_package_mismatch(FaultKind k) {
+  return k == FaultKind::SavedToOtherPackage || k == FaultKind::WorkspaceOfOtherPackage;
+}
 std::vector<std::string> fault_names();
 
 struct FaultSite {

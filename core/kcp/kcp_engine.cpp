@@ -21,13 +21,13 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // Kernel-API misuse (std::invalid_argument from the backend's Args checks, e.g. a saved set of
-// the other package) is the caller's error: ConfigError, exit code 2, message kept whole.
+// the other package) is the caller's error: RefusedError (a ConfigError), message kept whole.
 template <class F>
 void call_backend(const char* phase, F&& f) {
   try {
     f();
   } catch (const std::invalid_argument& e) {
-    throw ConfigError(fmt::format("{} {} refused its arguments: {}", rank_prefix(), phase, e.what()));
+    throw RefusedError(fmt::format("{} {} refused its arguments: {}", rank_prefix(), phase, e.what()));
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -506,6 +506,18 @@ void record_fault_at(Entry* entry, const RankResult& res, Communicator& comm) {
     if (all[3 * q + 1] >= 0) entry->fault_at = FaultAt{q, int64_t(all[3 * q + 1]), int(all[3 * q + 2])};
 }
 
+// A form whose backend refused an injected package mismatch (the contract's answer): an entry of
+// its own, with the backend's message as the reason, which -q keeps.
+void record_refusal(const RowContext& c, const Form& form, const std::string& message, Entry entry, int rank,
+                    RunOutcome& outcome) {
+  ++outcome.refused;
+  if (rank != 0) return;
+  entry.status = "refused";
+  entry.reason = message;
+  log::always0("[{}/{}] {} {}: REFUSED (as it must be): {}", c.row_no, c.row_total, c.row.name, form.label(), message);
+  outcome.entries.push_back(std::move(entry));
+}
+
 // Runs one form on every rank, judges it and counts it; rank 0 appends its entry.
 void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, Communicator& comm,
                   const kernels::Backend& backend, std::map<int, ResultDigest>& det_full, RunOutcome& outcome) {
@@ -537,7 +549,14 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   if (c.announce)
     log::progress0("[{}/{}] {} {}: running{} ...", c.row_no, c.row_total, c.row.name, form.label(),
                    checks && form.saved == SavedKind::Full ? " (and a det rerun)" : "");
-  RankResult res = run_form(c.row, plan, form, c.shard, comm, backend, eo);
+  RankResult res;
+  try {
+    res = run_form(c.row, plan, form, c.shard, comm, backend, eo);
+  } catch (const RefusedError& e) {
+    if (!is_package_mismatch(opt.fault.kind)) throw;
+    record_refusal(c, form, e.what(), std::move(entry), r, outcome);  // every rank refuses in the same phase
+    return;
+  }
   std::vector<TensorMetrics> ms = compare_rank(c.row, plan.ranks[r], res, c.ref, r);
   if (opt.dumper) dump_result(*opt.dumper, c.row, form, plan.ranks[r], res, r);
   reduce_metrics(ms, comm);
@@ -547,6 +566,8 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   const ResultDigest bits = digest(res);
   release_tensors(res);  // the tensors are freed before a det rerun
   std::string broken;
+  if (is_package_mismatch(opt.fault.kind))
+    broken = fmt::format("the backend ran a backward given {} instead of refusing it", opt.fault.name());
   std::optional<Determinism> det;  // null when no det check runs
   if (checks) det = det_checks(c, form, plan, bits, det_full, comm, backend, eo, broken);
   // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.

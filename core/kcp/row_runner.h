@@ -64,7 +64,7 @@ class ReferenceStore {
 
 struct RunOutcome {
   std::vector<Entry> entries;  // rank 0 only
-  int passed = 0, failed = 0, skipped = 0, contract_broken = 0;
+  int passed = 0, failed = 0, skipped = 0, contract_broken = 0, refused = 0;
 };
 
 struct SelectedRow {

@@ -334,6 +334,7 @@ json to_json(const Determinism& d) {
 
 json to_json(const Summary& s) {
   json j = {{"passed", s.passed}, {"failed", s.failed}, {"skipped", s.skipped}, {"contract_broken", s.contract_broken}};
+  if (s.refused > 0) j["refused"] = s.refused;
   if (s.complete) j["complete"] = *s.complete;
   return j;
 }
@@ -431,6 +432,7 @@ Summary summary_from_json(const json& j, const std::string& p) {
   field(j, p, "failed", s.failed);
   field(j, p, "skipped", s.skipped);
   field(j, p, "contract_broken", s.contract_broken);
+  if (j.contains("refused")) field(j, p, "refused", s.refused);
   field(j, p, "complete", s.complete);
   return s;
 }

@@ -124,7 +124,7 @@ struct Entry {
   std::optional<bool> sweep;
   std::optional<std::vector<int>> planned_P;
   std::optional<nlohmann::json> plan;  // plan_json of the form's plan
-  std::string status;                  // pass, fail, contract_broken, skip
+  std::string status;                  // pass, fail, contract_broken, skip, refused (reason: the backend's words)
   std::optional<std::string> reason;
   // A run entry (status pass / fail / contract_broken) has tensors and the fields below.
   std::optional<std::map<std::string, TensorMetrics>> tensors;
@@ -140,6 +140,7 @@ struct Entry {
 
 struct Summary {
   int passed = 0, failed = 0, skipped = 0, contract_broken = 0;
+  int refused = 0;               // written only when > 0 (files before it have none)
   std::optional<bool> complete;  // false while a threads launch is still writing rows
 };
 

@@ -1,6 +1,8 @@
 // Errors of kcpbench. Every failure is an exception of one of these classes; only app/main.cpp
 // turns them into exit codes (docs/design.md section 8):
 //   ConfigError    -> 2  bad command line, row file or API misuse that the user must fix
+//   RefusedError   -> 2  a backend refused a phase's arguments (a ConfigError; an injected package
+//                        mismatch turns it into a "refused" entry instead, core/kcp/row_runner.cpp)
 //   ApiError       -> 3  a failed CUDA / NCCL / MPI / I/O call
 //   InvariantError -> 3  an internal bug
 //   ContractError  -> 4  a determinism or bitwise contract broken (det reruns, full vs light)
@@ -34,6 +36,11 @@ KCP_DECLARE_ERROR(InvariantError, 3);
 KCP_DECLARE_ERROR(ContractError, 4);
 KCP_DECLARE_ERROR(DeadlineError, 5);
 #undef KCP_DECLARE_ERROR
+
+class RefusedError : public ConfigError {
+ public:
+  explicit RefusedError(const std::string& what) : ConfigError(what) {}
+};
 
 // "[r3/8 host dev1]" for the calling thread's rank (set by the launcher of each rank).
 std::string rank_prefix();

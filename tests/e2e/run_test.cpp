@@ -111,24 +111,36 @@ TEST(Run, InjectedFaultsFailTheirRowAtTheBoundary) {
   }
 }
 
-TEST(Run, CrossPackageSavedSetsAndWorkspacesAreRefusedNamingBothSides) {
-  auto a = run_kcpbench(
-      "-q run --rows int1 --row A1 --package det --saved full --cache none --inject saved-to-other-package");
-  EXPECT_EQ(a.code, 2);
-  EXPECT_NE(a.out.find("saved set from the det package (deterministic=true) passed to the nondet backward; run it "
-                       "through the det backward"),
-            std::string::npos)
-      << a.out;
-  auto b = run_kcpbench(
-      "-q run --rows int1 --row A1 --package nondet --saved light --cache none --inject saved-to-other-package");
-  EXPECT_EQ(b.code, 2);
-  EXPECT_NE(b.out.find("saved set from the nondet package (deterministic=false) passed to the det backward"),
-            std::string::npos)
-      << b.out;
-  auto c = run_kcpbench(
-      "-q run --rows int1 --row KA1 --package det --saved full --cache none --inject workspace-of-other-package");
-  EXPECT_EQ(c.code, 2);
-  EXPECT_NE(c.out.find("workspace of the nondet package passed to the det package"), std::string::npos) << c.out;
+// A package mismatch is the backend's to refuse: each form is an entry of status "refused" with the
+// backend's message (exit 1, like any form that did not pass), never a run-ending exit 2.
+TEST(Run, CrossPackageSavedSetsAndWorkspacesAreRefusedEntriesNamingBothSides) {
+  struct Case {
+    std::string args, message;
+  };
+  const std::vector<Case> cases = {
+      {"--row A1 --package det --saved full --inject saved-to-other-package",
+       "saved set from the det package (deterministic=true) passed to the nondet backward; run it through the det "
+       "backward"},
+      {"--row A1 --package nondet --saved light --inject saved-to-other-package",
+       "saved set from the nondet package (deterministic=false) passed to the det backward"},
+      {"--row KA1 --package det --saved full --inject workspace-of-other-package",
+       "workspace of the nondet package passed to the det package"}};
+  for (const Case& c : cases) {
+    const std::string out = tmp("refused.json");
+    auto r = run_kcpbench("-q run --rows int1 --cache none " + c.args + " --json " + out);
+    EXPECT_EQ(r.code, 1) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find("REFUSED"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("1 refused"), std::string::npos) << r.out;
+    const json doc = read_json(out);
+    ASSERT_EQ(doc["entries"].size(), 1u) << doc.dump(1);
+    const json& e = doc["entries"][0];
+    EXPECT_EQ(e["status"], "refused");
+    EXPECT_NE(e["reason"].get<std::string>().find(c.message), std::string::npos) << e.dump(1);
+    EXPECT_FALSE(e.contains("tensors"));
+    EXPECT_EQ(doc["summary"]["refused"], 1);
+    EXPECT_EQ(doc["summary"]["failed"], 0);
+  }
 }
 
 TEST(Run, BadOptionsExitTwo) {
