@@ -13,7 +13,8 @@
 //   * Results do not depend on the thread count (bitwise): every reduction runs in a fixed order
 //     that does not depend on how the work is split (column groups, token chunks).
 //   * Results do not depend on the window length or on one- vs two-level checkpointing (bitwise):
-//     the recomputation repeats exactly the arithmetic of the first forward pass.
+//     the recomputation repeats exactly the arithmetic of the first forward pass. Windows split at
+//     probe positions therefore leave every other output unchanged too.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "reference/reference.h"
@@ -37,6 +39,22 @@ struct Tuning {
   int items_per_thread = 4;   // column groups: enough for this many work items per thread
   int column_groups = 0;      // > 0 forces this many column groups per (sequence, value head)
 };
+
+// The windows of one sequence, as positions within it: the multiples of Tuning::window, split
+// further at the sequence's probe positions (docs/algorithm.md 1.4); without probes, window w is
+// [w W, min(len, (w + 1) W)). A split changes no bit (see the invariants above).
+struct Windows {
+  std::vector<int64_t> pos;    // [nwin + 1] boundaries: pos[0] = 0, pos[nwin] = len
+  std::vector<int64_t> probe;  // [nwin + 1] the probe row of the state at pos[w], or -1
+  int64_t count() const { return static_cast<int64_t>(pos.size()) - 1; }
+};
+Windows windows(const Problem& p, int n, int window);
+
+// Rows [first, second) of probe_S / probe_dS that belong to sequence n (empty without probes).
+inline std::pair<int64_t, int64_t> probe_rows(const Problem& p, int n) {
+  if (p.probe_cu.empty()) return {0, 0};
+  return {p.probe_cu[static_cast<size_t>(n)], p.probe_cu[static_cast<size_t>(n) + 1]};
+}
 
 // Forward (grads == nullptr) or forward and backward, with explicit tuning.
 void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int threads, const Tuning& tuning);

@@ -16,8 +16,9 @@
 // 16 columns); threads take items from one counter. There are as few groups per (n, j) as give
 // each thread about Tuning::items_per_thread items: a wide item reads each token's q, k and decay
 // once per window for all its blocks. Within an item, time runs in windows of W tokens (default
-// 64); inside a window each block runs through the tokens with its K x 16 state slice in L1 and
-// SIMD over columns.
+// 64), cut further at probe positions (detail::Windows); inside a window each block runs through
+// the tokens with its K x 16 state slice in L1 and SIMD over columns. The probe states S_p and
+// gradients dS_p (docs/algorithm.md 1.4) are copies of the item's S and dS at window boundaries.
 //
 // Memory held at once per work item (backward), in doubles, with Wc = the item's columns rounded
 // up to 16 and nb = Wc / 16 its blocks:
@@ -287,6 +288,22 @@ template <bool kPerChannel>
   }
 }
 
+}  // namespace
+
+Windows windows(const Problem& p, int n, int window) {
+  const int64_t len = p.cu_seqlens[zs(n) + 1] - p.cu_seqlens[zs(n)];
+  auto [r, r1] = probe_rows(p, n);
+  Windows w;
+  // Next boundary: the next multiple of the window, the next probe or the end, whichever is first.
+  for (int64_t x = 0;; x = std::min({len, (x / window + 1) * window, r < r1 ? p.probes[zs(r)] : len})) {
+    w.pos.push_back(x);
+    w.probe.push_back(r < r1 && p.probes[zs(r)] == x ? r++ : -1);
+    if (x == len) return w;
+  }
+}
+
+namespace {
+
 struct Item {
   int n = 0, j = 0;    // sequence, value head
   int b0 = 0, b1 = 0;  // column blocks [b0, b1)
@@ -299,6 +316,7 @@ class Runner {
       : p_(p), in_(in), pr_(pr), out_(out), gr_(gr), tu_(tu) {}
 
   void run(int threads) {
+    for (int n = 0; n < p_.sequences(); ++n) win_.push_back(windows(p_, n, tu_.window));
     build_items(threads);
     progress_ = std::vector<std::atomic<int>>(items_.size());
     parallel_for(
@@ -362,28 +380,39 @@ class Runner {
     return HeadView{&pr_, in_.beta, it.j, it.j / pr_.G, pr_.K, pr_.H, pr_.HV, pr_.Kg, pr_.rho};
   }
 
-  // Loads the item's state [nbl][K][kCB] from a [N, HV, K, V] tensor (or zeros), and stores back.
+  // Offset of row `row` (a sequence, or a probe), value head j, in a [rows, HV, K, V] tensor.
+  int64_t state_offset(int64_t row, int j) const { return (row * p_.HV + j) * p_.K * p_.V; }
+
+  // Loads the item's state [nbl][K][kCB] from a [N, HV, K, V] tensor (or zeros); stores it back
+  // into row `row` of a [rows, HV, K, V] tensor.
   void load_state(const Item& it, const double* src, double* S) const {
     const int K = p_.K, V = p_.V;
     const int nbl = it.b1 - it.b0;
     std::fill(S, S + static_cast<int64_t>(nbl) * K * kCB, 0.0);
     if (src == nullptr) return;
-    const double* base = src + (static_cast<int64_t>(it.n) * p_.HV + it.j) * K * V;
+    const double* base = src + state_offset(it.n, it.j);
     for (int b = 0; b < nbl; ++b) {
       const int c0 = (it.b0 + b) * kCB, nc = std::min(kCB, V - c0);
       for (int d = 0; d < K; ++d)
         for (int c = 0; c < nc; ++c) S[(static_cast<int64_t>(b) * K + d) * kCB + c] = base[d * V + c0 + c];
     }
   }
-  void store_state(const Item& it, const double* S, double* dst) const {
+  void store_state(const Item& it, const double* S, double* dst, int64_t row) const {
     const int K = p_.K, V = p_.V;
-    double* base = dst + (static_cast<int64_t>(it.n) * p_.HV + it.j) * K * V;
+    double* base = dst + state_offset(row, it.j);
     for (int b = 0; b < it.b1 - it.b0; ++b) {
       const int c0 = (it.b0 + b) * kCB, nc = std::min(kCB, V - c0);
       for (int d = 0; d < K; ++d)
         for (int c = 0; c < nc; ++c) base[d * V + c0 + c] = S[(static_cast<int64_t>(b) * K + d) * kCB + c];
     }
   }
+  // When boundary w of the item's windows is a probe, copies the item's state there (S or dS) into
+  // the probe's row of dst [P, HV, K, V] (docs/algorithm.md 1.4).
+  void store_probe(const Item& it, int64_t w, const double* S, std::vector<double>& dst) const {
+    const int64_t row = win_[zs(it.n)].probe[zs(w)];
+    if (row >= 0) store_state(it, S, dst.data(), row);
+  }
+
   // Token-major [T, HV, V] tensor <-> window block [L][kCB] (zero padded), with a factor.
   void gather(const double* src, double f, int j, int blk, int64_t t0, int64_t t1, double* win) const {
     const int c0 = blk * kCB, nc = std::min(kCB, p_.V - c0);
@@ -404,17 +433,20 @@ class Runner {
     fwd_window<kPerChannel, kOut, false>(h, t0, t1, S, vwin, owin, nullptr, nullptr);
   }
 
-  // Forward over windows [w0, w1) of the item, all blocks; optionally o, optionally a copy of the
-  // state at the start of windows w with (w - w0) % every == 0 into ckpt[(w - w0) / every].
+  // Forward over windows [w0, w1) of the item, all blocks; optionally a copy of the state at the
+  // start of windows w with (w - w0) % every == 0 into ckpt[(w - w0) / every]. The first pass
+  // (with_o) also writes o and the probe states at the boundaries w0 .. w1.
   void forward_span(const Item& it, const HeadView& h, int64_t w0, int64_t w1, bool with_o, double* S, double* ckpt,
                     int64_t every, std::vector<double>& vwin, std::vector<double>& owin) const {
-    const int64_t b = bos(it.n), e = b + len(it.n), W = tu_.window;
+    const int64_t b = bos(it.n);
+    const std::vector<int64_t>& pos = win_[zs(it.n)].pos;
     const int nbl = it.b1 - it.b0;
     const int64_t item_sz = static_cast<int64_t>(nbl) * p_.K * kCB;
     const bool perc = p_.op == Op::Kda;
     for (int64_t w = w0; w < w1; ++w) {
+      if (with_o) store_probe(it, w, S, out_.probe_S);
       if (ckpt != nullptr && (w - w0) % every == 0) std::copy(S, S + item_sz, ckpt + (w - w0) / every * item_sz);
-      const int64_t t0 = b + w * W, t1 = std::min(e, t0 + W);
+      const int64_t t0 = b + pos[zs(w)], t1 = b + pos[zs(w) + 1];
       for (int blk = 0; blk < nbl; ++blk) {
         double* Sb = S + static_cast<int64_t>(blk) * p_.K * kCB;
         gather(in_.v, 1.0, it.j, it.b0 + blk, t0, t1, vwin.data());
@@ -432,46 +464,117 @@ class Runner {
         }
       }
     }
+    if (with_o) store_probe(it, w1, S, out_.probe_S);
   }
 
   void forward_item(const Item& it) {
     const HeadView h = view(it);
-    const int64_t W = tu_.window, nwin = (len(it.n) + W - 1) / W;
+    const int64_t W = tu_.window, nwin = win_[zs(it.n)].count();
     const int64_t item_sz = static_cast<int64_t>(it.b1 - it.b0) * p_.K * kCB;
     std::vector<double> S(zs(item_sz)), vwin(zs(W * kCB)), owin(zs(W * kCB));
     load_state(it, p_.has_h0 ? in_.h0 : nullptr, S.data());
     forward_span(it, h, 0, nwin, true, S.data(), nullptr, 1, vwin, owin);
-    store_state(it, S.data(), out_.ht.data());
+    store_state(it, S.data(), out_.ht.data(), it.n);
+  }
+
+  // Buffers of the reverse sweep over one window of an item (backward_item).
+  struct Sweep {
+    std::vector<double> Sblk, G, states, ewin, vwin, rdOwin, dvwin;
+    // Each block's contributions to dq, dk, da, dbeta of the window, token-major with the blocks
+    // of a token adjacent ([W][nbl][rec], rec = 2 K + Kg + 1); added to the sums in block order
+    // (publish_window), so that the order of every sum over blocks is the same for any grouping.
+    std::vector<double> contrib;
+  };
+  int64_t rec() const { return 2 * static_cast<int64_t>(p_.K) + pr_.Kg + 1; }
+  Sweep make_sweep(const Item& it) const {
+    const int64_t W = tu_.window, blk_sz = static_cast<int64_t>(p_.K) * kCB;
+    Sweep x;
+    x.Sblk.resize(zs(blk_sz));
+    x.G.resize(zs(blk_sz));
+    x.states.resize(zs((W + 1) * blk_sz));
+    for (auto* v : {&x.ewin, &x.vwin, &x.rdOwin, &x.dvwin}) v->resize(zs(W * kCB));
+    x.contrib.resize(zs(W * (it.b1 - it.b0) * rec()));
+    return x;
+  }
+
+  // Reverse sweep over tokens [t0, t1), block by block, from the item's checkpoint ck (the state
+  // at t0): dS goes from the gradient w.r.t. the state at t1 to the one at t0; dv is written.
+  void reverse_window(const Item& it, const HeadView& h, int64_t t0, int64_t t1, const double* ck, double* dS,
+                      Sweep& x) const {
+    const int nbl = it.b1 - it.b0;
+    const int64_t blk_sz = static_cast<int64_t>(p_.K) * kCB, stride = nbl * rec();
+    for (int blk = 0; blk < nbl; ++blk) {
+      std::copy(ck + blk * blk_sz, ck + (blk + 1) * blk_sz, x.Sblk.begin());
+      gather(in_.v, 1.0, it.j, it.b0 + blk, t0, t1, x.vwin.data());
+      gather(in_.dO, pr_.rho, it.j, it.b0 + blk, t0, t1, x.rdOwin.data());
+      double* dSb = dS + blk * blk_sz;
+      double* cb = x.contrib.data() + blk * rec();
+      if (p_.op == Op::Kda) {
+        fwd_window<true, false, true>(h, t0, t1, x.Sblk.data(), x.vwin.data(), nullptr, x.states.data(), x.ewin.data());
+        bwd_window<true>(h, t0, t1, x.states.data(), x.ewin.data(), x.rdOwin.data(), dSb, x.G.data(), cb, stride,
+                         x.dvwin.data());
+      } else {
+        fwd_window<false, false, true>(h, t0, t1, x.Sblk.data(), x.vwin.data(), nullptr, x.states.data(),
+                                       x.ewin.data());
+        bwd_window<false>(h, t0, t1, x.states.data(), x.ewin.data(), x.rdOwin.data(), dSb, x.G.data(), cb, stride,
+                          x.dvwin.data());
+      }
+      scatter(x.dvwin.data(), it.j, it.b0 + blk, t0, t1, gr_->dv.data());
+    }
+  }
+
+  // Ordered publication of one window's partial sums of dq, dk, dg, dbeta (see the file comment):
+  // waits until the chain predecessor has published as many windows, adds, publishes.
+  void publish_window(const Item& it, int64_t self, int64_t t0, int64_t t1, const std::vector<double>& contrib,
+                      int& published) {
+    const int K = p_.K, Kg = pr_.Kg, nbl = it.b1 - it.b0, i = it.j / pr_.G;
+    if (it.prev >= 0) {
+      std::atomic<int>& pv = progress_[zs(it.prev)];
+      for (int cur = pv.load(std::memory_order_acquire); cur <= published; cur = pv.load(std::memory_order_acquire))
+        pv.wait(cur, std::memory_order_acquire);
+    }
+    for (int64_t t = t0; t < t1; ++t) {
+      double* dq = gr_->dq.data() + (t * p_.H + i) * K;
+      double* dk = gr_->dk.data() + (t * p_.H + i) * K;
+      double* dg = gr_->dg.data() + (t * p_.HV + it.j) * Kg;
+      double& db = gr_->dbeta[zs(t * p_.HV + it.j)];
+      for (int blk = 0; blk < nbl; ++blk) {
+        const double* c = contrib.data() + ((t - t0) * nbl + blk) * rec();
+        for (int d = 0; d < K; ++d) {
+          dq[d] += c[d];
+          dk[d] += c[K + d];
+        }
+        for (int d = 0; d < Kg; ++d) dg[d] += c[2 * K + d];
+        db += c[2 * K + Kg];
+      }
+    }
+    ++published;
+    progress_[zs(self)].store(published, std::memory_order_release);
+    progress_[zs(self)].notify_all();
   }
 
   void backward_item(const Item& it, int64_t self) {
     const HeadView h = view(it);
-    const int K = p_.K, Kg = pr_.Kg, nbl = it.b1 - it.b0;
-    const int64_t W = tu_.window, b = bos(it.n), e = b + len(it.n);
-    const int64_t nwin = (len(it.n) + W - 1) / W;
+    const std::vector<int64_t>& pos = win_[zs(it.n)].pos;
+    const int64_t W = tu_.window, b = bos(it.n), nwin = win_[zs(it.n)].count();
     const bool single = nwin <= tu_.max_checkpoints;
     const int64_t seg = single ? nwin : static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(nwin))));
     const int64_t nseg = (nwin + seg - 1) / seg;
-    const int64_t item_sz = static_cast<int64_t>(nbl) * K * kCB, blk_sz = static_cast<int64_t>(K) * kCB;
-    const bool perc = p_.op == Op::Kda;
+    const int64_t item_sz = static_cast<int64_t>(it.b1 - it.b0) * p_.K * kCB;
 
     std::vector<double> S(zs(item_sz)), dS(zs(item_sz)), vwin(zs(W * kCB)), owin(zs(W * kCB));
     std::vector<double> outer(zs((single ? nwin : nseg) * item_sz));
     std::vector<double> inner(single ? 0 : zs(seg * item_sz));
 
-    // Pass A: forward with o and ht; checkpoints at every window (one level) or segment (two).
+    // Pass A: forward with o, ht and the probe states; checkpoints at every window (one level) or
+    // segment (two).
     load_state(it, p_.has_h0 ? in_.h0 : nullptr, S.data());
     forward_span(it, h, 0, nwin, true, S.data(), outer.data(), single ? 1 : seg, vwin, owin);
-    store_state(it, S.data(), out_.ht.data());
+    store_state(it, S.data(), out_.ht.data(), it.n);
 
-    std::vector<double> Sblk(zs(blk_sz)), G(zs(blk_sz)), states(zs((W + 1) * blk_sz));
-    std::vector<double> ewin(zs(W * kCB)), rdOwin(zs(W * kCB)), dvwin(zs(W * kCB));
-    // Each block's contributions to dq, dk, da, dbeta of the window, token-major with the blocks
-    // of a token adjacent ([W][nbl][2 K + Kg + 1]); added to the sums in block order below, so
-    // that the order of every sum over blocks is the same for any grouping.
-    const int64_t rec = 2 * static_cast<int64_t>(K) + Kg + 1;
-    std::vector<double> contrib(zs(W * nbl * rec));
+    Sweep x = make_sweep(it);
     load_state(it, p_.has_dht ? in_.dht : nullptr, dS.data());
+    store_probe(it, nwin, dS.data(), gr_->probe_dS);
     int published = 0;
     for (int64_t s = nseg - 1; s >= 0; --s) {
       const int64_t ws0 = s * seg, ws1 = std::min(nwin, ws0 + seg);
@@ -482,53 +585,13 @@ class Runner {
       const double* ck = single ? outer.data() : inner.data();
       const int64_t ck0 = single ? 0 : ws0;  // window index of ck's first checkpoint
       for (int64_t w = ws1 - 1; w >= ws0; --w) {
-        const int64_t t0 = b + w * W, t1 = std::min(e, t0 + W), L = t1 - t0;
-        for (int blk = 0; blk < nbl; ++blk) {
-          const double* src = ck + (w - ck0) * item_sz + blk * blk_sz;
-          std::copy(src, src + blk_sz, Sblk.begin());
-          gather(in_.v, 1.0, it.j, it.b0 + blk, t0, t1, vwin.data());
-          gather(in_.dO, pr_.rho, it.j, it.b0 + blk, t0, t1, rdOwin.data());
-          double* dSb = dS.data() + blk * blk_sz;
-          double* cb = contrib.data() + blk * rec;
-          if (perc) {
-            fwd_window<true, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr, states.data(), ewin.data());
-            bwd_window<true>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(), cb, nbl * rec,
-                             dvwin.data());
-          } else {
-            fwd_window<false, false, true>(h, t0, t1, Sblk.data(), vwin.data(), nullptr, states.data(), ewin.data());
-            bwd_window<false>(h, t0, t1, states.data(), ewin.data(), rdOwin.data(), dSb, G.data(), cb, nbl * rec,
-                              dvwin.data());
-          }
-          scatter(dvwin.data(), it.j, it.b0 + blk, t0, t1, gr_->dv.data());
-        }
-        // Ordered publication of this window's partial sums (see the file comment).
-        if (it.prev >= 0) {
-          std::atomic<int>& pv = progress_[zs(it.prev)];
-          for (int cur = pv.load(std::memory_order_acquire); cur <= published; cur = pv.load(std::memory_order_acquire))
-            pv.wait(cur, std::memory_order_acquire);
-        }
-        for (int64_t l = 0; l < L; ++l) {
-          const int64_t t = t0 + l;
-          double* dq = gr_->dq.data() + (t * p_.H + h.i) * K;
-          double* dk = gr_->dk.data() + (t * p_.H + h.i) * K;
-          double* dg = gr_->dg.data() + (t * p_.HV + it.j) * Kg;
-          double& db = gr_->dbeta[zs(t * p_.HV + it.j)];
-          for (int blk = 0; blk < nbl; ++blk) {
-            const double* c = contrib.data() + (l * nbl + blk) * rec;
-            for (int d = 0; d < K; ++d) {
-              dq[d] += c[d];
-              dk[d] += c[K + d];
-            }
-            for (int d = 0; d < Kg; ++d) dg[d] += c[2 * K + d];
-            db += c[2 * K + Kg];
-          }
-        }
-        ++published;
-        progress_[zs(self)].store(published, std::memory_order_release);
-        progress_[zs(self)].notify_all();
+        const int64_t t0 = b + pos[zs(w)], t1 = b + pos[zs(w) + 1];
+        reverse_window(it, h, t0, t1, ck + (w - ck0) * item_sz, dS.data(), x);
+        publish_window(it, self, t0, t1, x.contrib, published);
+        store_probe(it, w, dS.data(), gr_->probe_dS);
       }
     }
-    if (p_.has_h0) store_state(it, dS.data(), gr_->dh0.data());
+    if (p_.has_h0) store_state(it, dS.data(), gr_->dh0.data(), it.n);
   }
 
   const Problem& p_;
@@ -538,6 +601,7 @@ class Runner {
   Grads* gr_;
   Tuning tu_;
   std::vector<Item> items_;
+  std::vector<Windows> win_;  // per sequence
   std::vector<std::atomic<int>> progress_;
 };
 

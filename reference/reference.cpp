@@ -36,10 +36,49 @@ void check_inputs(const Problem& p, const Inputs& in, bool backward) {
 
 size_t zs(int64_t n) { return static_cast<size_t>(n); }
 
+template <class T>
+std::string num(T x) {
+  return std::to_string(x);
+}
+
+// The offsets Problem.<name> (non-empty) start at 0 and never decrease.
+void check_offsets(const std::vector<int64_t>& cu, const std::string& name) {
+  if (cu.front() != 0) fail("Problem." + name + "[0] must be 0, got " + num(cu.front()));
+  for (size_t n = 1; n < cu.size(); ++n)
+    if (cu[n] < cu[n - 1])
+      fail("Problem." + name + " must be non-decreasing, but " + name + "[" + num(n) + "] = " + num(cu[n]) + " < " +
+           name + "[" + num(n - 1) + "] = " + num(cu[n - 1]));
+}
+
+// Probes (docs/algorithm.md 1.4): probe_cu like cu_seqlens, ending at probes.size(); each
+// sequence's positions strictly ascending within [0, len].
+void validate_probes(const Problem& p) {
+  if (p.probe_cu.empty()) {
+    if (!p.probes.empty())
+      fail("Problem.probe_cu is empty but Problem.probes holds " + num(p.probes.size()) + " positions");
+    return;
+  }
+  if (p.probe_cu.size() != p.cu_seqlens.size())
+    fail("Problem.probe_cu must hold N + 1 = " + num(p.cu_seqlens.size()) + " offsets (or none), got " +
+         num(p.probe_cu.size()));
+  check_offsets(p.probe_cu, "probe_cu");
+  if (p.probe_cu.back() != p.probe_count())
+    fail("Problem.probe_cu[N] must equal probes.size() = " + num(p.probes.size()) + ", got " + num(p.probe_cu.back()));
+  for (int n = 0; n < p.sequences(); ++n) {
+    const int64_t len = p.cu_seqlens[zs(n) + 1] - p.cu_seqlens[zs(n)];
+    for (int64_t r = p.probe_cu[zs(n)]; r < p.probe_cu[zs(n) + 1]; ++r) {
+      const int64_t x = p.probes[zs(r)];
+      const std::string at = "Problem.probes[" + num(r) + "] = " + num(x) + " (sequence " + num(n) + ")";
+      if (x < 0 || x > len) fail(at + " must lie in [0, len = " + num(len) + "]");
+      if (r > p.probe_cu[zs(n)] && x <= p.probes[zs(r) - 1])
+        fail(at + " must be greater than the sequence's previous probe " + num(p.probes[zs(r) - 1]));
+    }
+  }
+}
+
 }  // namespace
 
 void validate(const Problem& p) {
-  auto num = [](auto x) { return std::to_string(x); };
   if (p.op != Op::Gdn && p.op != Op::Kda) fail("Problem.op is not Gdn or Kda");
   if (p.H < 1) fail("Problem.H must be >= 1, got " + num(p.H));
   if (p.HV < 1) fail("Problem.HV must be >= 1, got " + num(p.HV));
@@ -47,11 +86,7 @@ void validate(const Problem& p) {
   if (p.K < 1) fail("Problem.K must be >= 1, got " + num(p.K));
   if (p.V < 1) fail("Problem.V must be >= 1, got " + num(p.V));
   if (p.cu_seqlens.size() < 2) fail("Problem.cu_seqlens must hold N + 1 >= 2 offsets, got " + num(p.cu_seqlens.size()));
-  if (p.cu_seqlens.front() != 0) fail("Problem.cu_seqlens[0] must be 0, got " + num(p.cu_seqlens.front()));
-  for (size_t n = 1; n < p.cu_seqlens.size(); ++n)
-    if (p.cu_seqlens[n] < p.cu_seqlens[n - 1])
-      fail("Problem.cu_seqlens must be non-decreasing, but cu_seqlens[" + num(n) + "] = " + num(p.cu_seqlens[n]) +
-           " < cu_seqlens[" + num(n - 1) + "] = " + num(p.cu_seqlens[n - 1]));
+  check_offsets(p.cu_seqlens, "cu_seqlens");
   if (!std::isfinite(p.scale)) fail("Problem.scale must be finite (0 means K^-1/2)");
   switch (p.gate) {
     case GateForm::Direct:
@@ -69,9 +104,34 @@ void validate(const Problem& p) {
     default:
       fail("Problem.gate is not a known GateForm");
   }
+  validate_probes(p);
 }
 
 namespace detail {
+
+namespace {
+
+// Zero-length sequences (no work item touches them): ht = h0 and dh0 = dht; a probe there (p = 0,
+// docs/algorithm.md 1.4) holds h0 and dht too (zeros when absent).
+void pass_through_empty(const Problem& p, const Inputs& in, Outputs& out, Grads* grads) {
+  const int64_t cnt = static_cast<int64_t>(p.HV) * p.K * p.V;
+  auto copy = [cnt](const double* src, int64_t from, std::vector<double>& dst, int64_t to) {
+    if (src != nullptr) std::copy(src + from * cnt, src + (from + 1) * cnt, dst.begin() + to * cnt);
+  };
+  const double* h0 = p.has_h0 ? in.h0 : nullptr;
+  const double* dht = grads != nullptr && p.has_dht ? in.dht : nullptr;
+  for (int n = 0; n < p.sequences(); ++n) {
+    if (p.cu_seqlens[zs(n) + 1] != p.cu_seqlens[zs(n)]) continue;
+    copy(h0, n, out.ht, n);
+    if (grads != nullptr && p.has_h0) copy(dht, n, grads->dh0, n);
+    for (auto [r, r1] = probe_rows(p, n); r < r1; ++r) {
+      copy(h0, n, out.probe_S, r);
+      if (grads != nullptr) copy(dht, n, grads->probe_dS, r);
+    }
+  }
+}
+
+}  // namespace
 
 void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int threads, const Tuning& tuning) {
   validate(p);
@@ -99,14 +159,9 @@ void run(const Problem& p, const Inputs& in, Outputs& out, Grads* grads, int thr
     grads->ddt_bias.assign(p.has_dt_bias ? zs(HV * Kg) : 0, 0.0);
     grads->dh0.assign(p.has_h0 ? zs(N * HV * state) : 0, 0.0);
   }
-  // Zero-length sequences: ht = h0 and dh0 = dht (no work item touches them).
-  for (int n = 0; n < N; ++n) {
-    if (p.cu_seqlens[zs(n) + 1] != p.cu_seqlens[zs(n)]) continue;
-    const int64_t off = static_cast<int64_t>(n) * HV * state, cnt = HV * state;
-    if (p.has_h0) std::copy(in.h0 + off, in.h0 + off + cnt, out.ht.begin() + off);
-    if (grads != nullptr && p.has_h0 && p.has_dht)
-      std::copy(in.dht + off, in.dht + off + cnt, grads->dh0.begin() + off);
-  }
+  out.probe_S.assign(zs(p.probe_count() * HV * state), 0.0);
+  if (grads != nullptr) grads->probe_dS.assign(zs(p.probe_count() * HV * state), 0.0);
+  pass_through_empty(p, in, out, grads);
 
   run_recurrence(p, in, pr, out, grads, threads, tuning);
   if (grads != nullptr) finish_backward(p, in, pr, *grads, threads);
@@ -129,8 +184,7 @@ double flops(const Problem& p, bool backward, const Tuning& tuning) {
     double per = 7.0;
     if (backward) {
       per += 5.0 + 16.0;
-      const int64_t nwin = (len + tuning.window - 1) / tuning.window;
-      if (nwin > tuning.max_checkpoints) per += 5.0;
+      if (windows(p, n, tuning.window).count() > tuning.max_checkpoints) per += 5.0;
     }
     total += per * kv * static_cast<double>(len);
   }

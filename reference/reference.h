@@ -10,6 +10,7 @@
 //                                                        or the raw gate for raw / lower-bound forms)
 //   A_log     [HV]              dt_bias GDN [HV], KDA [HV, K]
 //   h0, dht, ht, dh0            [N, HV, K, V]  (state is key-major K x V)
+//   probe_S, probe_dS           [P, HV, K, V]  (P = probes.size(); docs/algorithm.md 1.4)
 // Value head j reads q/k head j / (HV / H). Gradients of q and k are summed over the HV / H value
 // heads of a group; dg has the shape of g; dA_log and ddt_bias the shapes of A_log and dt_bias.
 #pragma once
@@ -42,9 +43,20 @@ struct Problem {
   bool has_dt_bias = false;
   bool has_h0 = false;   // initial state per sequence (else zeros)
   bool has_dht = false;  // gradient of the final state in the loss (else zero)
+  // Probes (docs/algorithm.md 1.4): positions p within a sequence (0 <= p <= len) at which the
+  // state S_p after the sequence's first p tokens (Outputs::probe_S) and the gradient dS_p of the
+  // loss w.r.t. it (Grads::probe_dS) are reported. Sequence n's positions are
+  // probes[probe_cu[n] .. probe_cu[n + 1]), strictly ascending; row r of probe_S / probe_dS belongs
+  // to probes[r]. probe_cu is [N + 1] (starts at 0, non-decreasing, ends at probes.size()), or
+  // empty when probes is empty (no probes: the default). S_0 = h0 (or 0), S_len = ht; dS_0 = dh0
+  // (also without has_h0), dS_len = dht (or 0). Probes change no other output (bitwise); each costs
+  // a copy of K x V per value head (forward and backward).
+  std::vector<int64_t> probe_cu;  // [N + 1] or empty
+  std::vector<int64_t> probes;    // [P] positions, sequence by sequence
 
   int64_t tokens() const { return cu_seqlens.empty() ? 0 : cu_seqlens.back(); }
   int sequences() const { return cu_seqlens.empty() ? 0 : static_cast<int>(cu_seqlens.size()) - 1; }
+  int64_t probe_count() const { return static_cast<int64_t>(probes.size()); }
   int gate_width() const { return op == Op::Kda ? K : 1; }  // channels of g per (token, value head)
 };
 
@@ -64,8 +76,9 @@ struct Inputs {
 };
 
 struct Outputs {
-  std::vector<double> o;   // [T, HV, V]
-  std::vector<double> ht;  // [N, HV, K, V]
+  std::vector<double> o;        // [T, HV, V]
+  std::vector<double> ht;       // [N, HV, K, V]
+  std::vector<double> probe_S;  // [P, HV, K, V] S_p at each probe (empty without probes)
 };
 
 struct Grads {
@@ -76,6 +89,7 @@ struct Grads {
   std::vector<double> dA_log;    // [HV] when has_A_log, else empty
   std::vector<double> ddt_bias;  // [HV] or [HV * K] when has_dt_bias, else empty
   std::vector<double> dh0;       // [N, HV, K, V] when has_h0, else empty
+  std::vector<double> probe_dS;  // [P, HV, K, V] dL / dS_p at each probe (empty without probes)
 };
 
 // Throws std::invalid_argument with a message naming the field when the problem is malformed.

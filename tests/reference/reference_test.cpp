@@ -3,9 +3,7 @@
 // validate() errors. Gradients against finite differences are in reference_fd_test.cpp.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <limits>
-#include <stdexcept>
 
 #include "reference_test_util.h"
 
@@ -34,29 +32,6 @@ Problem multi_window_problem(Op op, GateForm gate) {
   p.has_h0 = true;
   p.has_dht = true;
   return p;
-}
-
-void expect_bitwise(const std::vector<double>& a, const std::vector<double>& b, const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (size_t x = 0; x < a.size(); ++x) {
-    if (std::memcmp(&a[x], &b[x], sizeof(double)) != 0) {
-      ADD_FAILURE() << what << "[" << x << "] differs: " << a[x] << " vs " << b[x];
-      return;
-    }
-  }
-}
-
-void expect_bitwise(const Outputs& oa, const Grads& ga, const Outputs& ob, const Grads& gb) {
-  expect_bitwise(oa.o, ob.o, "o");
-  expect_bitwise(oa.ht, ob.ht, "ht");
-  expect_bitwise(ga.dq, gb.dq, "dq");
-  expect_bitwise(ga.dk, gb.dk, "dk");
-  expect_bitwise(ga.dv, gb.dv, "dv");
-  expect_bitwise(ga.dg, gb.dg, "dg");
-  expect_bitwise(ga.dbeta, gb.dbeta, "dbeta");
-  expect_bitwise(ga.dA_log, gb.dA_log, "dA_log");
-  expect_bitwise(ga.ddt_bias, gb.ddt_bias, "ddt_bias");
-  expect_bitwise(ga.dh0, gb.dh0, "dh0");
 }
 
 // ---- agreement with the naive forward on multi-window shapes ------------------------------------
@@ -383,15 +358,6 @@ TEST(Reference, FlopCount) {
 
 // ---- validate()
 // ----------------------------------------------------------------------------------
-
-void expect_invalid(const Problem& p, const std::string& field) {
-  try {
-    validate(p);
-    ADD_FAILURE() << "validate() accepted a problem with a bad " << field;
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
-  }
-}
 
 TEST(Reference, ValidateNamesTheField) {
   const Problem ok = base_problem(Op::Gdn, 4, 4);

@@ -1,12 +1,16 @@
 // Helpers for the FP64 reference tests: random problem data, an independent naive forward (plain
 // per-token matrix code, written from docs/algorithm.md 1.1-1.3 without looking at the library's
-// blocking), the loss, and finite differences.
+// blocking), the loss, finite differences, and gtest checks (bitwise equality, validate() errors).
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -173,6 +177,42 @@ inline double rel_max_diff(const std::vector<double>& a, const std::vector<doubl
     md = std::max(md, std::abs(a[x] - b[x]));
   }
   return mx > 0 ? md / mx : md;
+}
+
+// ---- gtest helpers --------------------------------------------------------------------------------
+
+inline void expect_bitwise(const std::vector<double>& a, const std::vector<double>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t x = 0; x < a.size(); ++x) {
+    if (std::memcmp(&a[x], &b[x], sizeof(double)) != 0) {
+      ADD_FAILURE() << what << "[" << x << "] differs: " << a[x] << " vs " << b[x];
+      return;
+    }
+  }
+}
+
+// Every output and gradient but the probes.
+inline void expect_bitwise(const Outputs& oa, const Grads& ga, const Outputs& ob, const Grads& gb) {
+  expect_bitwise(oa.o, ob.o, "o");
+  expect_bitwise(oa.ht, ob.ht, "ht");
+  expect_bitwise(ga.dq, gb.dq, "dq");
+  expect_bitwise(ga.dk, gb.dk, "dk");
+  expect_bitwise(ga.dv, gb.dv, "dv");
+  expect_bitwise(ga.dg, gb.dg, "dg");
+  expect_bitwise(ga.dbeta, gb.dbeta, "dbeta");
+  expect_bitwise(ga.dA_log, gb.dA_log, "dA_log");
+  expect_bitwise(ga.ddt_bias, gb.ddt_bias, "ddt_bias");
+  expect_bitwise(ga.dh0, gb.dh0, "dh0");
+}
+
+// validate(p) throws std::invalid_argument naming `field`.
+inline void expect_invalid(const Problem& p, const std::string& field) {
+  try {
+    validate(p);
+    ADD_FAILURE() << "validate() accepted a problem with a bad " << field;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace kcp::ref::test
