@@ -5,9 +5,16 @@
 
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/config/row_loader.h"
+#include "core/util/error.h"
 
 namespace kcp::app {
 
@@ -34,6 +41,38 @@ inline CLI::Validator comma_list() {
         return "empty element in the comma list \"" + s + "\"";
       },
       "LIST");
+}
+
+// Seeds: "S" (one), "A:B" (A to B inclusive, at most kMaxSeeds) or a comma list of those
+// ("1:8,13"). Returns the seeds in order, duplicates removed; throws ConfigError naming the flag
+// and the text.
+inline constexpr int kMaxSeeds = 4096;
+inline std::vector<uint64_t> parse_seeds(const std::string& flag, const std::string& text) {
+  auto bad = [&](const std::string& why) -> std::vector<uint64_t> {
+    KCP_THROW(ConfigError, "{}: {} in \"{}\" (give S, A:B or a comma list such as 1:8,13)", flag, why, text);
+  };
+  auto number = [&](const std::string& s) {
+    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) bad("\"" + s + "\" is not a seed");
+    errno = 0;
+    const unsigned long long v = std::strtoull(s.c_str(), nullptr, 10);
+    if (errno == ERANGE) bad("\"" + s + "\" is past 2^64 - 1");
+    return uint64_t(v);
+  };
+  std::vector<uint64_t> seeds;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ',');) {
+    const size_t colon = part.find(':');
+    const uint64_t a = number(part.substr(0, colon)), b = colon == std::string::npos ? a : number(part.substr(colon + 1));
+    if (b < a) bad(fmt::format("the range {}:{} runs backwards", a, b));
+    if (b - a >= uint64_t(kMaxSeeds) || seeds.size() + (b - a) >= size_t(kMaxSeeds))
+      bad(fmt::format("more than {} seeds", kMaxSeeds));
+    for (uint64_t s = a;; ++s) {
+      if (std::find(seeds.begin(), seeds.end(), s) == seeds.end()) seeds.push_back(s);
+      if (s == b) break;
+    }
+  }
+  if (seeds.empty() || text.back() == ',') bad("no seed");
+  return seeds;
 }
 
 }  // namespace kcp::app

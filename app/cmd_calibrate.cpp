@@ -1,12 +1,16 @@
-// `kcpbench calibrate`: derives each row's budgets from the CPU twin's error against FP64 at the
-// planned schedule (core/compare/budget.h), and writes them into the row file (--write) or
-// checks that the file holds exactly what it would write (--check).
+// `kcpbench calibrate`: derives each row's budgets from the CPU twin's error against FP64 over
+// several seeds at the planned schedule (core/compare/budget.h), after holding the twin to its
+// limits, and writes them into the row file (--write) or checks that the file holds exactly what
+// it would write (--check).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <tuple>
 
 #include "app/cli_checks.h"
 #include "app/commands.h"
@@ -19,20 +23,122 @@
 
 namespace kcp::app {
 
+namespace {
+
+struct CalibrateCli {
+  std::string rows = "int1", device = "h200", cache, seeds = "1:8";
+  std::vector<std::string> row;
+  double k = 2.0;
+  bool write = false, check = false;
+  int threads = 0;
+};
+
+// The worst relative errors of one tensor over the seeds, and where they were.
+struct Worst {
+  double max_rel = 0, rel_rms = 0;
+  uint64_t max_rel_seed = 0, rel_rms_seed = 0;
+};
+using RowWorst = std::map<std::string, Worst>;  // per tensor
+
+double finite_or_inf(double x) { return std::isfinite(x) ? x : INFINITY; }
+
+// One seed's runs of the rounded twin (whose errors set the budgets) and of the exact-storage
+// twin (held to kExactTwinLimit): the worst values are folded into `worst`, limit breaches into
+// `violations`.
+void calibrate_seed(const std::vector<SelectedRow>& rows, const RunOptions& opt, const CalibrateCli& o, uint64_t seed,
+                    std::vector<RowWorst>& worst, std::vector<std::string>& violations) {
+  std::deque<RowConfig> seeded;
+  const auto at_seed = rows_at_seed(rows, seed, seeded);
+  RunContext ctx;
+  log::info0("calibrate: seed {}: the twin ...", seed);
+  const auto rounded = kernels::make_cpu_backend(kernels::CpuStorage::Rounded);
+  const RunOutcome out = run_in_world(at_seed, opt, "local", o.threads, *rounded, ctx);
+  log::info0("calibrate: seed {}: the exact-storage twin ...", seed);
+  const auto exact_backend = kernels::make_cpu_backend(kernels::CpuStorage::Exact);
+  const RunOutcome exact = run_in_world(at_seed, opt, "local", o.threads, *exact_backend, ctx);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const RowConfig& row = *at_seed[i].row;
+    const Entry &e = out.entries.at(i), &x = exact.entries.at(i);
+    KCP_CHECK(e.row == row.name && x.row == row.name, "entry order: {} / {} vs {}", e.row, x.row, row.name);
+    KCP_CHECK(e.tensors && x.tensors, "row {} ran no tensors ({}: {})", row.name, e.status, e.reason.value_or(""));
+    const double u = unit_roundoff(row.dtype);
+    double exact_worst = 0;
+    std::string exact_tensor = "-";
+    for (const auto& [t, m] : *e.tensors) {
+      if (m.count == 0) continue;  // nothing of it in this row (e.g. no carried state)
+      const TensorMetrics& mx = x.tensors->at(t);
+      const double xr = std::max(finite_or_inf(mx.rel_rms), finite_or_inf(mx.max_rel));
+      if (!(xr <= exact_worst)) std::tie(exact_worst, exact_tensor) = std::make_pair(xr, t);
+      if (mx.nonfinite > 0 || !(xr <= kExactTwinLimit))
+        violations.push_back(fmt::format("{} {} seed {}: the exact-storage twin's error {:.3e} (non-finite {}) breaks "
+                                         "the limit {:.0e}: the twin's algorithm is wrong",
+                                         row.name, t, seed, xr, mx.nonfinite, kExactTwinLimit));
+      const double rel = finite_or_inf(m.rel_rms), mr = finite_or_inf(m.max_rel);
+      if (m.nonfinite > 0 || !(rel <= kRoundedTwinUnits * u))
+        violations.push_back(fmt::format("{} {} seed {}: the twin's rel-RMS {:.3e} (non-finite {}) breaks {} u = {:.3e}",
+                                         row.name, t, seed, rel, m.nonfinite, kRoundedTwinUnits,
+                                         kRoundedTwinUnits * u));
+      Worst& w = worst[i][t];
+      if (!(mr <= w.max_rel)) w = {mr, w.rel_rms, seed, w.rel_rms_seed};
+      if (!(rel <= w.rel_rms)) w = {w.max_rel, rel, w.max_rel_seed, seed};
+    }
+    log::info0("calibrate: seed {} {}: exact-storage twin's worst relative error {:.2e} ({}; limit {:.0e})", seed,
+               row.name, exact_worst, exact_tensor, kExactTwinLimit);
+  }
+}
+
+// The budgets of one row from its worst errors; differences from the file's go to `differences`.
+nlohmann::ordered_json row_budgets(const RowConfig& row, const RowWorst& worst, const CalibrateCli& o,
+                                   std::vector<std::string>& differences) {
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
+  std::string line = fmt::format("{:<5}", row.name);
+  for (const std::string& t : all_tensor_names()) {
+    auto it = worst.find(t);
+    if (it == worst.end()) continue;
+    const Budget b = derive_budget(it->second.max_rel, it->second.rel_rms, o.k, row.dtype);
+    tensors[t] = {{"max_rel", b.max_rel}, {"rel_rms", b.rel_rms}};
+    line += fmt::format(" {}={:.3g}/{:.3g}(s{}/s{})", t, b.max_rel, b.rel_rms, it->second.max_rel_seed,
+                        it->second.rel_rms_seed);
+    auto have = row.budgets.find(t);
+    const bool same = have != row.budgets.end() && have->second.relative && have->second.max_rel == b.max_rel &&
+                      have->second.rel_rms == b.rel_rms;
+    if (!same)
+      differences.push_back(fmt::format(
+          "{} {}: file has {}, calibrate derives max_rel {} rel_rms {}", row.name, t,
+          have == row.budgets.end() ? std::string("no budget")
+          : have->second.relative
+              ? fmt::format("max_rel {} rel_rms {}", have->second.max_rel, have->second.rel_rms)
+              : fmt::format("max_abs {} rel_rms {} (absolute)", have->second.max_abs, have->second.rel_rms),
+          b.max_rel, b.rel_rms));
+  }
+  std::printf("%s\n", line.c_str());
+  return tensors;
+}
+
+void write_row_file(const std::string& file, const nlohmann::ordered_json& doc) {
+  const std::string tmp = file + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << doc.dump(1) << "\n";
+    if (!f) raise_api_error("I/O", "write", errno, "cannot write " + tmp, __FILE__, __LINE__);
+  }
+  if (std::rename(tmp.c_str(), file.c_str()) != 0)
+    raise_api_error("I/O", "rename", errno, "cannot replace " + file, __FILE__, __LINE__);
+}
+
+}  // namespace
+
 std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
   auto* sub = app.add_subcommand("calibrate",
-                                 "Derive per-row budgets from the CPU twin's error against FP64 at the "
-                                 "planned schedule; print, --write them into the row file, or --check it");
-  struct Opts {
-    std::string rows = "int1", device = "h200", cache;
-    std::vector<std::string> row;
-    double k = 2.0;
-    bool write = false, check = false;
-    int threads = 0;
-  };
-  auto o = std::make_shared<Opts>();
+                                 "Derive per-row budgets from the CPU twin's error against FP64 over several seeds "
+                                 "at the planned schedule; print, --write them into the row file, or --check it");
+  auto o = std::make_shared<CalibrateCli>();
   sub->add_option("--rows", o->rows, "Row set: a name or a path to a row file")->capture_default_str();
   sub->add_option("--row", o->row, "Only these rows (names or globs); repeatable");
+  sub->add_option("--seeds", o->seeds,
+                  "Seeds the budgets are derived over (S, A:B inclusive, or a comma list); the worst error over "
+                  "them sets each budget, and the row file records them")
+      ->capture_default_str();
   sub->add_option("--device", o->device,
                   "Device class whose planned schedule is calibrated (rows with plan_device "
                   "use theirs)")
@@ -48,6 +154,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     KCP_REQUIRE(!(o->write && o->check), "calibrate: --write and --check exclude each other");
     KCP_REQUIRE(o->k >= 1.0, "calibrate: --k must be >= 1, got {}", o->k);
     KCP_REQUIRE(!(mpi_available() && mpi_launched()), "calibrate runs without mpirun (ranks as threads)");
+    const std::vector<uint64_t> seeds = parse_seeds("--seeds", o->seeds);
     const std::string file = resolve_row_file(o->rows, g.configs_dir);
     RowSet set = load_row_set(file);
     const auto rows = selected_rows(set, o->row);
@@ -59,53 +166,26 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     opt.calibrating = true;  // the table says what each row measures (it has no budgets yet)
     opt.device_class = o->device;
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
-    auto backend = kernels::make_cpu_backend();
-    RunContext ctx;
     log::info0("{}", table_header());
-    const RunOutcome out = run_in_world(rows, opt, "local", o->threads, *backend, ctx);
+    std::vector<RowWorst> worst(rows.size());
+    std::vector<std::string> violations, differences;
+    for (uint64_t s : seeds) calibrate_seed(rows, opt, *o, s, worst, violations);
 
     // Read the file as ordered JSON so --write keeps its layout and key order.
     std::ifstream in(file);
     std::stringstream ss;
     ss << in.rdbuf();
     nlohmann::ordered_json doc = nlohmann::ordered_json::parse(ss.str());
-    std::vector<std::string> violations, differences;
-    size_t e = 0;
-    for (const auto& sr : rows) {
-      const RowConfig& row = *sr.row;
-      const auto& entry = out.entries.at(e++);
-      KCP_CHECK(entry.row == row.name, "entry order: {} vs {}", entry.row, row.name);
-      KCP_CHECK(entry.tensors, "entry {} ran no tensors ({}: {})", entry.id, entry.status, entry.reason.value_or(""));
-      nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
-      std::string line = fmt::format("{:<5}", row.name);
-      for (const std::string& t : all_tensor_names()) {
-        auto it = entry.tensors->find(t);
-        if (it == entry.tensors->end()) continue;
-        const TensorMetrics& m = it->second;
-        const double rel = std::isfinite(m.rel_rms) ? m.rel_rms : INFINITY;  // written as null when non-finite
-        if (m.nonfinite > 0 || !(rel <= twin_rel_rms_limit(t)))
-          violations.push_back(
-              fmt::format("{} {}: cpu twin rel-RMS {:.3e} (non-finite {}) breaks the fixed limit {:.0e}", row.name, t,
-                          rel, m.nonfinite, twin_rel_rms_limit(t)));
-        const Budget b = derive_budget(m.max_abs, rel, m.ref_max_abs, o->k, row.dtype);
-        tensors[t] = {{"max_abs", b.max_abs}, {"rel_rms", b.rel_rms}};
-        line += fmt::format(" {}={:.3g}/{:.3g}", t, b.max_abs, b.rel_rms);
-        auto have = row.budgets.find(t);
-        if (have == row.budgets.end() || have->second.max_abs != b.max_abs || have->second.rel_rms != b.rel_rms)
-          differences.push_back(
-              fmt::format("{} {}: file has {}, calibrate derives max_abs {} rel_rms {}", row.name, t,
-                          have == row.budgets.end()
-                              ? std::string("no budget")
-                              : fmt::format("max_abs {} rel_rms {}", have->second.max_abs, have->second.rel_rms),
-                          b.max_abs, b.rel_rms));
-      }
-      std::printf("%s\n", line.c_str());
-      doc["rows"][row.index]["budgets"] = {{"source", budget_formula(o->k, row.dtype)}, {"tensors", tensors}};
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const RowConfig& row = *rows[i].row;
+      nlohmann::ordered_json tensors = row_budgets(row, worst[i], *o, differences);
+      if (row.budget_seeds != seeds) differences.push_back(fmt::format("{}: seeds differ", row.name));
+      doc["rows"][row.index]["budgets"] = {
+          {"source", budget_formula(o->k, row.dtype)}, {"seeds", seeds}, {"tensors", tensors}};
     }
     if (!violations.empty()) {
       for (const auto& v : violations) std::fprintf(stderr, "calibrate: %s\n", v.c_str());
-      std::fprintf(stderr,
-                   "calibrate: refusing to derive budgets from a twin that breaks its fixed limits (%zu problems)\n",
+      std::fprintf(stderr, "calibrate: refusing to derive budgets from a twin that breaks its limits (%zu problems)\n",
                    violations.size());
       return 1;
     }
@@ -115,15 +195,9 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
       return differences.empty() ? 0 : 1;
     }
     if (o->write) {
-      const std::string tmp = file + ".tmp";
-      {
-        std::ofstream f(tmp);
-        f << doc.dump(1) << "\n";
-        if (!f) raise_api_error("I/O", "write", errno, "cannot write " + tmp, __FILE__, __LINE__);
-      }
-      if (std::rename(tmp.c_str(), file.c_str()) != 0)
-        raise_api_error("I/O", "rename", errno, "cannot replace " + file, __FILE__, __LINE__);
-      std::printf("calibrate: wrote budgets of %zu rows into %s\n", rows.size(), file.c_str());
+      write_row_file(file, doc);
+      std::printf("calibrate: wrote budgets of %zu rows into %s (seeds %s)\n", rows.size(), file.c_str(),
+                  o->seeds.c_str());
     }
     return 0;
   };

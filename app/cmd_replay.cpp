@@ -170,7 +170,9 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
                 "entry {}: the row changed: its row_config has digest {}, the entry records {}; the stored results "
                 "cannot be reproduced from it",
                 o->entry, set.row_digests[0], e.row_digest);
-    const auto rows = selected_rows(set, {});
+    // At the entry's seed (run --seeds records it; the row's own when it is the same).
+    std::deque<RowConfig> seeded;
+    const auto rows = rows_at_seed(selected_rows(set, {}), e.seed.value_or(set.rows[0].seed), seeded);
 
     // The form, fault and planning of the entry.
     RunOptions opt;

@@ -116,7 +116,7 @@ struct RunCli {
   std::string rows = "int1";
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
-  std::string max_host_mem = "auto", max_device_mem = "auto";
+  std::string max_host_mem = "auto", max_device_mem = "auto", seeds;
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
@@ -131,6 +131,29 @@ std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std:
     out.push_back({r, set.row_digests[r->index], set.row_json[r->index]});
   return out;
 }
+
+std::vector<SelectedRow> rows_at_seed(const std::vector<SelectedRow>& rows, uint64_t seed,
+                                      std::deque<RowConfig>& store) {
+  std::vector<SelectedRow> out;
+  for (const SelectedRow& sr : rows) {
+    store.push_back(*sr.row);
+    store.back().seed = seed;
+    out.push_back({&store.back(), sr.digest, sr.json, sr.other_seed || seed != sr.row->seed});
+  }
+  return out;
+}
+
+namespace {
+// The rows at every seed of --seeds (seed by seed), or as they are when it is not given.
+std::vector<SelectedRow> with_seeds(const std::vector<SelectedRow>& rows, const std::string& seeds_text,
+                                    std::deque<RowConfig>& store) {
+  if (seeds_text.empty()) return rows;
+  std::vector<SelectedRow> out;
+  for (uint64_t s : parse_seeds("--seeds", seeds_text))
+    for (auto& sr : rows_at_seed(rows, s, store)) out.push_back(sr);
+  return out;
+}
+}  // namespace
 
 // Runs the rows in the launch mode at hand: under mpirun every process is one rank (rows of
 // another world size are recorded as skipped); otherwise each row gets its W ranks as threads.
@@ -217,6 +240,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
       ->capture_default_str();
   sub->add_option("--row", o->row, "Only these rows (names or globs like 'K*'); repeatable");
+  sub->add_option("--seed,--seeds", o->seeds,
+                  "Run every row at these seeds instead of its own: S, A:B (inclusive) or a comma list such as "
+                  "1:8,13; entries record the seed, and their ids end in /seedS where it is not the row's own");
   sub->add_option("--package", o->package, "Packages to run: det, nondet (comma list; default: the row's)")
       ->check(comma_list());
   sub->add_option("--saved", o->saved, "Saved sets to run: full, light (comma list; default: the row's)")
@@ -294,7 +320,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
-    const auto rows = selected_rows(set, o->row);
+    std::deque<RowConfig> seeded;  // the rows at other seeds (--seeds)
+    const auto rows = with_seeds(selected_rows(set, o->row), o->seeds, seeded);
     RunOptions opt;
     for (const auto& p : split_commas(o->package)) {
       KCP_REQUIRE(p == "det" || p == "nondet", "--package: expected det or nondet, got \"{}\"", p);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std:
 RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, const std::string& comm_kind,
                         int threads_flag, const kernels::Backend& backend, RunContext& ctx,
                         const std::function<void(const RunOutcome&)>& after_row = {});
+// The rows at another seed: copies of `rows` (same digest and row JSON: the row is the same,
+// its inputs are drawn at `seed`) kept alive in `store`. Entries record the seed they used.
+std::vector<SelectedRow> rows_at_seed(const std::vector<SelectedRow>& rows, uint64_t seed,
+                                      std::deque<RowConfig>& store);
 int gpu_count();  // CUDA devices visible (0 without a CUDA build or a driver); backend_select.cpp
 std::string default_cache_dir();
 std::unique_ptr<kernels::Backend> select_backend(const std::string& name);  // backend_select.cpp

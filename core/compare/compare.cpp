@@ -8,6 +8,9 @@
 namespace kcp {
 
 namespace {
+// x / scale, with 0 / 0 = 0 and x / 0 = Inf.
+double relative_to(double x, double scale) { return scale > 0 ? x / scale : (x > 0 ? INFINITY : 0.0); }
+
 struct Acc {
   TensorMetrics m;
   WorstElement first_nonfinite;
@@ -33,6 +36,32 @@ struct Acc {
     return m;
   }
 };
+
+// Metrics of a per-head total against its reference and per-element scale: max-abs, max_rel =
+// max |err| / scale (its element is the worst), rel_rms = RMS(err) / RMS(scale).
+TensorMetrics scaled_metrics(const char* name, const std::vector<double>& ref, const std::vector<float>& got,
+                             const std::vector<double>& scale, size_t per_head) {
+  Acc a;
+  a.m.name = name;
+  double sum_scale2 = 0, worst_rel = -1;
+  WorstElement worst;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    WorstElement w;
+    w.head = static_cast<int>(i / per_head);
+    w.channel = static_cast<int>(i % per_head);
+    a.add(ref[i], got[i], w);
+    const double s = i < scale.size() ? scale[i] : 0.0, rel = relative_to(std::fabs(double(got[i]) - ref[i]), s);
+    sum_scale2 += s * s;
+    if (std::isfinite(got[i]) && rel > worst_rel) {
+      worst_rel = rel;
+      a.m.max_rel = rel;
+      worst = w;
+    }
+  }
+  a.m.worst = worst;
+  a.m.rel_rms = relative_to(std::sqrt(a.m.sum_err2), std::sqrt(sum_scale2));
+  return a.done();
+}
 
 // Distance (tokens) from local token t to the nearest segment or rank boundary.
 int64_t boundary_distance(const RankPlan& rp, int64_t t, int* segment) {
@@ -142,11 +171,44 @@ std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp
   return out;
 }
 
+namespace {
+// softplus(x) / sigmoid(x) = softplus(x) (1 + e^-x): 1 for x -> -inf, x for x -> +inf.
+double softplus_over_sigmoid(double x) {
+  if (x < -30) return 1.0;
+  const double sp = x > 30 ? x : std::log1p(std::exp(x));
+  return sp * (1.0 + std::exp(-x));
+}
+}  // namespace
+
+ParamScales param_grad_scales(const RowConfig& row, const RowInputs& in, const std::vector<double>& ref_dg,
+                              Communicator& comm) {
+  ParamScales s;
+  const int64_t HV = row.HV, gw = row.op == Op::Kda ? row.K : 1, T = in.t_end - in.t_begin;
+  if (row.A_log) s.dA_log.assign(static_cast<size_t>(HV), 0.0);
+  if (row.dt_bias) s.ddt_bias.assign(static_cast<size_t>(HV * gw), 0.0);
+  KCP_CHECK(static_cast<int64_t>(ref_dg.size()) == T * HV * gw, "reference dg has {} values, expected {}",
+            ref_dg.size(), T * HV * gw);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < HV; ++j)
+      for (int64_t c = 0; c < gw; ++c) {
+        const int64_t i = (t * HV + j) * gw + c;
+        const double dg = ref_dg[i];
+        const double x = double(in.g[i]) + (row.dt_bias ? double(in.dt_bias[j * gw + c]) : 0.0);
+        if (row.dt_bias) s.ddt_bias[j * gw + c] += std::fabs(dg);
+        if (row.A_log)
+          s.dA_log[j] += std::fabs(dg * (row.gate == GateForm::Softplus ? softplus_over_sigmoid(x) : x));
+      }
+  for (auto* v : {&s.dA_log, &s.ddt_bias})
+    if (!v->empty()) comm.allreduce(v->data(), v->size(), ReduceOp::Sum);
+  return s;
+}
+
 std::vector<TensorMetrics> compare_parameter_grads(const RowConfig& row, const RankPlan& rp, const RankResult& res,
                                                    const std::vector<std::shared_ptr<const SequenceReference>>& refs,
-                                                   Communicator& comm) {
+                                                   const ParamScales& scales, Communicator& comm) {
   std::vector<TensorMetrics> out;
-  auto one = [&](const char* name, const std::vector<float>& got, std::vector<double> SequenceReference::*part) {
+  auto one = [&](const char* name, const std::vector<float>& got, std::vector<double> SequenceReference::*part,
+                 const std::vector<double>& scale) {
     // Reference total: each rank sums the sequences that start on it (in sequence order), then
     // the partial sums are all-reduced in rank order, as the engine reduces the kernel's.
     std::vector<double> total(got.size(), 0.0);
@@ -156,20 +218,10 @@ std::vector<TensorMetrics> compare_parameter_grads(const RowConfig& row, const R
       for (size_t i = 0; i < total.size() && i < v.size(); ++i) total[i] += v[i];
     }
     if (!total.empty()) comm.allreduce(total.data(), total.size(), ReduceOp::Sum);
-    Acc a;
-    a.m.name = name;
-    const size_t per_head = got.size() / std::max<size_t>(1, size_t(row.HV));
-    for (size_t i = 0; i < total.size(); ++i) {
-      WorstElement w;
-      w.head = static_cast<int>(i / per_head);
-      w.channel = static_cast<int>(i % per_head);
-      a.add(total[i], got[i], w);
-    }
-    a.m.rel_rms = a.m.sum_ref2 > 0 ? std::sqrt(a.m.sum_err2 / a.m.sum_ref2) : (a.m.sum_err2 > 0 ? INFINITY : 0.0);
-    out.push_back(a.done());
+    out.push_back(scaled_metrics(name, total, got, scale, got.size() / std::max<size_t>(1, size_t(row.HV))));
   };
-  if (row.A_log) one("dA_log", res[ResultTensor::dA_log], &SequenceReference::dA_log);
-  if (row.dt_bias) one("ddt_bias", res[ResultTensor::ddt_bias], &SequenceReference::ddt_bias);
+  if (row.A_log) one("dA_log", res[ResultTensor::dA_log], &SequenceReference::dA_log, scales.dA_log);
+  if (row.dt_bias) one("ddt_bias", res[ResultTensor::ddt_bias], &SequenceReference::ddt_bias, scales.ddt_bias);
   return out;
 }
 
@@ -212,6 +264,7 @@ void reduce_metrics(std::vector<TensorMetrics>& ms, Communicator& comm) {
     m.count = counts[1];
     m.ref_max_abs = mx;
     m.rel_rms = m.sum_ref2 > 0 ? std::sqrt(m.sum_err2 / m.sum_ref2) : (m.sum_err2 > 0 ? INFINITY : 0.0);
+    m.max_rel = relative_to(m.max_abs, m.ref_max_abs);
   }
 }
 
@@ -224,9 +277,8 @@ void judge(std::vector<TensorMetrics>& ms, const RowConfig& row) {
       continue;
     }
     m.budget = it->second;
-    auto ratio = [](double err, double budget) { return budget > 0 ? err / budget : (err > 0 ? INFINITY : 0.0); };
-    m.ratio_max = ratio(m.max_abs, m.budget.max_abs);
-    m.rms_ratio = ratio(m.rel_rms, m.budget.rel_rms);
+    m.ratio_max = m.budget.relative ? relative_to(m.max_rel, m.budget.max_rel) : relative_to(m.max_abs, m.budget.max_abs);
+    m.rms_ratio = relative_to(m.rel_rms, m.budget.rel_rms);
     m.pass = m.nonfinite == 0 && m.ratio_max <= 1.0 && m.rms_ratio <= 1.0;
   }
 }

@@ -18,6 +18,7 @@
 #include "core/comm/communicator.h"
 #include "core/compare/reference_data.h"
 #include "core/config/row_config.h"
+#include "core/inputs/inputs.h"
 #include "core/kcp/kcp_engine.h"
 #include "core/plan/segment_plan.h"
 #include "core/report/results.h"
@@ -43,11 +44,23 @@ RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
 std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
                                         const RankReference& ref, int rank);
 void reduce_metrics(std::vector<TensorMetrics>& m, Communicator& comm);
+// The cancellation-aware scale of dA_log and ddt_bias (docs/design.md 6): per element, the sum
+// over all tokens of the absolute per-token contributions, |dg x da/d(param) / da/dg|, from the
+// FP64 reference's dg (the gradient w.r.t. the raw gate g) and the inputs: for ddt_bias the
+// contribution is dg itself (a depends on g + dt_bias); for dA_log it is dg x softplus(x) /
+// sigmoid(x) (softplus form, x = g + dt_bias) or dg x x (lower-bound form), summed over a head's
+// channels. A sum that cancels is judged against what it sums, not against its small total.
+// Collective (the ranks' token sums are all-reduced); ref_dg is this rank's reference dg.
+struct ParamScales {
+  std::vector<double> dA_log, ddt_bias;
+};
+ParamScales param_grad_scales(const RowConfig& row, const RowInputs& shard, const std::vector<double>& ref_dg,
+                              Communicator& comm);
 // dA_log / ddt_bias (totals over all sequences, identical on every rank): global metrics
-// directly (collective).
+// directly (collective). max_rel and rel_rms are relative to the per-element scale.
 std::vector<TensorMetrics> compare_parameter_grads(const RowConfig& row, const RankPlan& rp, const RankResult& res,
                                                    const std::vector<std::shared_ptr<const SequenceReference>>& refs,
-                                                   Communicator& comm);
+                                                   const ParamScales& scales, Communicator& comm);
 // Applies the row's budgets (after reduce_metrics). A tensor without a budget does not pass.
 void judge(std::vector<TensorMetrics>& m, const RowConfig& row);
 

@@ -28,9 +28,15 @@ inline const std::vector<std::string>& all_tensor_names() {
   return names;
 }
 
+// A tensor's budget (docs/design.md 6). The max-abs part is relative in rows calibrated over
+// seeds: max_rel, the largest error allowed as a fraction of the judged run's own scale (max|ref|
+// of the tensor; per element, the cancellation-aware scale of dA_log / ddt_bias), so it means the
+// same at every seed. Older rows give an absolute max_abs instead.
 struct Budget {
-  double max_abs = 0.0;  // max |err| allowed
-  double rel_rms = 0.0;  // RMS(err) / RMS(ref) allowed
+  bool relative = false;
+  double max_rel = 0.0;  // relative: max |err| / scale allowed
+  double max_abs = 0.0;  // absolute: max |err| allowed
+  double rel_rms = 0.0;  // RMS(err) / RMS(ref) allowed (for dA_log / ddt_bias: RMS(err) / RMS(scale))
 };
 
 // Input recipe: distributions of the generated inputs (core/inputs).
@@ -83,6 +89,7 @@ struct RowConfig {
   // budgets per tensor, with provenance
   std::map<std::string, Budget> budgets;
   std::string budget_source;
+  std::vector<uint64_t> budget_seeds;  // the seeds calibrate derived the budgets over (provenance)
 
   int64_t total_tokens() const;
   int sequences() const { return static_cast<int>(seqlens.size()); }

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -132,8 +133,8 @@ const std::vector<std::string> kRowKeys = {
     "initial_state", "final_state", "dht",   "seed",  "inputs",    "plan_device", "forms",       "budgets"};
 const std::vector<std::string> kInputsKeys = {"keys", "gate_strength", "gate_mask_p", "gate_zero_p"};
 const std::vector<std::string> kFormsKeys = {"packages", "saved", "forced_P", "forced_rule"};
-const std::vector<std::string> kBudgetsKeys = {"source", "tensors"};
-const std::vector<std::string> kTensorBudgetKeys = {"max_abs", "rel_rms"};
+const std::vector<std::string> kBudgetsKeys = {"source", "seeds", "tensors"};
+const std::vector<std::string> kTensorBudgetKeys = {"max_rel", "max_abs", "rel_rms"};
 
 // Reads the fields of one JSON object whose accepted keys are `keys`, reporting the others as
 // unknown, and collecting every problem instead of stopping at the first. Reading a key that is
@@ -305,6 +306,29 @@ const char* name_of(const std::vector<std::pair<const char*, E>>& table, E e) {
   return "?";
 }
 
+// One tensor's budget: rel_rms and exactly one of max_rel (relative) and max_abs (absolute), all >= 0.
+std::optional<Budget> read_tensor_budget(const json& obj, const std::string& tpath, std::vector<std::string>& errors) {
+  ObjectReader rt(obj, tpath, errors, kTensorBudgetKeys);
+  Budget b;
+  b.max_rel = b.max_abs = b.rel_rms = -1;
+  rt.get_double("max_rel", b.max_rel);
+  rt.get_double("max_abs", b.max_abs);
+  rt.get_double("rel_rms", b.rel_rms);
+  rt.report_unknown();
+  b.relative = obj.contains("max_rel");
+  if (obj.contains("max_rel") == obj.contains("max_abs")) {
+    errors.push_back(tpath + ": needs exactly one of max_rel (relative to the run's scale) and max_abs (absolute)");
+    return std::nullopt;
+  }
+  if ((b.relative ? b.max_rel : b.max_abs) < 0 || b.rel_rms < 0) {
+    errors.push_back(tpath + ": needs " + (b.relative ? "max_rel" : "max_abs") + " and rel_rms, both >= 0");
+    return std::nullopt;
+  }
+  if (!b.relative) b.max_rel = 0;
+  if (b.relative) b.max_abs = 0;
+  return b;
+}
+
 RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::string>& errors,
                     std::set<std::string>& unread) {
   RowConfig row;
@@ -352,6 +376,7 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
   if (const json* bu = r.object("budgets")) {
     ObjectReader rb(*bu, r.at("budgets"), errors, kBudgetsKeys, &unread);
     rb.get_string("source", row.budget_source);
+    rb.get_int_array("seeds", row.budget_seeds, uint64_t{0}, UINT64_MAX);
     if (const json* te = rb.object("tensors")) {
       for (auto it = te->begin(); it != te->end(); ++it) {
         const std::string tpath = rb.at("tensors") + "." + it.key();
@@ -361,19 +386,10 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
           continue;
         }
         if (!it->is_object()) {
-          errors.push_back(tpath + ": expected an object {max_abs, rel_rms}, got " + type_name(*it));
+          errors.push_back(tpath + ": expected an object {max_rel or max_abs, rel_rms}, got " + type_name(*it));
           continue;
         }
-        ObjectReader rt(*it, tpath, errors, kTensorBudgetKeys);
-        Budget b{-1, -1};
-        rt.get_double("max_abs", b.max_abs);
-        rt.get_double("rel_rms", b.rel_rms);
-        rt.report_unknown();
-        if (b.max_abs < 0 || b.rel_rms < 0) {
-          errors.push_back(tpath + ": needs max_abs and rel_rms, both >= 0");
-          continue;
-        }
-        row.budgets[it.key()] = b;
+        if (auto b = read_tensor_budget(*it, tpath, errors)) row.budgets[it.key()] = *b;
       }
     }
     rb.report_unknown();

@@ -188,9 +188,11 @@ void log_phase_medians(const std::map<std::string, Stats>& phases) {
 // --dump: the rank's inputs and reference once per row (the row's per-sequence inputs h0, dht,
 // A_log, dt_bias once, from rank 0), the backend's tensors once per form; the manifest's
 // description of the row (shape, scale, gate, loss) and the reference of the Param gradients (this
-// rank's part of the total: the sequences that start on it, as compare_parameter_grads sums them).
+// rank's part of the total: the sequences that start on it, as compare_parameter_grads sums them)
+// with their cancellation-aware scales (kind "scale", from rank 0: the same on every rank).
 void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInputs& in, const RankReference& ref,
-              const std::vector<std::shared_ptr<const SequenceReference>>& param_refs, int r) {
+              const std::vector<std::shared_ptr<const SequenceReference>>& param_refs, const ParamScales& scales,
+              int r) {
   const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == Op::Kda ? K : 1;
   const int64_t N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
   auto in_ = [&](const char* n, const std::vector<float>& v, std::vector<int64_t> shape) {
@@ -217,6 +219,8 @@ void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInpu
     if (row.gate == GateForm::LowerBound) info["lower_bound"] = row.lower_bound;
     info["loss"] = row.dht ? "sum(o * dO) + sum(ht * dht)" : "sum(o * dO)";
     d.describe_row(row.name, info);
+    if (row.A_log) d.add(row.name, "row", r, "scale", "dA_log", scales.dA_log, {HV}, -1, -1);
+    if (row.dt_bias) d.add(row.name, "row", r, "scale", "ddt_bias", scales.ddt_bias, {HV * gw}, -1, -1);
   }
   for (int i = 0; i < kResultTensorCount; ++i) {
     const ResultTensor t = result_tensor(i);
@@ -260,6 +264,7 @@ struct RowContext {
   kernels::Status backend_status;
   RankReference ref;                                                 // Token and State tensors
   std::vector<std::shared_ptr<const SequenceReference>> param_refs;  // per piece: dA_log, ddt_bias only
+  ParamScales param_scales;                                           // their cancellation-aware scales
   double ref_seconds = 0;
   bool announce = false;  // long rows print their steps
   size_t row_no = 0, row_total = 0;
@@ -274,7 +279,7 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
   if (W != row.world)
     KCP_THROW(ConfigError, "row {} needs W = {} ranks, this run has {} (launch with mpirun -np {} or without mpirun)",
               row.name, row.world, W, row.world);
-  RowContext c{row, sel, {}, {}, {}, {}, {}, {}};
+  RowContext c{row, sel, {}, {}, {}, {}, {}, {}, {}};
   c.row_no = row_no;
   c.row_total = row_total;
   c.req.world = W;
@@ -307,11 +312,12 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
       small->ddt_bias = sr->ddt_bias;
       c.param_refs.push_back(std::move(small));
     }
+    c.param_scales = param_grad_scales(row, c.shard, c.ref[ResultTensor::dg], comm);
   }  // this rank's hold on the sequences' full FP64 results ends here
   c.ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
   if (c.announce && runnable)
     log::progress0("[{}/{}] {}: FP64 reference ready ({:.1f} s)", row_no, row_total, row.name, c.ref_seconds);
-  if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, c.shard, c.ref, c.param_refs, r);
+  if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, c.shard, c.ref, c.param_refs, c.param_scales, r);
   comm.barrier();
   refs.release(sel.digest);  // every rank of this process has its slice: the row's cache goes
   return c;
@@ -342,7 +348,7 @@ std::string plan_form(const RowContext& c, const Form& form, const RunOptions& o
 // The fields every entry of a form has, run or skipped.
 Entry entry_head(const RowContext& c, const Form& form, const RunOptions& opt, const SegmentPlan& plan) {
   Entry entry;
-  entry.id = c.row.name + "/" + form.label();
+  entry.id = c.row.name + "/" + form.label() + (c.sel.other_seed ? fmt::format("/seed{}", c.row.seed) : "");
   entry.row = c.row.name;
   entry.row_digest = c.sel.digest;
   if (!c.sel.json.empty()) entry.row_config = nlohmann::json::parse(c.sel.json);
@@ -560,7 +566,7 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   std::vector<TensorMetrics> ms = compare_rank(c.row, plan.ranks[r], res, c.ref, r);
   if (opt.dumper) dump_result(*opt.dumper, c.row, form, plan.ranks[r], res, r);
   reduce_metrics(ms, comm);
-  for (auto& m : compare_parameter_grads(c.row, plan.ranks[r], res, c.param_refs, comm)) ms.push_back(m);
+  for (auto& m : compare_parameter_grads(c.row, plan.ranks[r], res, c.param_refs, c.param_scales, comm)) ms.push_back(m);
   judge(ms, c.row);
   const Verdict v = summarize(ms);
   const ResultDigest bits = digest(res);

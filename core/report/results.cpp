@@ -233,6 +233,7 @@ json to_json(const TensorMetrics& m) {
   j["max_abs"] = num(m.max_abs);
   j["rel_rms"] = num(m.rel_rms);
   j["ref_max_abs"] = num(m.ref_max_abs);
+  j["max_rel"] = num(m.max_rel);
   j["count"] = m.count;
   j["nonfinite"] = m.nonfinite;
   j["worst"] = {{"rank", m.worst.rank},
@@ -243,7 +244,8 @@ json to_json(const TensorMetrics& m) {
                 {"segment", m.worst.segment},
                 {"boundary_distance", m.worst.boundary_distance}};
   if (m.has_budget) {
-    j["budget"] = {{"max_abs", num(m.budget.max_abs)}, {"rel_rms", num(m.budget.rel_rms)}};
+    j["budget"] = m.budget.relative ? json{{"max_rel", num(m.budget.max_rel)}, {"rel_rms", num(m.budget.rel_rms)}}
+                                    : json{{"max_abs", num(m.budget.max_abs)}, {"rel_rms", num(m.budget.rel_rms)}};
     j["ratio_max"] = num(m.ratio_max);
     j["rms_ratio"] = num(m.rms_ratio);
   } else {
@@ -357,6 +359,7 @@ TensorMetrics tensor_metrics_from_json(const json& j, const std::string& p, cons
   field(j, p, "max_abs", m.max_abs);
   field(j, p, "rel_rms", m.rel_rms);
   field(j, p, "ref_max_abs", m.ref_max_abs);
+  field(j, p, "max_rel", m.max_rel);
   field(j, p, "count", m.count);
   field(j, p, "nonfinite", m.nonfinite);
   field(j, p, "worst", m.worst);
@@ -364,7 +367,11 @@ TensorMetrics tensor_metrics_from_json(const json& j, const std::string& p, cons
     const std::string bp = sub(p, "budget");
     object_at(*it, bp);
     m.has_budget = true;
-    required(*it, bp, "max_abs", m.budget.max_abs);
+    m.budget.relative = it->contains("max_rel");
+    if (m.budget.relative)
+      required(*it, bp, "max_rel", m.budget.max_rel);
+    else
+      required(*it, bp, "max_abs", m.budget.max_abs);
     required(*it, bp, "rel_rms", m.budget.rel_rms);
   }
   // Ratios are written with a budget; a hand-made file may give them without one.

@@ -42,6 +42,7 @@ struct TensorMetrics {
   std::string name;
   int64_t count = 0;
   double max_abs = 0, rel_rms = 0, ref_max_abs = 0;
+  double max_rel = 0;  // max-abs error over the scale (max|ref|; per element for dA_log / ddt_bias)
   double sum_err2 = 0, sum_ref2 = 0;
   int64_t nonfinite = 0;  // non-finite in the backend where the reference is finite
   WorstElement worst;

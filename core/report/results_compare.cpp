@@ -56,7 +56,7 @@ namespace {
 std::string entry_key(const Entry& e) {
   const std::string form =
       e.form ? fmt::format("{}/{}/{}", e.form->package, e.form->saved, form_P_json(*e.form).dump()) : "id=" + e.id;
-  return e.row_digest + "|" + form + "|" + e.fault.value_or("none");
+  return e.row_digest + "|" + form + "|" + e.fault.value_or("none") + (e.seed ? fmt::format("|seed{}", *e.seed) : "");
 }
 
 bool failed(const std::string& status) { return status != "pass" && status != "skip" && !status.empty(); }

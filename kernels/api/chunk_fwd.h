@@ -30,6 +30,11 @@ struct PhaseCtx {
   // Null / 0 when the backend asks for none (the CPU twin). Added after the first API commit.
   float* scratch = nullptr;
   int64_t scratch_floats = 0;
+  // CPU twin only, set by the twin itself (make_cpu_backend(CpuStorage::Exact)), never by a
+  // caller: keep every "stored in dtype" point in fp32. `calibrate` holds this exact-storage twin
+  // to fp32-level limits against FP64, so a broken twin is told apart from 16-bit rounding
+  // (docs/design.md 6).
+  bool exact_storage = false;
 };
 
 // Phase 1: local prep, chunk-local, no state. Writes the prep part of the saved set.

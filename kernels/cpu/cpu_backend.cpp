@@ -19,18 +19,18 @@ Status CpuBackend::can_implement(const Problem& problem) const {
   return Status::success();  // the twin runs every well-formed problem
 }
 
-void CpuBackend::prep(const PrepArgs& args) const { cpu::prep(args); }
+void CpuBackend::prep(const PrepArgs& args) const { cpu::prep(with_storage(args)); }
 
 void CpuBackend::wy(const WyArgs& a) const {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn wy" : "kda wy";
   check_problem_layout(a.ctx, ph);
   check_wy_args(a, ph, Storage::F32);
-  cpu::wy(a);
+  cpu::wy(with_storage(a));
 }
 
-void CpuBackend::fwd_summaries(const FwdSummaryArgs& args) const { cpu::fwd_summaries(args); }
+void CpuBackend::fwd_summaries(const FwdSummaryArgs& args) const { cpu::fwd_summaries(with_storage(args)); }
 void CpuBackend::fold(const FoldArgs& args) const { cpu::fold(args); }
-void CpuBackend::fwd_states(const FwdStateArgs& args) const { cpu::fwd_states(args); }
+void CpuBackend::fwd_states(const FwdStateArgs& args) const { cpu::fwd_states(with_storage(args)); }
 
 void CpuBackend::fwd_output(const FwdOutputArgs& a) const {
   const bool kda = a.ctx.problem.op == Op::Kda;
@@ -38,14 +38,14 @@ void CpuBackend::fwd_output(const FwdOutputArgs& a) const {
   check_problem_layout(a.ctx, ph);
   check_fwd_output_args(a, ph, Storage::F32);
   if (kda)
-    cpu::kda_output(a);
+    cpu::kda_output(with_storage(a));
   else
-    cpu::gdn_output(a);
+    cpu::gdn_output(with_storage(a));
 }
 
-void CpuBackend::bwd_local_dv(const BwdLocalDvArgs& args) const { cpu::bwd_local_dv(args); }
-void CpuBackend::bwd_summaries(const BwdSummaryArgs& args) const { cpu::bwd_summaries(args); }
-void CpuBackend::bwd_states(const BwdStateArgs& args) const { cpu::bwd_states(args); }
+void CpuBackend::bwd_local_dv(const BwdLocalDvArgs& args) const { cpu::bwd_local_dv(with_storage(args)); }
+void CpuBackend::bwd_summaries(const BwdSummaryArgs& args) const { cpu::bwd_summaries(with_storage(args)); }
+void CpuBackend::bwd_states(const BwdStateArgs& args) const { cpu::bwd_states(with_storage(args)); }
 
 void CpuBackend::bwd_grads(const BwdGradArgs& a) const {
   const bool kda = a.ctx.problem.op == Op::Kda;
@@ -53,12 +53,12 @@ void CpuBackend::bwd_grads(const BwdGradArgs& a) const {
   check_problem_layout(a.ctx, ph);
   check_bwd_grads_args(a, ph, Storage::F32);
   if (kda)
-    cpu::kda_bwd_grads(a);
+    cpu::kda_bwd_grads(with_storage(a));
   else
-    cpu::gdn_bwd_grads(a);
+    cpu::gdn_bwd_grads(with_storage(a));
 }
 
-void CpuBackend::bwd_finalize(const BwdFinalizeArgs& args) const { cpu::bwd_finalize(args); }
+void CpuBackend::bwd_finalize(const BwdFinalizeArgs& args) const { cpu::bwd_finalize(with_storage(args)); }
 
 void CpuBackend::copy_floats(float* dst, const float* src, int64_t n, const Exec&) const {
   if (n < 0) arg_fail("copy_floats", "n (" + std::to_string(n) + ") must be >= 0");
@@ -75,7 +75,7 @@ void CpuBackend::fill_floats(float* dst, float value, int64_t n, const Exec&) co
   for (int64_t i = 0; i < n; ++i) dst[i] = value;
 }
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(CpuStorage storage) { return std::make_unique<CpuBackend>(storage); }
 
 }  // namespace kcp::kernels
 

@@ -12,8 +12,14 @@
 
 namespace kcp::kernels {
 
+// How the twin stores its "dtype" points: rounded like the GPU (Rounded, the twin every verdict
+// uses) or kept in fp32 (Exact: the calibration's check that the twin's algorithm is right,
+// docs/design.md 6).
+enum class CpuStorage { Rounded, Exact };
+
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(CpuStorage storage = CpuStorage::Rounded) : exact_(storage == CpuStorage::Exact) {}
   const char* name() const override { return "cpu"; }
   Status can_implement(const Problem& problem) const override;
   // The twin stores the "dtype" tensors as one float per element (dtype_tensor.h).
@@ -31,9 +37,19 @@ class CpuBackend final : public Backend {
   void download(float* host_dst, const float* src, int64_t n, const Exec& exec) const override;
   std::unique_ptr<PhaseTimer> make_timer() const override;
   std::string device_name() const override;
+
+ private:
+  // The phase's arguments with this twin's storage mode in their PhaseCtx.
+  template <class A>
+  A with_storage(const A& a) const {
+    A b = a;
+    b.ctx.exact_storage = exact_;
+    return b;
+  }
+  bool exact_ = false;
 };
 
 // Factory: the CPU twin.
-std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_cpu_backend(CpuStorage storage = CpuStorage::Rounded);
 
 }  // namespace kcp::kernels

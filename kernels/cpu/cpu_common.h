@@ -24,6 +24,7 @@ struct Dims {
   int32_t H, HV, K, V, G, gw, C;
   float scale;
   RoundTo rt;
+  bool exact;  // PhaseCtx::exact_storage: no rounding at all
   explicit Dims(const PhaseCtx& c)
       : T(c.layout.T),
         NT(c.layout.n_chunks),
@@ -37,9 +38,11 @@ struct Dims {
         gw(c.problem.gate_width()),
         C(c.problem.chunk),
         scale(c.problem.resolved_scale()),
-        rt(c.problem.dtype == DType::BF16 ? RoundTo::BF16 : RoundTo::FP16) {}
-  // Round to the input dtype (every "stored in dtype" point and every bf16 tensor-core operand).
-  float rnd(float x) const { return round_to(x, rt); }
+        rt(c.problem.dtype == DType::BF16 ? RoundTo::BF16 : RoundTo::FP16),
+        exact(c.exact_storage) {}
+  // Round to the input dtype (every "stored in dtype" point and every bf16 tensor-core operand),
+  // or keep fp32 in the exact-storage twin.
+  float rnd(float x) const { return exact ? x : round_to(x, rt); }
   // Offsets.
   int64_t qk(int64_t t, int32_t i) const { return (t * H + i) * K; }                // [T, H, K]
   int64_t vv(int64_t t, int32_t j) const { return (t * HV + j) * V; }               // [T, HV, V]

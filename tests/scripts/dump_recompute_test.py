@@ -94,6 +94,20 @@ def recompute(dump_dir, results):
                     if not np.array_equal(load(f).ravel(), b):
                         fail("%s %s %s: rank %d's total differs from rank 0's" % (row, form, name, f["rank"]))
                 pairs, rtol = [(b, r)], 1e-9
+                scale = find(row, "row", "scale", name)
+                if len(scale) != 1:
+                    fail("%s %s %s: %d scale files (expected one)" % (row, form, name, len(scale)))
+                    continue
+                s = load(scale[0]).ravel()
+                err = np.abs(b - r)
+                rel = float((err ** 2).sum()) ** 0.5 / float((s ** 2).sum()) ** 0.5
+                mrel = float((err / s).max())
+                if not close(mrel, m["max_rel"], 1e-6):
+                    fail("%s %s %s: max_rel from the dump %.17g, JSON %.17g" % (row, form, name, mrel, m["max_rel"]))
+                if not close(rel, m["rel_rms"], 1e-6):
+                    fail("%s %s %s: rel_rms from the dump %.17g, JSON %.17g" % (row, form, name, rel, m["rel_rms"]))
+                checked += 1
+                continue
             else:
                 if [f["rank"] for f in got] != [f["rank"] for f in ref]:
                     fail("%s %s %s: ranks of backend and reference files differ" % (row, form, name))
