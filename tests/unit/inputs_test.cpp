@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/plan/segment_plan.h"
+#include "core/util/sha256.h"
 
 using namespace kcp;
 
@@ -35,6 +36,14 @@ std::vector<float> slice(const std::vector<float>& x, int64_t per, int64_t t0, i
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// SHA-256 of the bytes of every generated tensor, in a fixed order.
+std::string inputs_hash(const RowInputs& in) {
+  std::string bytes;
+  for (const auto* x : {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.dO, &in.A_log, &in.dt_bias, &in.h0, &in.dht})
+    bytes.append(reinterpret_cast<const char*>(x->data()), x->size() * sizeof(float));
+  return sha256_hex(bytes);
 }
 }  // namespace
 
@@ -116,6 +125,28 @@ TEST(Inputs, RawGateParameters) {
     EXPECT_GE(dt, 0.99e-3);
     EXPECT_LE(dt, 1.01e-1);
   }
+}
+
+// Rows that name no gate recipe keep today's inputs bit for bit: committed baselines depend on them.
+// The hashes were computed on the code before gate recipes existed (branch gates at bf0f5c8).
+TEST(Inputs, DefaultGateRecipeKeepsTheInputsBitForBit) {
+  RowConfig gdn = small_row(Op::Gdn);  // softplus form, A_log and dt_bias
+  RowConfig kda = small_row(Op::Kda);  // direct form with masked and zero gates
+  RowConfig strong = small_row(Op::Gdn);
+  strong.gate = GateForm::Direct;
+  strong.A_log = strong.dt_bias = false;
+  strong.inputs.gate_strength = 16;
+  RowConfig lb = small_row(Op::Kda);
+  lb.gate = GateForm::LowerBound;
+  lb.A_log = lb.dt_bias = lb.qk_l2norm = true;
+  lb.inputs.keys = KeyDist::Skewed;
+  const std::vector<std::pair<const RowConfig*, const char*>> cases = {
+      {&gdn, "d76d2cb4d8ef843353a0a6d5a1fd92c8f273767a28bd1c283e89aaa7bd51fdbb"},
+      {&kda, "29bbf53b0b399df502bb5455f35992530aea16f0b26568267fc6f4120340bd69"},
+      {&strong, "ea8d9995e0637c0503b726c48571607e4bbd18eaf3b221260b3524aef1e65726"},
+      {&lb, "f1c55146d4052d996f043265a36f64a62d912488ac25c8f5964814c5f7f416ce"}};
+  for (const auto& [row, expect] : cases)
+    EXPECT_EQ(inputs_hash(make_inputs(*row, "digest", 0, row->total_tokens())), expect) << to_string(row->gate);
 }
 
 TEST(Numeric, RoundingIsNearestEven) {
