@@ -16,11 +16,15 @@ namespace kcp {
 
 // Op, GateForm, DType, Package, SavedKind and their to_string(): vocab/vocabulary.h.
 enum class KeyDist { Normal, Skewed };  // Skewed: 10 * randn - 50 (nearly parallel after L2 norm)
+// How gates and gate parameters are drawn (docs/algorithm.md 6.4): today's logsigmoid(randn) /
+// gate_strength, or as GDN and KDA layers start training (A ~ U(1, 16), dt ~ logU(1e-3, 1e-1)).
+enum class GateRecipe { Logsigmoid, ModelInit };
 // Which ranks may run a forced-P form: every rank must plan P = 1 (the seed's rule), or any row.
 enum class ForcedRule { AllRanksPlanP1, Always };
 
 const char* to_string(KeyDist v);
 const char* to_string(ForcedRule v);
+const char* to_string(GateRecipe v);
 
 // The tensors a row is judged on. Which ones are present depends on the row's options.
 inline const std::vector<std::string>& all_tensor_names() {
@@ -42,9 +46,10 @@ struct Budget {
 // Input recipe: distributions of the generated inputs (core/inputs).
 struct InputRecipe {
   KeyDist keys = KeyDist::Normal;
-  double gate_strength = 1.0;  // direct gates: logsigmoid(randn) / gate_strength
-  double gate_mask_p = 0.0;    // probability that a direct gate is set to -1000 (extreme decay)
-  double gate_zero_p = 0.0;    // probability that a direct gate is set to 0 (no decay)
+  GateRecipe gate_recipe = GateRecipe::Logsigmoid;  // the three fields below belong to logsigmoid
+  double gate_strength = 1.0;                       // direct gates: logsigmoid(randn) / gate_strength
+  double gate_mask_p = 0.0;                         // probability that a direct gate is set to -1000 (extreme decay)
+  double gate_zero_p = 0.0;                         // probability that a direct gate is set to 0 (no decay)
 };
 
 // Forms to run (docs/design.md 1: package x saved set x schedule).

@@ -131,7 +131,7 @@ const std::vector<std::string> kRowKeys = {
     "name",          "description", "op",    "H",     "HV",        "K",           "V",           "seqlens", "world",
     "rank_tokens",   "chunk",       "dtype", "scale", "qk_l2norm", "gate",        "lower_bound", "A_log",   "dt_bias",
     "initial_state", "final_state", "dht",   "seed",  "inputs",    "plan_device", "forms",       "budgets"};
-const std::vector<std::string> kInputsKeys = {"keys", "gate_strength", "gate_mask_p", "gate_zero_p"};
+const std::vector<std::string> kInputsKeys = {"keys", "gate_recipe", "gate_strength", "gate_mask_p", "gate_zero_p"};
 const std::vector<std::string> kFormsKeys = {"packages", "saved", "forced_P", "forced_rule"};
 const std::vector<std::string> kBudgetsKeys = {"source", "seeds", "tensors"};
 const std::vector<std::string> kTensorBudgetKeys = {"max_rel", "max_abs", "rel_rms"};
@@ -296,6 +296,8 @@ const auto kDtypes = table_of(kDTypeNames);
 const auto kPackages = table_of(kPackageNames);
 const auto kSaved = table_of(kSavedKindNames);
 const std::vector<std::pair<const char*, KeyDist>> kKeys = {{"normal", KeyDist::Normal}, {"skewed", KeyDist::Skewed}};
+const std::vector<std::pair<const char*, GateRecipe>> kGateRecipes = {{"logsigmoid", GateRecipe::Logsigmoid},
+                                                                      {"model_init", GateRecipe::ModelInit}};
 const std::vector<std::pair<const char*, ForcedRule>> kRules = {{"all_ranks_plan_p1", ForcedRule::AllRanksPlanP1},
                                                                 {"always", ForcedRule::Always}};
 
@@ -329,6 +331,23 @@ std::optional<Budget> read_tensor_budget(const json& obj, const std::string& tpa
   return b;
 }
 
+// A row's "inputs". The logsigmoid recipe's options (gate_strength, gate_mask_p, gate_zero_p) are
+// refused under model_init, which draws its gates otherwise and could not honour them.
+void parse_inputs(const json& obj, ObjectReader& r, RowConfig& row) {
+  r.get_enum("keys", row.inputs.keys, kKeys);
+  r.get_enum("gate_recipe", row.inputs.gate_recipe, kGateRecipes);
+  r.get_double("gate_strength", row.inputs.gate_strength);
+  r.get_double("gate_mask_p", row.inputs.gate_mask_p);
+  r.get_double("gate_zero_p", row.inputs.gate_zero_p);
+  r.report_unknown();
+  if (row.inputs.gate_recipe != GateRecipe::ModelInit) return;
+  for (const char* key : {"gate_strength", "gate_mask_p", "gate_zero_p"})
+    if (obj.contains(key))
+      r.error(key, fmt::format("row {}: gate_recipe \"model_init\" cannot honour {} (it belongs to gate_recipe "
+                               "\"logsigmoid\"), got {}; remove it or use gate_recipe \"logsigmoid\"",
+                               row.name, key, obj[key].dump()));
+}
+
 RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::string>& errors,
                     std::set<std::string>& unread) {
   RowConfig row;
@@ -359,11 +378,7 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
   r.get_string("plan_device", row.plan_device);
   if (const json* in = r.object("inputs")) {
     ObjectReader ri(*in, r.at("inputs"), errors, kInputsKeys, &unread);
-    ri.get_enum("keys", row.inputs.keys, kKeys);
-    ri.get_double("gate_strength", row.inputs.gate_strength);
-    ri.get_double("gate_mask_p", row.inputs.gate_mask_p);
-    ri.get_double("gate_zero_p", row.inputs.gate_zero_p);
-    ri.report_unknown();
+    parse_inputs(*in, ri, row);
   }
   if (const json* fo = r.object("forms")) {
     ObjectReader rf(*fo, r.at("forms"), errors, kFormsKeys, &unread);
@@ -399,10 +414,33 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
 }
 
 // The row's problem digest covers everything that changes the numbers, not its budgets or text.
+// Naming the default gate recipe ("logsigmoid") leaves it as the row without the key: the digest
+// seeds every input, so such a row keeps its inputs and baselines.
 json canonical_problem(json row) {
   row.erase("budgets");
   row.erase("description");
+  auto in = row.find("inputs");
+  if (in != row.end() && in->is_object() && in->value("gate_recipe", json()) == "logsigmoid") {
+    in->erase("gate_recipe");
+    if (in->empty()) row.erase("inputs");
+  }
   return row;
+}
+
+// What gate_recipe model_init needs of a row (docs/algorithm.md 6.4): the raw forms take dt_bias
+// from it, and lower_bound must reach its strongest decay -1.6. Pairs of (field, message).
+std::vector<std::pair<std::string, std::string>> model_init_problems(const RowConfig& row, bool fields_read) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!fields_read || row.inputs.gate_recipe != GateRecipe::ModelInit) return out;
+  if (row.gate != GateForm::Direct && !row.dt_bias)
+    out.push_back({"dt_bias", fmt::format("row {}: gate_recipe \"model_init\" on the {} form draws dt_bias and needs "
+                                          "dt_bias: true, got false",
+                                          row.name, to_string(row.gate))});
+  if (row.gate == GateForm::LowerBound && !(row.lower_bound <= -1.6))
+    out.push_back({"lower_bound", fmt::format("row {}: gate_recipe \"model_init\" needs lower_bound <= -1.6 (its "
+                                              "strongest decay), got {}",
+                                              row.name, row.lower_bound)});
+  return out;
 }
 
 }  // namespace
@@ -419,6 +457,7 @@ std::map<std::string, std::vector<std::string>> accepted_keys() {
 
 const char* to_string(KeyDist v) { return name_of(kKeys, v); }
 const char* to_string(ForcedRule v) { return name_of(kRules, v); }
+const char* to_string(GateRecipe v) { return name_of(kGateRecipes, v); }
 
 std::vector<std::string> validate_row(const RowConfig& row, const std::string& p, const std::set<std::string>& unread) {
   std::vector<std::string> e;
@@ -515,6 +554,9 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
                             std::pair{"inputs.gate_zero_p", row.inputs.gate_zero_p}})
     if (read({"inputs", field}) && !(val >= 0 && val <= 1))
       bad(field, fmt::format("must be a probability in [0, 1], got {}", val));
+  for (const auto& m :
+       model_init_problems(row, read({"inputs", "inputs.gate_recipe", "gate", "dt_bias", "lower_bound"})))
+    bad(m.first, m.second);
   if (read({"forms", "forms.packages"}) && row.forms.packages.empty())
     bad("forms.packages", "must name at least one package (det, nondet)");
   if (read({"forms", "forms.saved"}) && row.forms.saved.empty())

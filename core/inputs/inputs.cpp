@@ -1,5 +1,6 @@
 // Counter-based input generation. Each tensor has its own key (seed, row digest, tensor name);
 // element i of the global tensor draws from counter i, so shards need no communication.
+// Gates and gate parameters follow the row's inputs.gate_recipe (docs/algorithm.md 6.4).
 #include "core/inputs/inputs.h"
 
 #include <cmath>
@@ -18,6 +19,12 @@ uint64_t mix64(uint64_t z) {  // SplitMix64 finaliser
 }
 double logsigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double softplus(double x) { return x > 20 ? x : std::log1p(std::exp(x)); }  // as the kernels (docs/algorithm.md 1.2)
+double inv_softplus(double y) { return y + std::log(-std::expm1(-y)); }     // softplus(inv_softplus(y)) = y
+// dt log-uniform in [1e-3, 1e-1], as GDN and KDA layers (and Mamba) initialise dt_bias.
+double log_uniform_dt(uint64_t key, uint64_t c) {
+  return std::exp(std::log(1e-3) + uniform01(key, c) * (std::log(1e-1) - std::log(1e-3)));
+}
 }  // namespace
 
 uint64_t hash_counter(uint64_t key, uint64_t counter) { return mix64(key ^ mix64(counter + 0x632be59bd9b4e019ull)); }
@@ -37,6 +44,119 @@ uint64_t tensor_key(uint64_t seed, const std::string& row_digest, const std::str
   return std::stoull(h.substr(0, 16), nullptr, 16);
 }
 
+namespace {
+RoundTo round_of(const RowConfig& row) { return row.dtype == DType::BF16 ? RoundTo::BF16 : RoundTo::FP16; }
+int64_t gate_width(const RowConfig& row) { return row.op == Op::Kda ? row.K : 1; }  // g channels per value head
+
+// Fills the shard of a token-major tensor with `per_token` elements per token: element i of the
+// shard is value(key, global counter).
+template <class F>
+void fill_shard(std::vector<float>& out, uint64_t key, const RowInputs& in, int64_t per_token, F&& value) {
+  out.resize(static_cast<size_t>(in.tokens() * per_token));
+  for (int64_t i = 0; i < in.tokens() * per_token; ++i)
+    out[i] = value(key, static_cast<uint64_t>(in.t_begin * per_token + i));
+}
+
+// gate_recipe "logsigmoid" (docs/algorithm.md 6.4): direct gates logsigmoid(randn) / gate_strength,
+// raw gates randn, A_log = log(linspace(1, 8, HV)), dt_bias = softplus^-1(dt).
+void logsigmoid_gates(const RowConfig& row, const std::string& digest, RowInputs& in) {
+  const RoundTo rt = round_of(row);
+  const int64_t HV = row.HV, gw = gate_width(row);
+  const uint64_t gkey = tensor_key(row.seed, digest, "g");
+  if (row.gate == GateForm::Direct) {
+    // a = logsigmoid(randn) / strength rounded to the input dtype, as public tests pass bf16 gates;
+    // some positions forced to -1000 (extreme decay) or 0 (both exact in bf16 and fp16).
+    const uint64_t mkey = tensor_key(row.seed, digest, "g.mask");
+    fill_shard(in.g, gkey, in, HV * gw, [&](uint64_t key, uint64_t c) {
+      const double u = uniform01(mkey, c);
+      if (u < row.inputs.gate_mask_p) return -1000.0f;
+      if (u < row.inputs.gate_mask_p + row.inputs.gate_zero_p) return 0.0f;
+      return round_to(float(logsigmoid(standard_normal(key, c)) / row.inputs.gate_strength), rt);
+    });
+  } else {
+    fill_shard(in.g, gkey, in, HV * gw,
+               [&](uint64_t key, uint64_t c) { return round_to(float(standard_normal(key, c)), rt); });
+  }
+  if (row.A_log) {
+    // Per-head variation on purpose (exposes head-offset bugs): A_log = log(linspace(1, 8, HV)).
+    in.A_log.resize(HV);
+    for (int64_t j = 0; j < HV; ++j)
+      in.A_log[j] = float(std::log(1.0 + 7.0 * double(j) / double(std::max<int64_t>(1, HV - 1))));
+  }
+  if (row.dt_bias) {
+    // Inverse softplus of dt, dt log-uniform in [1e-3, 1e-1] (docs/algorithm.md 6.2).
+    const uint64_t key = tensor_key(row.seed, digest, "dt_bias");
+    in.dt_bias.resize(HV * gw);
+    for (int64_t i = 0; i < HV * gw; ++i) in.dt_bias[i] = float(inv_softplus(log_uniform_dt(key, i)));
+  }
+}
+
+// gate_recipe "model_init" draws, per value head, A ~ U(1, 16) and, per value head (KDA: per
+// (value head, channel)), dt ~ logU(1e-3, 1e-1): the per-token decay -A dt at g = 0 spans
+// [-1.6, -1e-3].
+struct ModelInitDraws {
+  std::vector<double> A;   // [HV]
+  std::vector<double> dt;  // [HV * gate_width]
+};
+
+ModelInitDraws model_init_draws(const RowConfig& row, const std::string& digest) {
+  ModelInitDraws d;
+  const uint64_t akey = tensor_key(row.seed, digest, "A"), dkey = tensor_key(row.seed, digest, "dt_bias");
+  for (int64_t j = 0; j < row.HV; ++j) d.A.push_back(1.0 + 15.0 * uniform01(akey, j));
+  for (int64_t i = 0; i < row.HV * gate_width(row); ++i) d.dt.push_back(log_uniform_dt(dkey, i));
+  return d;
+}
+
+// model_init's raw gate: kModelInitSpread * randn. softplus(x + g) lies within e^{+-|g|} softplus(x),
+// so a token's decay stays within e^{+-0.3} of its head's (channel's) -A dt at 3 sigma: the
+// spread of decays comes from A and dt, as at the start of training, and dg still sees noise.
+constexpr double kModelInitSpread = 0.1;
+
+// model_init, direct form: a = -A softplus(g + softplus^-1(dt)) in double, rounded once.
+void model_init_direct(const RowConfig& row, const std::string& digest, const ModelInitDraws& d, RowInputs& in) {
+  const RoundTo rt = round_of(row);
+  const uint64_t per = uint64_t(row.HV * gate_width(row)), gw = uint64_t(gate_width(row));
+  fill_shard(in.g, tensor_key(row.seed, digest, "g"), in, int64_t(per), [&](uint64_t key, uint64_t c) {
+    const uint64_t i = c % per;  // (value head, channel)
+    const double x = kModelInitSpread * standard_normal(key, c) + inv_softplus(d.dt[i]);
+    return round_to(float(-d.A[i / gw] * softplus(x)), rt);
+  });
+}
+
+// model_init, raw forms: A_log = log A, raw gate kModelInitSpread * randn / s. softplus:
+// dt_bias = softplus^-1(dt), s = 1. lower_bound: a = lb sigmoid(s (g + dt_bias)) with s = exp(A_log)
+// (1 without A_log) and dt_bias = logit(A dt / -lb) / s, so the decay at g = 0 is -A dt as in
+// softplus, and the noise s g enters the logit as kModelInitSpread * randn for every head.
+void model_init_raw(const RowConfig& row, const std::string& digest, const ModelInitDraws& d, RowInputs& in) {
+  const RoundTo rt = round_of(row);
+  const int64_t HV = row.HV, gw = gate_width(row);
+  const bool lb = row.gate == GateForm::LowerBound;
+  KCP_CHECK(row.dt_bias && (!lb || row.lower_bound <= -1.6), "row {}: gate_recipe model_init needs dt_bias{}", row.name,
+            lb ? " and lower_bound <= -1.6" : "");
+  std::vector<double> s(static_cast<size_t>(HV), 1.0);
+  for (int64_t j = 0; j < HV && row.A_log; ++j) {
+    in.A_log.push_back(float(std::log(d.A[j])));
+    if (lb) s[j] = std::exp(double(in.A_log[j]));
+  }
+  for (int64_t i = 0; i < HV * gw; ++i) {
+    const double r = d.A[i / gw] * d.dt[i] / -row.lower_bound;
+    in.dt_bias.push_back(float(lb ? std::log(r / (1 - r)) / s[i / gw] : inv_softplus(d.dt[i])));
+  }
+  fill_shard(in.g, tensor_key(row.seed, digest, "g"), in, HV * gw, [&](uint64_t key, uint64_t c) {
+    return round_to(float(kModelInitSpread * standard_normal(key, c) / s[c % uint64_t(HV * gw) / uint64_t(gw)]), rt);
+  });
+}
+
+// gate_recipe "model_init" (docs/algorithm.md 6.4): gates as GDN and KDA layers start training.
+void model_init_gates(const RowConfig& row, const std::string& digest, RowInputs& in) {
+  const ModelInitDraws d = model_init_draws(row, digest);
+  if (row.gate == GateForm::Direct)
+    model_init_direct(row, digest, d, in);
+  else
+    model_init_raw(row, digest, d, in);
+}
+}  // namespace
+
 RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t0, int64_t t1) {
   KCP_CHECK(t0 >= 0 && t1 >= t0 && t1 <= row.total_tokens(), "shard [{}, {}) outside [0, {})", t0, t1,
             row.total_tokens());
@@ -45,12 +165,9 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   in.t_end = t1;
   const int64_t T = t1 - t0;
   const int64_t H = row.H, HV = row.HV, K = row.K, V = row.V;
-  const RoundTo rt = row.dtype == DType::BF16 ? RoundTo::BF16 : RoundTo::FP16;
-  // Fills the shard of a token-major tensor with `per_token` elements per token.
+  const RoundTo rt = round_of(row);
   auto fill = [&](std::vector<float>& out, const char* name, int64_t per_token, auto&& value) {
-    const uint64_t key = tensor_key(row.seed, digest, name);
-    out.resize(static_cast<size_t>(T * per_token));
-    for (int64_t i = 0; i < T * per_token; ++i) out[i] = value(key, static_cast<uint64_t>(t0 * per_token + i));
+    fill_shard(out, tensor_key(row.seed, digest, name), in, per_token, value);
   };
   auto normal = [&](uint64_t key, uint64_t c) { return round_to(float(standard_normal(key, c)), rt); };
   if (row.qk_l2norm) {
@@ -88,35 +205,10 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   fill(in.dO, "dO", HV * V, normal);
   fill(in.beta, "beta", HV,
        [&](uint64_t key, uint64_t c) { return round_to(float(sigmoid(standard_normal(key, c))), rt); });
-  const int64_t gw = row.op == Op::Kda ? K : 1;
-  if (row.gate == GateForm::Direct) {
-    // a = logsigmoid(randn) / strength rounded to the input dtype, as public tests pass bf16 gates;
-    // some positions forced to -1000 (extreme decay) or 0 (both exact in bf16 and fp16).
-    const uint64_t mkey = tensor_key(row.seed, digest, "g.mask");
-    fill(in.g, "g", HV * gw, [&](uint64_t key, uint64_t c) {
-      const double u = uniform01(mkey, c);
-      if (u < row.inputs.gate_mask_p) return -1000.0f;
-      if (u < row.inputs.gate_mask_p + row.inputs.gate_zero_p) return 0.0f;
-      return round_to(float(logsigmoid(standard_normal(key, c)) / row.inputs.gate_strength), rt);
-    });
-  } else {
-    fill(in.g, "g", HV * gw, [&](uint64_t key, uint64_t c) { return round_to(float(standard_normal(key, c)), rt); });
-  }
-  if (row.A_log) {
-    // Per-head variation on purpose (exposes head-offset bugs): A_log = log(linspace(1, 8, HV)).
-    in.A_log.resize(HV);
-    for (int64_t j = 0; j < HV; ++j)
-      in.A_log[j] = float(std::log(1.0 + 7.0 * double(j) / double(std::max<int64_t>(1, HV - 1))));
-  }
-  if (row.dt_bias) {
-    // Inverse softplus of dt, dt log-uniform in [1e-3, 1e-1] (docs/algorithm.md 6.2).
-    const uint64_t key = tensor_key(row.seed, digest, "dt_bias");
-    in.dt_bias.resize(HV * gw);
-    for (int64_t i = 0; i < HV * gw; ++i) {
-      const double dt = std::exp(std::log(1e-3) + uniform01(key, i) * (std::log(1e-1) - std::log(1e-3)));
-      in.dt_bias[i] = float(dt + std::log(-std::expm1(-dt)));
-    }
-  }
+  if (row.inputs.gate_recipe == GateRecipe::ModelInit)
+    model_init_gates(row, digest, in);
+  else
+    logsigmoid_gates(row, digest, in);
   const int64_t N = row.sequences(), state = HV * K * V;
   auto fill_states = [&](std::vector<float>& out, const char* name, double sd) {
     const uint64_t key = tensor_key(row.seed, digest, name);

@@ -1,11 +1,14 @@
 #include "core/inputs/inputs.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/plan/segment_plan.h"
+#include "core/util/sha256.h"
 
 using namespace kcp;
 
@@ -35,6 +38,43 @@ std::vector<float> slice(const std::vector<float>& x, int64_t per, int64_t t0, i
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// SHA-256 of the bytes of every generated tensor, in a fixed order.
+std::string inputs_hash(const RowInputs& in) {
+  std::string bytes;
+  for (const auto* x : {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.dO, &in.A_log, &in.dt_bias, &in.h0, &in.dht})
+    bytes.append(reinterpret_cast<const char*>(x->data()), x->size() * sizeof(float));
+  return sha256_hex(bytes);
+}
+
+// A row for gate_recipe model_init: enough heads (and KDA channels) that A and dt span their ranges.
+RowConfig model_init_row(Op op, GateForm gate) {
+  RowConfig r;
+  r.name = "M1";
+  r.op = op;
+  r.H = 2;
+  r.HV = op == Op::Kda ? 4 : 32;
+  r.seqlens = {300, 212};
+  r.gate = gate;
+  r.A_log = r.dt_bias = gate != GateForm::Direct;
+  r.inputs.gate_recipe = GateRecipe::ModelInit;
+  return r;
+}
+
+// Per-token log-decays a of generated inputs (docs/algorithm.md 1.2), in double.
+std::vector<double> decays(const RowConfig& row, const RowInputs& in) {
+  const size_t gw = row.op == Op::Kda ? size_t(row.K) : 1, per = size_t(row.HV) * gw;
+  std::vector<double> a(in.g.size());
+  for (size_t c = 0; c < in.g.size(); ++c) {
+    const size_t i = c % per;
+    const double x = double(in.g[c]) + (in.dt_bias.empty() ? 0.0 : in.dt_bias[i]);
+    const double eA = in.A_log.empty() ? 1.0 : std::exp(double(in.A_log[i / gw]));
+    if (row.gate == GateForm::Direct) a[c] = in.g[c];
+    if (row.gate == GateForm::Softplus) a[c] = -eA * std::log1p(std::exp(x));
+    if (row.gate == GateForm::LowerBound) a[c] = row.lower_bound / (1.0 + std::exp(-eA * x));
+  }
+  return a;
 }
 }  // namespace
 
@@ -116,6 +156,106 @@ TEST(Inputs, RawGateParameters) {
     EXPECT_GE(dt, 0.99e-3);
     EXPECT_LE(dt, 1.01e-1);
   }
+}
+
+// Rows that name no gate recipe keep today's inputs bit for bit: committed baselines depend on them.
+// The hashes were computed on the code before gate recipes existed (branch gates at bf0f5c8).
+TEST(Inputs, DefaultGateRecipeKeepsTheInputsBitForBit) {
+  RowConfig gdn = small_row(Op::Gdn);  // softplus form, A_log and dt_bias
+  RowConfig kda = small_row(Op::Kda);  // direct form with masked and zero gates
+  RowConfig strong = small_row(Op::Gdn);
+  strong.gate = GateForm::Direct;
+  strong.A_log = strong.dt_bias = false;
+  strong.inputs.gate_strength = 16;
+  RowConfig lb = small_row(Op::Kda);
+  lb.gate = GateForm::LowerBound;
+  lb.A_log = lb.dt_bias = lb.qk_l2norm = true;
+  lb.inputs.keys = KeyDist::Skewed;
+  const std::vector<std::pair<const RowConfig*, const char*>> cases = {
+      {&gdn, "d76d2cb4d8ef843353a0a6d5a1fd92c8f273767a28bd1c283e89aaa7bd51fdbb"},
+      {&kda, "29bbf53b0b399df502bb5455f35992530aea16f0b26568267fc6f4120340bd69"},
+      {&strong, "ea8d9995e0637c0503b726c48571607e4bbd18eaf3b221260b3524aef1e65726"},
+      {&lb, "f1c55146d4052d996f043265a36f64a62d912488ac25c8f5964814c5f7f416ce"}};
+  for (const auto& [row, expect] : cases)
+    EXPECT_EQ(inputs_hash(make_inputs(*row, "digest", 0, row->total_tokens())), expect) << to_string(row->gate);
+}
+
+// model_init: a = -A softplus(g + dt_bias) with A in [1, 16], dt = softplus(dt_bias) in [1e-3, 1e-1]
+// and g = 0.1 randn, so every decay lies in [-1.6, -1e-3] up to the factor e^{+-|g|} (at most
+// e^{+-0.5} at 5 sigma), and a row's decays span most of that range.
+TEST(Inputs, ModelInitDecaysSpanTheTrainingStartRange) {
+  const std::vector<std::pair<Op, GateForm>> forms = {{Op::Gdn, GateForm::Softplus},
+                                                      {Op::Gdn, GateForm::Direct},
+                                                      {Op::Kda, GateForm::Softplus},
+                                                      {Op::Kda, GateForm::Direct},
+                                                      {Op::Kda, GateForm::LowerBound}};
+  for (const auto& [op, gate] : forms) {
+    const RowConfig row = model_init_row(op, gate);
+    const RowInputs in = make_inputs(row, "d", 0, row.total_tokens());
+    const std::vector<double> a = decays(row, in);
+    const auto [lo, hi] = std::minmax_element(a.begin(), a.end());
+    const std::string what = fmt::format("{} {}: a in [{}, {}]", to_string(op), to_string(gate), *lo, *hi);
+    EXPECT_GE(*lo, -1.6 * std::exp(0.5)) << what;
+    EXPECT_LE(*hi, -1e-3 * std::exp(-0.5)) << what;
+    EXPECT_LT(*lo, -0.5) << what << ": the fast heads forget within a few tokens";
+    EXPECT_GT(*hi, -4e-3) << what << ": the slow heads remember thousands of tokens";
+    for (float g : in.g) EXPECT_EQ(g, round_to_bf16(g)) << what;
+  }
+}
+
+TEST(Inputs, ModelInitParametersPerHeadAndChannel) {
+  for (Op op : {Op::Gdn, Op::Kda}) {
+    const RowConfig row = model_init_row(op, GateForm::Softplus);
+    const RowInputs in = make_inputs(row, "d", 0, 16);
+    const size_t gw = op == Op::Kda ? size_t(row.K) : 1;
+    ASSERT_EQ(in.A_log.size(), size_t(row.HV));
+    ASSERT_EQ(in.dt_bias.size(), size_t(row.HV) * gw);
+    for (float A_log : in.A_log) {
+      EXPECT_GE(std::exp(double(A_log)), 1.0 - 1e-6);
+      EXPECT_LE(std::exp(double(A_log)), 16.0 * (1 + 1e-6));
+    }
+    EXPECT_NE(in.A_log[0], in.A_log[1]) << "A is drawn per value head";
+    for (float b : in.dt_bias) {
+      const double dt = std::log1p(std::exp(double(b)));
+      EXPECT_GE(dt, 1e-3 * (1 - 1e-5));
+      EXPECT_LE(dt, 1e-1 * (1 + 1e-5));
+    }
+    if (op == Op::Kda) {
+      EXPECT_NE(in.dt_bias[0], in.dt_bias[1]) << "KDA: dt is drawn per channel";
+    }
+  }
+}
+
+// The forms share the draws of A, dt and the raw gate: the direct gate is the softplus form's
+// decay rounded once (bf16: 2^-8 relative at most, plus the softplus form's rounded g), and
+// lower_bound's decay at g = 0 is the same -A dt.
+TEST(Inputs, ModelInitFormsShareTheirDraws) {
+  const RowConfig sp = model_init_row(Op::Kda, GateForm::Softplus), direct = model_init_row(Op::Kda, GateForm::Direct);
+  RowConfig lb = model_init_row(Op::Kda, GateForm::LowerBound);
+  const RowInputs s = make_inputs(sp, "d", 0, 64), d = make_inputs(direct, "d", 0, 64), l = make_inputs(lb, "d", 0, 64);
+  const std::vector<double> a = decays(sp, s);
+  for (size_t c = 0; c < a.size(); ++c) EXPECT_NEAR(d.g[c], a[c], 6e-3 * std::abs(a[c])) << c;
+  EXPECT_EQ(l.A_log, s.A_log);
+  for (size_t i = 0; i < s.dt_bias.size(); ++i) {
+    const double A = std::exp(double(s.A_log[i / size_t(sp.K)])), dt = std::log1p(std::exp(double(s.dt_bias[i])));
+    const double a0 = lb.lower_bound / (1.0 + std::exp(-A * double(l.dt_bias[i])));  // g = 0
+    EXPECT_NEAR(a0, -A * dt, 1e-5 * A * dt) << i;
+  }
+}
+
+TEST(Inputs, ModelInitIsSeededAndShardable) {
+  RowConfig row = model_init_row(Op::Kda, GateForm::LowerBound);
+  const RowInputs a = make_inputs(row, "d", 0, row.total_tokens()), b = make_inputs(row, "d", 0, row.total_tokens());
+  EXPECT_TRUE(same_bits(a.g, b.g) && same_bits(a.A_log, b.A_log) && same_bits(a.dt_bias, b.dt_bias));
+  const RowInputs part = make_inputs(row, "d", 100, 300);
+  EXPECT_TRUE(same_bits(part.g, slice(a.g, row.HV * row.K, 100, 300)));
+  EXPECT_TRUE(same_bits(part.dt_bias, a.dt_bias));
+  row.seed = 2;
+  const RowInputs c = make_inputs(row, "d", 0, row.total_tokens());
+  EXPECT_NE(a.g, c.g);
+  EXPECT_NE(a.A_log, c.A_log);
+  EXPECT_NE(a.dt_bias, c.dt_bias);
+  EXPECT_NE(a.A_log, make_inputs(row, "e", 0, 4).A_log) << "the row digest seeds the draws too";
 }
 
 TEST(Numeric, RoundingIsNearestEven) {

@@ -55,6 +55,25 @@ TEST(RowLoader, ValidSetLoads) {
   EXPECT_NE(load_row_set_text(d.dump(), "x").row_digests[1], set.row_digests[1]);
 }
 
+// Rows that name no gate recipe keep their digest (it seeds every input) and echo no recipe;
+// naming the default changes nothing, model_init gives other inputs.
+TEST(RowLoader, TheDefaultGateRecipeKeepsTheRowDigest) {
+  const RowSet set = load_row_set_text(valid_set().dump(), "ok.json");
+  EXPECT_EQ(set.rows[0].inputs.gate_recipe, GateRecipe::Logsigmoid);
+  EXPECT_EQ(set.row_json[0].find("gate_recipe"), std::string::npos);
+  json d = valid_set();
+  d["rows"][0]["inputs"] = {{"gate_recipe", "logsigmoid"}};
+  d["rows"][1]["inputs"] = {{"gate_recipe", "logsigmoid"}, {"gate_strength", 4}};
+  const RowSet named = load_row_set_text(d.dump(), "x");
+  EXPECT_EQ(named.row_digests[0], set.row_digests[0]);
+  d["rows"][1]["inputs"].erase("gate_recipe");
+  EXPECT_EQ(named.row_digests[1], load_row_set_text(d.dump(), "x").row_digests[1]);
+  d["rows"][0]["inputs"] = {{"gate_recipe", "model_init"}};
+  const RowSet model = load_row_set_text(d.dump(), "x");
+  EXPECT_EQ(model.rows[0].inputs.gate_recipe, GateRecipe::ModelInit);
+  EXPECT_NE(model.row_digests[0], set.row_digests[0]);
+}
+
 TEST(RowLoader, EveryMistakeIsNamedWithFilePathExpectedAndFound) {
   const std::vector<BrokenCase> cases = {
       {"unknown key", [](json& d) { d["rows"][0]["headz"] = 3; }, "bad.json: rows[0].headz: unknown key"},
@@ -110,6 +129,38 @@ TEST(RowLoader, EveryMistakeIsNamedWithFilePathExpectedAndFound) {
       {"missing field", [](json& d) { d["rows"][0].erase("seqlens"); },
        "rows[0].seqlens: required array of integers is missing"},
       {"wrong schema", [](json& d) { d["schema"] = "rows/0"; }, "schema: expected \"kcpbench.rows/1\", got \"rows/0\""},
+      {"unknown gate recipe",
+       [](json& d) {
+         d["rows"][0]["inputs"] = {{"gate_recipe", "mamba"}};
+       },
+       "rows[0].inputs.gate_recipe: expected one of logsigmoid, model_init, got \"mamba\""},
+      {"model_init with gate_strength",
+       [](json& d) {
+         d["rows"][0]["inputs"] = {{"gate_recipe", "model_init"}, {"gate_strength", 16}};
+       },
+       "rows[0].inputs.gate_strength: row A1: gate_recipe \"model_init\" cannot honour gate_strength (it belongs to "
+       "gate_recipe \"logsigmoid\"), got 16"},
+      {"model_init with gate_mask_p",
+       [](json& d) {
+         d["rows"][1]["inputs"] = {{"gate_recipe", "model_init"}, {"gate_mask_p", 0.25}};
+       },
+       "rows[1].inputs.gate_mask_p: row KB1: gate_recipe \"model_init\" cannot honour gate_mask_p"},
+      {"model_init on softplus without dt_bias",
+       [](json& d) {
+         d["rows"][0]["gate"] = "softplus";
+         d["rows"][0]["A_log"] = true;
+         d["rows"][0]["inputs"] = {{"gate_recipe", "model_init"}};
+       },
+       "rows[0].dt_bias: row A1: gate_recipe \"model_init\" on the softplus form draws dt_bias and needs dt_bias: "
+       "true, got false"},
+      {"model_init with a weak lower bound",
+       [](json& d) {
+         d["rows"][1]["dt_bias"] = true;
+         d["rows"][1]["lower_bound"] = -1.0;
+         d["rows"][1]["inputs"] = {{"gate_recipe", "model_init"}};
+       },
+       "rows[1].lower_bound: row KB1: gate_recipe \"model_init\" needs lower_bound <= -1.6 (its strongest decay), "
+       "got -1"},
   };
   for (const auto& c : cases) {
     json d = valid_set();
