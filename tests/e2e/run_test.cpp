@@ -153,7 +153,44 @@ TEST(Run, BadOptionsExitTwo) {
 TEST(Calibrate, Int1BudgetsAreReproduced) {
   auto r = run_kcpbench("-q calibrate --rows int1 --cache none --check");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("15 rows, 0 differences"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("21 rows, 0 differences"), std::string::npos) << r.out;
+}
+
+// The twin limits (docs/design.md 6) on both sides: the long-memory bf16 K = 128 row, whose
+// rounding broke the old fixed limit of 5e-3, calibrates; a twin with a broken fold is refused,
+// by the exact-storage twin's limit.
+TEST(Calibrate, TwinLimitsPassRoundingAndRefuseABrokenTwin) {
+  auto ok = run_kcpbench("calibrate --rows int1 --row L1 --seeds 1:2");
+  EXPECT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("L1    o="), std::string::npos) << ok.out;
+  for (const char* fault : {"drop-rank-incoming", "drop-segment-entry"}) {
+    auto bad = run_kcpbench(std::string("calibrate --rows int1 --row W1 --seeds 1 --inject ") + fault);
+    EXPECT_EQ(bad.code, 1) << fault << "\n" << bad.out;
+    EXPECT_NE(bad.out.find("the twin's algorithm is wrong"), std::string::npos) << bad.out;
+    EXPECT_NE(bad.out.find("refusing to derive budgets"), std::string::npos) << bad.out;
+  }
+}
+
+// --seeds runs every row at other seeds; entries record the seed, ids say it where it is not the
+// row's own, and the row's own seed given explicitly changes nothing.
+TEST(Run, SeedsRunRowsAtOtherSeedsAndEntriesRecordThem) {
+  const std::string out = tmp("seeds.json"), own = tmp("seed1.json"), plain = tmp("seed_plain.json");
+  const std::string common = "-q run --rows int1 --row A1 --package det --saved full --P planned ";
+  auto r = run_kcpbench(common + "--seeds 2:3 --json " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  const json doc = read_json(out);
+  ASSERT_EQ(doc["entries"].size(), 2u);
+  EXPECT_EQ(doc["entries"][0]["seed"], 2);
+  EXPECT_EQ(doc["entries"][0]["id"], "A1/det/full/planned/seed2");
+  EXPECT_EQ(doc["entries"][1]["seed"], 3);
+  EXPECT_NE(doc["entries"][0]["tensors"]["o"]["ref_max_abs"], doc["entries"][1]["tensors"]["o"]["ref_max_abs"]);
+  ASSERT_EQ(run_kcpbench(common + "--seed 1 --json " + own).code, 0);
+  ASSERT_EQ(run_kcpbench(common + "--json " + plain).code, 0);
+  const json a = read_json(own)["entries"][0], b = read_json(plain)["entries"][0];
+  EXPECT_EQ(a["id"], b["id"]);
+  EXPECT_EQ(a["tensors"], b["tensors"]);
+  EXPECT_EQ(run_kcpbench(common + "--seeds 3:2").code, 2);
+  EXPECT_EQ(run_kcpbench(common + "--seeds x").code, 2);
 }
 
 TEST(Run, DumpWritesNpyFilesAndAManifest) {
