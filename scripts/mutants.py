@@ -327,11 +327,32 @@ def worst_failure(results_path):
     return best
 
 
+def metrics_of(results_path):
+    """{(entry id, tensor, metric): value} of a results file's run entries."""
+    with open(results_path) as f:
+        doc = json.load(f)
+    return {(e.get("id"), name, metric): t.get(metric)
+            for e in doc.get("entries", []) for name, t in (e.get("tensors") or {}).items()
+            for metric in ("ratio_max", "rms_ratio")}
+
+
+def missed_detail(results_path, base_path):
+    """For a missed mutant: the run's worst ratio (any tensor) and how many metrics differ from the
+    unmutated run's. None differing means int1 never feels the change (dead or equivalent code)."""
+    mine, base = metrics_of(results_path), metrics_of(base_path)
+    worst = max(((as_ratio(v), k) for k, v in mine.items()), default=(0.0, None), key=lambda x: x[0])
+    differ = sum(1 for k, v in mine.items() if k in base and base[k] != v)
+    base_worst = max((as_ratio(v) for v in base.values()), default=0.0)
+    return {"worst_ratio": None if math.isinf(worst[0]) else worst[0],
+            "worst_at": "%s %s %s" % worst[1] if worst[1] else None,
+            "metrics_differing": differ, "unmutated_worst_ratio": base_worst}
+
+
 def fmt_ratio(r):
     return "inf" if math.isinf(r) else "%.4g" % r
 
 
-def judge(m, rc, results_path):
+def judge(m, rc, results_path, base_path):
     """The mutant's record from the run's exit code and results file."""
     rec = {"id": m["id"], "area": m["area"], "file": m["file"], "why": m["why"], "exit_code": rc}
     if rc is None:
@@ -339,6 +360,10 @@ def judge(m, rc, results_path):
         return rec
     if rc == 0:
         rec["result"] = "MISSED"
+        try:
+            rec.update(missed_detail(results_path, base_path))
+        except (OSError, ValueError) as e:
+            rec["note"] = "no results to compare with the unmutated run: %s" % e
         return rec
     if rc not in (1, 4):
         rec["result"] = "CRASHED(%d)" % rc
@@ -366,6 +391,13 @@ def line_of(rec, width):
         text += "  %s %s %s %s %s" % (rec["row"], rec["form"], rec["tensor"], rec["metric"], fmt_ratio(ratio))
         if rec["weak"]:
             text += "  WEAK (< %g)" % WEAK_BELOW
+    if rec["result"] == "MISSED" and "metrics_differing" in rec:
+        if rec["metrics_differing"] == 0:
+            text += "  no ratio differs from the unmutated run (dead or equivalent code?)"
+        else:
+            worst = math.inf if rec["worst_ratio"] is None else rec["worst_ratio"]
+            text += "  %d ratios differ from the unmutated run; worst %s at %s (unmutated worst %s)" % (
+                rec["metrics_differing"], fmt_ratio(worst), rec["worst_at"], fmt_ratio(rec["unmutated_worst_ratio"]))
     if rec.get("binary_unchanged"):
         text += "  (binary identical to the unmutated build)"
     if rec.get("note"):
@@ -459,7 +491,7 @@ def run_mutant(m, builder, ctx, rows):
             results = os.path.join(ctx["out"], "%s.json" % m["id"])
             rc = run_int1(builder.binary, ctx["src"], results, ctx["cache"], rows,
                           os.path.join(ctx["out"], "run-%s.log" % m["id"]), ctx["timeout"])
-            rec.update(judge(m, rc, results))
+            rec.update(judge(m, rc, results, os.path.join(ctx["out"], "base.json")))
             rec["binary_unchanged"] = unchanged
     finally:
         with open(path, "w") as f:  # a fresh time stamp: the next make recompiles the restored file
