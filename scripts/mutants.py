@@ -241,7 +241,8 @@ class ReuseBuilder:
     def build_mutant(self, m):
         e = self.commands[os.path.realpath(os.path.join(self.home, m["file"]))]
         obj = os.path.join(self.out, "%s.o" % m["id"])
-        args, drop, i = shlex.split(e["command"]) if "command" in e else list(e["arguments"]), False, 0
+        args = shlex.split(e["command"]) if "command" in e else list(e["arguments"])
+        i = 0
         cmd = []
         while i < len(args):  # no depfiles into DIR; the object and the source are ours
             a = args[i]
