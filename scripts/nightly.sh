@@ -22,17 +22,25 @@
 # next to the run as <set>-<date>.baseline.json. Without arguments after -- the whole baseline counts.
 # --update-baseline with arguments after -- only adopts a first baseline (exit 2 when one exists).
 #
+# After a whole-set run (no arguments after --) that was compared, the mutation suite runs
+# (scripts/mutants.py, docs/mutants.md: every mutant of tests/mutants/mutants.json built in its own
+# CPU-only build under /tmp and judged by int1): results/<device>/mutants-<date>.json and .txt, its
+# summary line and every mutant not caught at ratio >= 2 appended to the markdown summary. It sets
+# the exit code only when FAIL_ON names "mutants" (and compare was clean); --no-mutants skips it.
+#
 # Options:  --set NAME (row set), --device NAME (results folder and planning class),
-#           --results DIR (default: <repo>/results), --update-baseline, -h/--help
+#           --results DIR (default: <repo>/results), --update-baseline, --no-mutants, -h/--help
 # Environment: KCPBENCH (binary; default <repo>/build/app/kcpbench), LAUNCH (a launcher prefix,
 #           e.g. "mpirun -np 8"; default: "mpirun -np 8" for int3 on a node with >= 8 GPUs and
-#           mpirun, else ranks as threads of one process), FAIL_ON (default accuracy,time,missing),
-#           COMPARE_ARGS (more compare flags, e.g. "--time-threshold 0.05"), DATE (default: UTC today).
+#           mpirun, else ranks as threads of one process), FAIL_ON (default accuracy,time,missing;
+#           "mutants" may be added), COMPARE_ARGS (more compare flags, e.g. "--time-threshold 0.05"),
+#           MUTANTS_ARGS (more scripts/mutants.py flags, e.g. "--work DIR" or "--reuse-build build"),
+#           DATE (default: UTC today).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 kcpbench="${KCPBENCH:-$root/build/app/kcpbench}"
 results="$root/results"
-set_name="" device="" update=0
+set_name="" device="" update=0 mutants=1
 run_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +48,7 @@ while [ $# -gt 0 ]; do
     --device) device="$2"; shift 2 ;;
     --results) results="$2"; shift 2 ;;
     --update-baseline) update=1; shift ;;
+    --no-mutants) mutants=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --) shift; run_args=("$@"); break ;;
     *) echo "nightly: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -126,12 +135,41 @@ json.dump(base, open(sys.argv[3], "w"), indent=1)
 PY
 fi
 
+# FAIL_ON's "mutants" is ours; the rest goes to compare ("none" when nothing is left).
+fail_on="${FAIL_ON:-accuracy,time,missing}" gate_mutants=0
+case ",$fail_on," in *,mutants,*) gate_mutants=1 ;; esac
+fail_on=$(echo ",$fail_on," | sed 's/,mutants,/,/g; s/^,//; s/,$//')
 set +e
 # shellcheck disable=SC2086  # COMPARE_ARGS is a list of flags
-"$kcpbench" compare "$compare_base" "$out" --fail-on "${FAIL_ON:-accuracy,time,missing}" --md "$md" ${COMPARE_ARGS:-}
+"$kcpbench" compare "$compare_base" "$out" --fail-on "${fail_on:-none}" --md "$md" ${COMPARE_ARGS:-}
 rc=$?
 set -e
 echo "nightly: summary in $md; compare exited $rc"
+
+# The mutation suite (whole-set runs only): does int1 still catch every single-line bug?
+if [ "$mutants" = 1 ] && [ ${#run_args[@]} -eq 0 ]; then
+  mjson="$dir/mutants-$date_tag.json" mtxt="$dir/mutants-$date_tag.txt"
+  echo "nightly: mutation suite -> $mtxt"
+  set +e
+  # shellcheck disable=SC2086  # MUTANTS_ARGS is a list of flags
+  python3 "$root/scripts/mutants.py" --json "$mjson" ${MUTANTS_ARGS:-} 2>&1 | tee "$mtxt"
+  mrc=${PIPESTATUS[0]}
+  set -e
+  {
+    echo
+    echo "### Mutation suite (scripts/mutants.py, exit $mrc)"
+    echo
+    grep -E '^mutants: (caught|error)|^mutants: the unmutated' "$mtxt" || echo "no summary line: see $mtxt"
+    if grep -qE ' (MISSED|BUILD-FAILED|CRASHED)|WEAK' "$mtxt"; then
+      echo
+      echo '```'
+      grep -E ' (MISSED|BUILD-FAILED|CRASHED)|WEAK' "$mtxt"
+      echo '```'
+    fi
+  } >>"$md"
+  echo "nightly: mutation suite exited $mrc"
+  if [ "$gate_mutants" = 1 ] && [ "$rc" = 0 ] && [ "$mrc" != 0 ]; then rc=$mrc; fi
+fi
 if [ "$update" = 1 ]; then
   cp "$out" "$baseline"
   echo "nightly: $baseline replaced by this run (commit it)"
