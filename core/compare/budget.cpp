@@ -16,11 +16,7 @@ double round_up_4(double x) {
 
 Budget derive_budget(double worst_max_rel, double worst_rel_rms, double k, DType dt) {
   const double u = unit_roundoff(dt);
-  Budget b;
-  b.relative = true;
-  b.max_rel = round_up_4(k * worst_max_rel + u);
-  b.rel_rms = round_up_4(k * worst_rel_rms + u);
-  return b;
+  return Budget::of_scale(round_up_4(k * worst_max_rel + u), round_up_4(k * worst_rel_rms + u));
 }
 
 std::string budget_formula(double k, DType dt) {

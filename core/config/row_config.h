@@ -41,6 +41,8 @@ struct Budget {
   double max_rel = 0.0;  // relative: max |err| / scale allowed
   double max_abs = 0.0;  // absolute: max |err| allowed
   double rel_rms = 0.0;  // RMS(err) / RMS(ref) allowed (for dA_log / ddt_bias: RMS(err) / RMS(scale))
+  static Budget of_scale(double max_rel, double rel_rms) { return {true, max_rel, 0.0, rel_rms}; }
+  static Budget absolute(double max_abs, double rel_rms) { return {false, 0.0, max_abs, rel_rms}; }
 };
 
 // Input recipe: distributions of the generated inputs (core/inputs).

@@ -22,11 +22,7 @@ TEST(Budget, RelativeBudgetIsKTimesTheWorstSeedPlusU) {
 // reference is 10x larger gets the same ratio; an absolute budget does not.
 TEST(Budget, ARelativeBudgetMeansTheSameAtEveryScale) {
   RowConfig row;
-  Budget rel;
-  rel.relative = true;
-  rel.max_rel = 0.01;
-  rel.rel_rms = 0.01;
-  row.budgets["o"] = rel;
+  row.budgets["o"] = Budget::of_scale(0.01, 0.01);
   for (double scale : {0.5, 5.0}) {
     TensorMetrics m;
     m.name = "o";
@@ -40,7 +36,7 @@ TEST(Budget, ARelativeBudgetMeansTheSameAtEveryScale) {
     EXPECT_DOUBLE_EQ(ms[0].ratio_max, 0.5) << scale;
     EXPECT_TRUE(ms[0].pass);
   }
-  row.budgets["o"] = Budget{false, 0.0, 0.01, 0.01};  // absolute: 0.025 at scale 5 is 2.5x over
+  row.budgets["o"] = Budget::absolute(0.01, 0.01);  // absolute: 0.025 at scale 5 is 2.5x over
   TensorMetrics m;
   m.name = "o";
   m.count = 1;
@@ -104,10 +100,7 @@ TEST(ParamScale, RanksAddTheirTokens) {
 // a fraction of the scale, not of the small total.
 TEST(ParamScale, AMissingChainFactorStillFails) {
   RowConfig row = softplus_row();
-  Budget b;
-  b.relative = true;
-  b.max_rel = b.rel_rms = 0.01;
-  row.budgets["dA_log"] = b;
+  row.budgets["dA_log"] = Budget::of_scale(0.01, 0.01);
   // 64 tokens whose contributions cancel: +c, -c, ...
   RowInputs in;
   in.t_begin = 0;

@@ -142,7 +142,7 @@ TEST(Results, NonFiniteNumbersAreWrittenAsNullAndReadAsNaN) {
   m.max_abs = std::numeric_limits<double>::infinity();
   m.rel_rms = std::nan("");
   m.has_budget = true;
-  m.budget = {1e-3, 1e-3};
+  m.budget = kcp::Budget::absolute(1e-3, 1e-3);
   m.ratio_max = std::numeric_limits<double>::infinity();
   const json j = kcp::to_json(m);
   EXPECT_TRUE(j["max_abs"].is_null());
