@@ -9,8 +9,8 @@ namespace kcp {
 double unit_roundoff(DType dt) { return dt == DType::BF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11); }
 
 double twin_rel_rms_limit(const std::string& t) {
-  if (t == "o" || t == "ht") return 5e-3;
-  if (t == "dq" || t == "dk" || t == "dv" || t == "dh0") return 8e-3;
+  if (t == "o" || t == "ht" || t == "h_entry") return 5e-3;
+  if (t == "dq" || t == "dk" || t == "dv" || t == "dh0" || t == "dh_exit") return 8e-3;
   return 2e-2;  // dg, dbeta, dA_log, ddt_bias
 }
 

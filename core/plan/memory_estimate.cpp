@@ -195,9 +195,18 @@ void rank_host_bytes(const RowConfig& row, const RankPlan& rp, int world, const 
   const int64_t states = (row.final_state ? 1 : 0) + (row.initial_state ? 1 : 0);
   const int64_t elems = s.add({s.mul({T, tok}, "the reference slice"), s.mul({states, N, HVKV}, "the reference slice")},
                               "the reference slice");
-  reference = s.mul({kDouble, elems}, "the reference slice");
+  // Boundary tensors (h_entry, dh_exit): the probes kept per piece and a form's judged states;
+  // the downloaded entry states and exit gradients of every segment.
+  int64_t judged = 0;
+  for (size_t q = 0; q < rp.segments.size(); ++q)
+    judged +=
+        (rp.seq_begin(q) > 0 ? 1 : 0) + (rp.seq_end(q) < row.seqlens[rp.pieces[rp.segments[q].piece].seq] ? 1 : 0);
+  const int64_t probes = s.mul({judged, HVKV}, "the reference slice");
+  reference = s.mul({kDouble, s.add({elems, probes}, "the reference slice")}, "the reference slice");
+  const int64_t S = static_cast<int64_t>(rp.segments.size());
   const int64_t block = int64_t(row.HV) * row.K * (row.K + row.V);
-  results = s.add({s.mul({kFloat, elems}, "the downloaded results"),
+  results = s.add({s.mul({kFloat, elems}, "the downloaded results"), s.mul({kFloat, 2, S, HVKV}, "the boundary states"),
+                   s.mul({kDouble, probes}, "the boundary states"),
                    s.mul({kFloat, int64_t(world) + 1, block}, "the exchange"), s.mul({4, T}, "the comparison")},
                   "the downloaded results");
 }

@@ -71,6 +71,14 @@ struct RankPlan {
   int64_t chunks = 0;  // chunks over all pieces
   WorkspaceSizes workspace;
   int64_t tokens() const { return global_end - global_begin; }
+  // Segment s's first token and its end as positions p in its sequence (docs/algorithm.md 1.4:
+  // its entry state is S_begin, its exit gradient dS_end).
+  int64_t seq_begin(size_t s) const {
+    const Segment& sg = segments[s];
+    const Piece& pc = pieces[static_cast<size_t>(sg.piece)];
+    return pc.seq_offset + (sg.local_begin - pc.local_begin);
+  }
+  int64_t seq_end(size_t s) const { return seq_begin(s) + (segments[s].local_end - segments[s].local_begin); }
 };
 
 struct SegmentPlan {
