@@ -206,6 +206,10 @@ bool load(const std::string& path, const CacheHeader& key, const std::vector<int
     why = "short read (the probe positions are cut off)";
     return false;
   }
+  if (r.probes != probes) {  // the header's hash agreed: only a collision or damage gets here
+    why = fmt::format("probe positions {} differ from its header's", positions_text(r.probes));
+    return false;
+  }
   int64_t payload = 0;
   auto fs = fields(r);
   for (int i = 0; i < kFields; ++i) {
