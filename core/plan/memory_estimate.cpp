@@ -95,8 +95,9 @@ int64_t shard_bytes(const RowConfig& row, int64_t tokens, const Sizer& s) {
                "the input shard");
 }
 
-// Host bytes of the FP64 reference of one sequence as ReferenceCache holds it.
-int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, const Sizer& s) {
+// Host bytes of the FP64 reference of one sequence as ReferenceCache holds it, with S_p and dS_p
+// at `probes` positions (docs/algorithm.md 1.4).
+int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, int64_t probes, const Sizer& s) {
   const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
   int64_t tok = 0;
   for (ResultTensor t :
@@ -104,9 +105,23 @@ int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, const Sizer&
     tok += per_token(row, t);
   const int64_t gw = row.op == Op::Kda ? row.K : 1;
   return s.mul({kDouble, s.add({s.mul({len, tok}, "the FP64 reference"), HVKV, row.initial_state ? HVKV : 0,
-                                int64_t(row.HV) * (1 + gw)},
+                                int64_t(row.HV) * (1 + gw), s.mul({2, probes, HVKV}, "the FP64 probes")},
                                "the FP64 reference")},
                "the FP64 reference");
+}
+
+// Per sequence, the probe positions of every plan (row_runner.cpp probe_positions): segment
+// begins p > 0 and ends p < len over every rank.
+std::vector<std::set<int64_t>> probe_positions(const RowConfig& row, const std::vector<SegmentPlan>& plans) {
+  std::vector<std::set<int64_t>> probes(row.seqlens.size());
+  for (const SegmentPlan& plan : plans)
+    for (const RankPlan& rp : plan.ranks)
+      for (size_t q = 0; q < rp.segments.size(); ++q) {
+        const size_t seq = size_t(rp.pieces[size_t(rp.segments[q].piece)].seq);
+        if (rp.seq_begin(q) > 0) probes[seq].insert(rp.seq_begin(q));
+        if (rp.seq_end(q) < row.seqlens[seq]) probes[seq].insert(rp.seq_end(q));
+      }
+  return probes;
 }
 
 // Host bytes the FP64 reference computation of one sequence uses besides its results: the
@@ -260,8 +275,11 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   // The sequences the process's ranks touch are all held until every rank has its slice; as
   // many are computed at once as there are ranks (each at most one), the longest ones counted.
   std::vector<int64_t> lens;
+  const std::vector<std::set<int64_t>> probes = probe_positions(row, plans);
   for (int q : seqs) {
-    e.sequences = s.add({e.sequences, sequence_reference_bytes(row, row.seqlens[q], s)}, "the FP64 reference");
+    const int64_t n_probes = static_cast<int64_t>(probes[size_t(q)].size());
+    e.sequences =
+        s.add({e.sequences, sequence_reference_bytes(row, row.seqlens[q], n_probes, s)}, "the FP64 reference");
     lens.push_back(row.seqlens[q]);
   }
   std::sort(lens.rbegin(), lens.rend());

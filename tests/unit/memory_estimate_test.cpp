@@ -91,8 +91,10 @@ TEST(MemoryEstimate, HostTermsFollowTheShapes) {
   }
   EXPECT_GT(judged, 0) << "the row plans P > 1 on the cpu device class";
   EXPECT_EQ(e.ranks[0].reference, 8 * (T * per_token_out + judged * 4 * 64 * 32));
-  // Both sequences' FP64 results (plus ht of each) are held while the rank takes its slice.
-  EXPECT_EQ(e.sequences, 8 * (T * per_token_out + 2 * (4 * 64 * 32 + 4 * 2)));
+  // Both sequences' FP64 results (plus ht of each, and S_p, dS_p at each probe: on one rank every
+  // cut inside a sequence is one probe, judged twice, as an entry and as an exit) are held while
+  // the rank takes its slice.
+  EXPECT_EQ(e.sequences, 8 * (T * per_token_out + 2 * (4 * 64 * 32 + 4 * 2) + 2 * (judged / 2) * 4 * 64 * 32));
   EXPECT_EQ(e.host_bytes, e.fixed + std::max(e.phase_prepare, e.phase_forms));
   EXPECT_EQ(e.phase_forms, e.ranks[0].inputs + e.ranks[0].reference + e.ranks[0].host_results + e.ranks[0].form_arrays);
   EXPECT_EQ(e.device_bytes, 0) << "the CPU twin's arrays are host memory";
