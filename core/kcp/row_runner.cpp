@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "core/compare/compare.h"
 #include "core/inputs/inputs.h"
@@ -291,24 +292,14 @@ std::string forced_plan(const RowContext& c, int forced_P, const RunOptions& opt
 // forms run with and every rank, the segment begins p > 0 and ends p < len (h_entry, dh_exit).
 // The same on every rank, so the ranks of a process share one FP64 computation per sequence.
 ProbePositions probe_positions(const RowContext& c, const RunOptions& opt) {
-  std::vector<SegmentPlan> plans;
+  std::vector<std::set<int64_t>> sets(c.row.seqlens.size());
   for (const Form& form : c.forms) {
     SegmentPlan plan = c.planned;
-    if (form.forced_P > 0 && !forced_plan(c, form.forced_P, opt, plan).empty()) continue;
-    plans.push_back(std::move(plan));
+    if (form.forced_P == 0 || forced_plan(c, form.forced_P, opt, plan).empty())
+      add_probe_positions(plan, c.row.seqlens, sets);
   }
-  ProbePositions probes(static_cast<size_t>(c.row.sequences()));
-  for (const SegmentPlan& plan : plans)
-    for (const RankPlan& rp : plan.ranks)
-      for (size_t s = 0; s < rp.segments.size(); ++s) {
-        const int seq = rp.pieces[static_cast<size_t>(rp.segments[s].piece)].seq;
-        if (rp.seq_begin(s) > 0) probes[size_t(seq)].push_back(rp.seq_begin(s));
-        if (rp.seq_end(s) < c.row.seqlens[size_t(seq)]) probes[size_t(seq)].push_back(rp.seq_end(s));
-      }
-  for (auto& p : probes) {
-    std::sort(p.begin(), p.end());
-    p.erase(std::unique(p.begin(), p.end()), p.end());
-  }
+  ProbePositions probes;
+  for (const auto& p : sets) probes.emplace_back(p.begin(), p.end());  // ascending
   return probes;
 }
 

@@ -110,20 +110,6 @@ int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, int64_t prob
                "the FP64 reference");
 }
 
-// Per sequence, the probe positions of every plan (row_runner.cpp probe_positions): segment
-// begins p > 0 and ends p < len over every rank.
-std::vector<std::set<int64_t>> probe_positions(const RowConfig& row, const std::vector<SegmentPlan>& plans) {
-  std::vector<std::set<int64_t>> probes(row.seqlens.size());
-  for (const SegmentPlan& plan : plans)
-    for (const RankPlan& rp : plan.ranks)
-      for (size_t q = 0; q < rp.segments.size(); ++q) {
-        const size_t seq = size_t(rp.pieces[size_t(rp.segments[q].piece)].seq);
-        if (rp.seq_begin(q) > 0) probes[seq].insert(rp.seq_begin(q));
-        if (rp.seq_end(q) < row.seqlens[seq]) probes[seq].insert(rp.seq_end(q));
-      }
-  return probes;
-}
-
 // Host bytes the FP64 reference computation of one sequence uses besides its results: the
 // sequence's inputs as float (make_inputs) and as double, the prepared per-token arrays
 // (reference/detail.h Prepared) and the checkpointed states of the work items running at once
@@ -275,7 +261,8 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   // The sequences the process's ranks touch are all held until every rank has its slice; as
   // many are computed at once as there are ranks (each at most one), the longest ones counted.
   std::vector<int64_t> lens;
-  const std::vector<std::set<int64_t>> probes = probe_positions(row, plans);
+  std::vector<std::set<int64_t>> probes(row.seqlens.size());  // what the reference computes
+  for (const SegmentPlan& pl : plans) add_probe_positions(pl, row.seqlens, probes);
   for (int q : seqs) {
     const int64_t n_probes = static_cast<int64_t>(probes[size_t(q)].size());
     e.sequences =

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -116,4 +117,10 @@ std::string forced_p_unfit_reason(const SegmentPlan& planned, int forced_P);
 int planned_segments(int64_t longest_piece_chunks, int HV, int V, int v_tile, const DeviceClass& dev);
 
 std::string describe(const SegmentPlan& plan);  // human-readable, one line per rank
+
+// Adds the probe positions of a plan's segments (docs/algorithm.md 1.4) per sequence (probes has
+// one set per sequence of seqlens): each segment's begin p > 0 and end p < len, over every rank;
+// where h_entry and dh_exit are judged.
+void add_probe_positions(const SegmentPlan& plan, const std::vector<int64_t>& seqlens,
+                         std::vector<std::set<int64_t>>& probes);
 }  // namespace kcp
