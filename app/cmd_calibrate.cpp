@@ -42,9 +42,62 @@ using RowWorst = std::map<std::string, Worst>;  // per tensor
 
 double finite_or_inf(double x) { return std::isfinite(x) ? x : INFINITY; }
 
+bool is_boundary(const std::string& t) {
+  for (int i = 0; i < kResultTensorCount; ++i)
+    if (t == kResultTensors[i]) return place_of(result_tensor(i)) == TensorPlace::Boundary;
+  return false;
+}
+
+std::vector<const Entry*> entries_of(const RunOutcome& out, const std::string& row) {
+  std::vector<const Entry*> v;
+  for (const Entry& e : out.entries)
+    if (e.row == row) v.push_back(&e);
+  return v;
+}
+
+// One row's entries at one seed (rounded twin e, exact-storage twin x, form by form): the worst
+// values go into `worst`, limit breaches into `violations`. Budgets come from the planned
+// schedule, except h_entry / dh_exit: the worst of the row's schedules (planned and forced), since
+// the planned one may carry no state across a segment.
+void fold_row(const RowConfig& row, uint64_t seed, const std::vector<const Entry*>& es,
+              const std::vector<const Entry*>& xs, RowWorst& worst, std::vector<std::string>& violations) {
+  const double u = unit_roundoff(row.dtype);
+  double exact_worst = 0;
+  std::string exact_tensor = "-";
+  for (size_t f = 0; f < es.size() && f < xs.size(); ++f) {
+    const Entry &e = *es[f], &x = *xs[f];
+    if (!e.tensors || !x.tensors) {
+      violations.push_back(fmt::format("{} {} seed {}: nothing to calibrate ({}: {})", row.name, e.id, seed,
+                                       e.tensors ? x.status : e.status, (e.tensors ? x : e).reason.value_or("")));
+      continue;
+    }
+    const bool planned = e.form && e.form->P == 0;
+    for (const auto& [t, m] : *e.tensors) {
+      if (m.count == 0 || (!planned && !is_boundary(t))) continue;  // nothing judged, or not this schedule's
+      const TensorMetrics& mx = x.tensors->at(t);
+      const double xr = std::max(finite_or_inf(mx.rel_rms), finite_or_inf(mx.max_rel));
+      if (!(xr <= exact_worst)) std::tie(exact_worst, exact_tensor) = std::make_pair(xr, t);
+      if (mx.nonfinite > 0 || !(xr <= kExactTwinLimit))
+        violations.push_back(fmt::format("{} {} {} seed {}: the exact-storage twin's error {:.3e} (non-finite {}) "
+                                         "breaks the limit {:.0e}: the twin's algorithm is wrong",
+                                         row.name, e.id, t, seed, xr, mx.nonfinite, kExactTwinLimit));
+      const double rel = finite_or_inf(m.rel_rms), mr = finite_or_inf(m.max_rel);
+      if (m.nonfinite > 0 || !(rel <= kRoundedTwinUnits * u))
+        violations.push_back(fmt::format("{} {} {} seed {}: the twin's rel-RMS {:.3e} (non-finite {}) breaks {} u = "
+                                         "{:.3e}",
+                                         row.name, e.id, t, seed, rel, m.nonfinite, kRoundedTwinUnits,
+                                         kRoundedTwinUnits * u));
+      Worst& w = worst[t];
+      if (!(mr <= w.max_rel)) w = {mr, w.rel_rms, seed, w.rel_rms_seed};
+      if (!(rel <= w.rel_rms)) w = {w.max_rel, rel, w.max_rel_seed, seed};
+    }
+  }
+  log::info0("calibrate: seed {} {}: exact-storage twin's worst relative error {:.2e} ({}; limit {:.0e})", seed,
+             row.name, exact_worst, exact_tensor, kExactTwinLimit);
+}
+
 // One seed's runs of the rounded twin (whose errors set the budgets) and of the exact-storage
-// twin (held to kExactTwinLimit): the worst values are folded into `worst`, limit breaches into
-// `violations`.
+// twin (held to kExactTwinLimit), folded row by row.
 void calibrate_seed(const std::vector<SelectedRow>& rows, const RunOptions& opt, const CalibrateCli& o, uint64_t seed,
                     std::vector<RowWorst>& worst, std::vector<std::string>& violations) {
   std::deque<RowConfig> seeded;
@@ -58,36 +111,9 @@ void calibrate_seed(const std::vector<SelectedRow>& rows, const RunOptions& opt,
   const RunOutcome exact = run_in_world(at_seed, opt, "local", o.threads, *exact_backend, ctx);
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowConfig& row = *at_seed[i].row;
-    const Entry &e = out.entries.at(i), &x = exact.entries.at(i);
-    KCP_CHECK(e.row == row.name && x.row == row.name, "entry order: {} / {} vs {}", e.row, x.row, row.name);
-    if (!e.tensors || !x.tensors) {
-      violations.push_back(fmt::format("{} seed {}: nothing to calibrate ({}: {})", row.name, seed,
-                                       e.tensors ? x.status : e.status, (e.tensors ? x : e).reason.value_or("")));
-      continue;
-    }
-    const double u = unit_roundoff(row.dtype);
-    double exact_worst = 0;
-    std::string exact_tensor = "-";
-    for (const auto& [t, m] : *e.tensors) {
-      if (m.count == 0) continue;  // nothing of it in this row (e.g. no carried state)
-      const TensorMetrics& mx = x.tensors->at(t);
-      const double xr = std::max(finite_or_inf(mx.rel_rms), finite_or_inf(mx.max_rel));
-      if (!(xr <= exact_worst)) std::tie(exact_worst, exact_tensor) = std::make_pair(xr, t);
-      if (mx.nonfinite > 0 || !(xr <= kExactTwinLimit))
-        violations.push_back(fmt::format("{} {} seed {}: the exact-storage twin's error {:.3e} (non-finite {}) breaks "
-                                         "the limit {:.0e}: the twin's algorithm is wrong",
-                                         row.name, t, seed, xr, mx.nonfinite, kExactTwinLimit));
-      const double rel = finite_or_inf(m.rel_rms), mr = finite_or_inf(m.max_rel);
-      if (m.nonfinite > 0 || !(rel <= kRoundedTwinUnits * u))
-        violations.push_back(fmt::format("{} {} seed {}: the twin's rel-RMS {:.3e} (non-finite {}) breaks {} u = {:.3e}",
-                                         row.name, t, seed, rel, m.nonfinite, kRoundedTwinUnits,
-                                         kRoundedTwinUnits * u));
-      Worst& w = worst[i][t];
-      if (!(mr <= w.max_rel)) w = {mr, w.rel_rms, seed, w.rel_rms_seed};
-      if (!(rel <= w.rel_rms)) w = {w.max_rel, rel, w.max_rel_seed, seed};
-    }
-    log::info0("calibrate: seed {} {}: exact-storage twin's worst relative error {:.2e} ({}; limit {:.0e})", seed,
-               row.name, exact_worst, exact_tensor, kExactTwinLimit);
+    const auto es = entries_of(out, row.name), xs = entries_of(exact, row.name);
+    KCP_CHECK(!es.empty() && es.size() == xs.size(), "row {}: {} and {} entries", row.name, es.size(), xs.size());
+    fold_row(row, seed, es, xs, worst[i], violations);
   }
 }
 
@@ -168,7 +194,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     RunOptions opt;
     opt.packages = {Package::Det};
     opt.saved = {SavedKind::Full};
-    opt.use_row_forced = false;
+    opt.use_row_forced = true;  // h_entry / dh_exit take the worst over the row's schedules
     opt.determinism_checks = false;
     opt.calibrating = true;  // the table says what each row measures (it has no budgets yet)
     opt.device_class = o->device;

@@ -50,7 +50,7 @@ def import_matplotlib():
         sys.exit(3)
 
 
-TENSOR_ORDER = ["o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"]
+TENSOR_ORDER = ["o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0", "h_entry", "dh_exit"]
 
 
 def die(msg):

@@ -3,7 +3,8 @@
 // and maxima are then reduced over ranks, so every rank holds the same global metrics.
 //
 // Per tensor: max-abs error and where it lies (rank, global token or sequence, head, channel,
-// segment, distance in tokens to the nearest segment or rank boundary), rel-RMS error
+// segment, distance in tokens to the nearest segment or rank boundary; for h_entry / dh_exit the
+// global token at the segment's first token / end), rel-RMS error
 // sqrt(sum err^2 / sum ref^2), the count of non-finite values where the reference is finite,
 // max |ref|; with a budget: ratio_max = max_abs / budget.max_abs, rms_ratio = rel_rms /
 // budget.rel_rms, and pass = both <= 1 and no unexpected non-finite value.
@@ -31,18 +32,30 @@ namespace kcp {
 std::vector<std::shared_ptr<const SequenceReference>> rank_references(const RankPlan& rp, ReferenceCache& cache);
 
 // The reference of one rank's tokens and pieces, in the backend's layouts (kcp_engine.h
-// RankResult); ht / dh0 hold NaN for pieces without a final state / an initial state.
+// RankResult); ht / dh0 hold NaN for pieces without a final state / an initial state. Boundary
+// tensors (h_entry, dh_exit) depend on the form's segments: boundary_reference.
 struct RankReference {
-  std::array<std::vector<double>, kResultTensorCount> tensors;  // Token and State tensors; Param empty
+  std::array<std::vector<double>, kResultTensorCount> tensors;  // Token, State or Boundary tensors; Param empty
   std::vector<double>& operator[](ResultTensor t) { return tensors[static_cast<int>(t)]; }
   const std::vector<double>& operator[](ResultTensor t) const { return tensors[static_cast<int>(t)]; }
 };
 RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
                                  const std::vector<std::shared_ptr<const SequenceReference>>& refs);
 
-// Local metrics of one rank; then reduce_metrics makes them global (collective).
+// What a rank keeps of its sequences' references after the row's preparation, per piece: dA_log,
+// ddt_bias, and the probes inside the piece (seq_offset <= p <= seq_offset + length) with their
+// S_p, dS_p; t_begin / t_end of the sequence.
+std::shared_ptr<const SequenceReference> piece_slice(const SequenceReference& full, const Piece& pc);
+// h_entry / dh_exit of a form's segments on this rank ([S, HV, K, V]): S_p at each segment's first
+// token p where p > 0, dS_p at its end p where p < len (docs/algorithm.md 1.4); NaN elsewhere
+// (not judged). piece_refs: piece_slice per piece.
+RankReference boundary_reference(const RowConfig& row, const RankPlan& rp,
+                                 const std::vector<std::shared_ptr<const SequenceReference>>& piece_refs);
+
+// Local metrics of one rank; then reduce_metrics makes them global (collective). ref: Token and
+// State tensors; boundary: the form's boundary_reference.
 std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
-                                        const RankReference& ref, int rank);
+                                        const RankReference& ref, const RankReference& boundary, int rank);
 void reduce_metrics(std::vector<TensorMetrics>& m, Communicator& comm);
 // The cancellation-aware scale of dA_log and ddt_bias (docs/design.md 6): per element, the sum
 // over all tokens of the absolute per-token contributions, |dg x da/d(param) / da/dg|, from the
@@ -61,7 +74,9 @@ ParamScales param_grad_scales(const RowConfig& row, const RowInputs& shard, cons
 std::vector<TensorMetrics> compare_parameter_grads(const RowConfig& row, const RankPlan& rp, const RankResult& res,
                                                    const std::vector<std::shared_ptr<const SequenceReference>>& refs,
                                                    const ParamScales& scales, Communicator& comm);
-// Applies the row's budgets (after reduce_metrics). A tensor without a budget does not pass.
+// Applies the row's budgets (after reduce_metrics). A tensor without a budget does not pass,
+// except one with no judged element (count 0: e.g. h_entry where no segment carries state),
+// which passes without one.
 void judge(std::vector<TensorMetrics>& m, const RowConfig& row);
 
 }  // namespace kcp

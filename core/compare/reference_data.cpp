@@ -48,7 +48,8 @@ ref::Problem ref_problem(const RowConfig& row, int64_t len) {
   return p;
 }
 
-SequenceReference compute_sequence(const RowConfig& row, const std::string& digest, int seq, int threads) {
+SequenceReference compute_sequence(const RowConfig& row, const std::string& digest, int seq, int threads,
+                                   const std::vector<int64_t>& probes) {
   int64_t t0 = 0;
   for (int s = 0; s < seq; ++s) t0 += row.seqlens[s];
   const int64_t len = row.seqlens[seq];
@@ -73,7 +74,12 @@ SequenceReference compute_sequence(const RowConfig& row, const std::string& dige
   ri.dht = row.dht ? dht.data() : nullptr;
   ref::Outputs out;
   ref::Grads gr;
-  ref::forward_backward(ref_problem(row, len), ri, out, gr, threads);
+  ref::Problem problem = ref_problem(row, len);
+  if (!probes.empty()) {  // docs/algorithm.md 1.4: S_p and dS_p at the boundaries the forms judge
+    problem.probe_cu = {0, static_cast<int64_t>(probes.size())};
+    problem.probes = probes;
+  }
+  ref::forward_backward(problem, ri, out, gr, threads);
   SequenceReference r;
   r.seq = seq;
   r.t_begin = t0;
@@ -88,19 +94,23 @@ SequenceReference compute_sequence(const RowConfig& row, const std::string& dige
   r.dA_log = std::move(gr.dA_log);
   r.ddt_bias = std::move(gr.ddt_bias);
   r.dh0 = std::move(gr.dh0);
+  r.probes = probes;
+  r.probe_S = std::move(out.probe_S);
+  r.probe_dS = std::move(gr.probe_dS);
   return r;
 }
 
-// Cache file (kcpbench-ref/2): the magic line, a header with the key the file was made for (row
-// digest, seed, sequence, reference version, the element count of every field) and a checksum
-// of the payload, then the payload: each field's doubles in fields() order. A file that does not
+// Cache file (kcpbench-ref/3): the magic line, a header with the key the file was made for (row
+// digest, seed, sequence, reference version, the element count of every field, the number and a
+// hash of the probe positions) and a checksum of the payload, then the payload: the probe
+// positions (int64), then each field's doubles in fields() order. A file that does not
 // match its key, is cut short, is longer, or fails the checksum is reported in one warning line
 // naming the file and why, recomputed and rewritten.
 std::vector<std::vector<double>*> fields(SequenceReference& r) {
-  return {&r.o, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.ht, &r.dh0, &r.dA_log, &r.ddt_bias};
+  return {&r.o, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.ht, &r.dh0, &r.dA_log, &r.ddt_bias, &r.probe_S, &r.probe_dS};
 }
-constexpr int kFields = 10;
-constexpr char kCacheMagic[] = "kcpbench-ref/2\n";
+constexpr int kFields = 12;
+constexpr char kCacheMagic[] = "kcpbench-ref/3\n";
 constexpr size_t kMagicBytes = sizeof(kCacheMagic) - 1;
 // Bump when reference/ changes the numbers it computes: files of another version are recomputed.
 constexpr int64_t kReferenceVersion = 1;
@@ -112,25 +122,52 @@ struct CacheHeader {
   int64_t seq = 0;
   int64_t version = kReferenceVersion;
   int64_t counts[kFields] = {};
-  uint64_t checksum = 0;  // payload_checksum of the payload
+  int64_t n_probes = 0;
+  uint64_t probes_hash = 0;  // fnv_words of the probe positions
+  uint64_t checksum = 0;     // payload_checksum of the payload
 };
 
 // FNV-1a over 64-bit words: each step is a bijection of the state for a given word, so a change
-// in any one word of the payload always changes the checksum.
+// in any one word always changes the hash.
+template <class T>
+void fnv_words(uint64_t& h, const std::vector<T>& v) {
+  static_assert(sizeof(T) == sizeof(uint64_t));
+  for (const T& x : v) {
+    uint64_t w;
+    std::memcpy(&w, &x, sizeof(w));
+    h = (h ^ w) * 1099511628211ull;
+  }
+}
+constexpr uint64_t kFnvStart = 1469598103934665603ull;
+
+// At most 8 positions, for a warning line.
+std::string positions_text(const std::vector<int64_t>& p) {
+  const size_t n = std::min<size_t>(p.size(), 8);
+  return fmt::format("{} [{}{}]", p.size(), fmt::join(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(n), ", "),
+                     p.size() > n ? ", ..." : "");
+}
+
+// The payload's checksum: the probe positions, then every field.
 uint64_t payload_checksum(SequenceReference& r) {
-  uint64_t h = 1469598103934665603ull;
-  for (auto* v : fields(r))
-    for (double d : *v) {
-      uint64_t w;
-      std::memcpy(&w, &d, sizeof(w));
-      h = (h ^ w) * 1099511628211ull;
-    }
+  uint64_t h = kFnvStart;
+  fnv_words(h, r.probes);
+  for (auto* v : fields(r)) fnv_words(h, *v);
   return h;
+}
+
+// Why a file made for other probe positions cannot be used, naming both lists (the file's read
+// from its payload when it can be).
+std::string probes_mismatch(std::ifstream& f, const CacheHeader& h, const std::vector<int64_t>& want) {
+  std::vector<int64_t> have(static_cast<size_t>(std::clamp<int64_t>(h.n_probes, 0, int64_t(1) << 24)));
+  f.read(reinterpret_cast<char*>(have.data()), std::streamsize(have.size() * sizeof(int64_t)));
+  const std::string theirs = f ? positions_text(have) : fmt::format("{} (unreadable)", h.n_probes);
+  return fmt::format("made for other probe positions ({}), not ({})", theirs, positions_text(want));
 }
 
 // Loads a cache file made for `key`. Returns false with why empty when there is no file, with
 // why set when the file cannot be used.
-bool load(const std::string& path, const CacheHeader& key, SequenceReference& r, std::string& why) {
+bool load(const std::string& path, const CacheHeader& key, const std::vector<int64_t>& probes, SequenceReference& r,
+          std::string& why) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return false;
   std::ifstream f(path, std::ios::binary);
@@ -140,7 +177,7 @@ bool load(const std::string& path, const CacheHeader& key, SequenceReference& r,
   }
   char magic[kMagicBytes] = {};
   if (!f.read(magic, kMagicBytes) || std::memcmp(magic, kCacheMagic, kMagicBytes) != 0) {
-    why = "not a kcpbench-ref/2 file (another format or version of kcpbench)";
+    why = "not a kcpbench-ref/3 file (another format or version of kcpbench)";
     return false;
   }
   CacheHeader h;
@@ -158,10 +195,21 @@ bool load(const std::string& path, const CacheHeader& key, SequenceReference& r,
     why = fmt::format("made for sequence {}, not {}", h.seq, key.seq);
   else if (h.version != key.version)
     why = fmt::format("made by reference version {}, not {}", h.version, key.version);
+  else if (h.n_probes != key.n_probes || h.probes_hash != key.probes_hash)
+    why = probes_mismatch(f, h, probes);
   else if (!std::equal(h.counts, h.counts + kFields, key.counts))
     why = fmt::format("element counts [{}] differ from the row's [{}]", fmt::join(h.counts, h.counts + kFields, ", "),
                       fmt::join(key.counts, key.counts + kFields, ", "));
   if (!why.empty()) return false;
+  r.probes.resize(static_cast<size_t>(key.n_probes));
+  if (!f.read(reinterpret_cast<char*>(r.probes.data()), std::streamsize(r.probes.size() * sizeof(int64_t)))) {
+    why = "short read (the probe positions are cut off)";
+    return false;
+  }
+  if (r.probes != probes) {  // the header's hash agreed: only a collision or damage gets here
+    why = fmt::format("probe positions {} differ from its header's", positions_text(r.probes));
+    return false;
+  }
   int64_t payload = 0;
   auto fs = fields(r);
   for (int i = 0; i < kFields; ++i) {
@@ -197,6 +245,7 @@ void store(const std::string& path, CacheHeader key, SequenceReference& r) {
     if (!f) return;  // the folder was usable when the run began; the cache only saves time
     f.write(kCacheMagic, kMagicBytes);
     f.write(reinterpret_cast<const char*>(&key), sizeof(key));
+    f.write(reinterpret_cast<const char*>(r.probes.data()), std::streamsize(r.probes.size() * sizeof(int64_t)));
     for (auto* v : fields(r))
       f.write(reinterpret_cast<const char*>(v->data()), std::streamsize(v->size() * sizeof(double)));
     if (!f.flush()) {
@@ -211,7 +260,7 @@ void store(const std::string& path, CacheHeader key, SequenceReference& r) {
   if (ec) std::filesystem::remove(tmp, ec);
 }
 
-size_t expected_size(const RowConfig& row, int seq, int which) {
+size_t expected_size(const RowConfig& row, int seq, int which, size_t n_probes) {
   const size_t len = static_cast<size_t>(row.seqlens[seq]), HV = row.HV, H = row.H, K = row.K, V = row.V;
   const size_t gw = row.op == Op::Kda ? K : 1;
   switch (which) {
@@ -232,16 +281,21 @@ size_t expected_size(const RowConfig& row, int seq, int which) {
       return row.initial_state ? HV * K * V : 0;
     case 8:
       return row.A_log ? HV : 0;
-    default:
+    case 9:
       return row.dt_bias ? HV * gw : 0;
+    default:
+      return n_probes * HV * K * V;  // probe_S, probe_dS
   }
 }
-CacheHeader cache_key(const RowConfig& row, const std::string& digest, int seq) {
+CacheHeader cache_key(const RowConfig& row, const std::string& digest, int seq, const std::vector<int64_t>& probes) {
   CacheHeader h;
   std::memcpy(h.digest, digest.data(), std::min(digest.size(), sizeof(h.digest)));
   h.seed = row.seed;
   h.seq = seq;
-  for (int i = 0; i < kFields; ++i) h.counts[i] = static_cast<int64_t>(expected_size(row, seq, i));
+  for (int i = 0; i < kFields; ++i) h.counts[i] = static_cast<int64_t>(expected_size(row, seq, i, probes.size()));
+  h.n_probes = static_cast<int64_t>(probes.size());
+  h.probes_hash = kFnvStart;
+  fnv_words(h.probes_hash, probes);
   return h;
 }
 
@@ -279,17 +333,23 @@ struct ReferenceCache::Impl {
   const RowConfig& row;
   std::string digest, dir;
   int threads;
+  ProbePositions probes;
   std::mutex mutex;
   std::condition_variable cv;
   std::map<int, std::shared_ptr<const SequenceReference>> done;
   std::map<int, bool> running;
   double seconds = 0;
-  Impl(const RowConfig& r, std::string d, std::string c, int t)
-      : row(r), digest(std::move(d)), dir(usable_cache_dir(c)), threads(t) {}
+  Impl(const RowConfig& r, std::string d, std::string c, int t, ProbePositions p)
+      : row(r), digest(std::move(d)), dir(usable_cache_dir(c)), threads(t), probes(std::move(p)) {}
+  const std::vector<int64_t>& probes_of(int seq) const {
+    static const std::vector<int64_t> none;
+    return size_t(seq) < probes.size() ? probes[size_t(seq)] : none;
+  }
 };
 
-ReferenceCache::ReferenceCache(const RowConfig& row, std::string digest, std::string cache_dir, int threads)
-    : impl_(std::make_unique<Impl>(row, std::move(digest), std::move(cache_dir), threads)) {}
+ReferenceCache::ReferenceCache(const RowConfig& row, std::string digest, std::string cache_dir, int threads,
+                               ProbePositions probes)
+    : impl_(std::make_unique<Impl>(row, std::move(digest), std::move(cache_dir), threads, std::move(probes))) {}
 ReferenceCache::~ReferenceCache() = default;
 
 double ReferenceCache::compute_seconds() const {
@@ -308,15 +368,15 @@ std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq) {
   auto r = std::make_shared<SequenceReference>();
   const std::string path =
       m.dir.empty() ? "" : fmt::format("{}/{}-seed{}-seq{}.bin", m.dir, m.digest.substr(0, 16), m.row.seed, seq);
-  const CacheHeader key = cache_key(m.row, m.digest, seq);
+  const CacheHeader key = cache_key(m.row, m.digest, seq, m.probes_of(seq));
   std::string why;
-  const bool loaded = !path.empty() && load(path, key, *r, why);
+  const bool loaded = !path.empty() && load(path, key, m.probes_of(seq), *r, why);
   if (!why.empty()) log::warn("FP64 reference cache file {}: {}; recomputing it", path, why);
   double secs = 0;
   if (!loaded) {
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      *r = compute_sequence(m.row, m.digest, seq, m.threads);
+      *r = compute_sequence(m.row, m.digest, seq, m.threads, m.probes_of(seq));
     } catch (const std::invalid_argument& e) {
       std::lock_guard<std::mutex> lock(m.mutex);
       m.running[seq] = false;
@@ -345,6 +405,12 @@ std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq) {
   m.done[seq] = r;
   m.cv.notify_all();
   return r;
+}
+
+const double* SequenceReference::probe_state(const std::vector<double>& field, int64_t p, int64_t state) const {
+  const auto it = std::lower_bound(probes.begin(), probes.end(), p);
+  if (it == probes.end() || *it != p) return nullptr;
+  return field.data() + (it - probes.begin()) * state;
 }
 
 }  // namespace kcp

@@ -45,11 +45,13 @@ FormBuffers::FormBuffers(const kernels::Backend& be, const RowConfig& row, const
   saved_ = DeviceArray(be, be.saved_floats(problem, layout, kind));
   ws_ = DeviceArray(be, be.workspace_floats(problem, layout));
   // Token and State tensors always (the kernels write ht and dh0 for every piece); the Param
-  // gradients only when the row has them (a null pointer tells the kernels there is none).
+  // gradients only when the row has them (a null pointer tells the kernels there is none). The
+  // Boundary tensors are the saved set's / workspace's own arrays (FormRun downloads them).
   for (int i = 0; i < kResultTensorCount; ++i) {
     const ResultTensor t = result_tensor(i);
+    if (place_of(t) == TensorPlace::Boundary) continue;
     if (place_of(t) != TensorPlace::Param || row_has(row, t))
-      results_[i] = DeviceArray(be, result_elements(row, t, T, N));
+      results_[i] = DeviceArray(be, result_elements(row, t, T, N, 0));
   }
 
   const bool sends_fwd = !rp.pieces.empty() && rp.pieces.back().to_next_rank;
@@ -115,7 +117,8 @@ int64_t FormBuffers::bytes() const {
 RankResult FormBuffers::download(const RowConfig& row, const kernels::Exec& exec) const {
   RankResult res;
   for (int i = 0; i < kResultTensorCount; ++i)
-    if (row_has(row, result_tensor(i))) res.tensors[i] = results_[i].to_host(exec);
+    if (row_has(row, result_tensor(i)) && place_of(result_tensor(i)) != TensorPlace::Boundary)
+      res.tensors[i] = results_[i].to_host(exec);
   return res;
 }
 

@@ -51,7 +51,8 @@ class FormBuffers {
   void poison(const kernels::Exec& exec) const;
   // Bytes of every array above.
   int64_t bytes() const;
-  // The result tensors the row has, to the host (the Param tensors are this rank's partial sums).
+  // The result tensors the row has, to the host (the Param tensors are this rank's partial sums;
+  // the Boundary tensors are left to the caller, who knows where the bound sets put them).
   RankResult download(const RowConfig& row, const kernels::Exec& exec) const;
 
  private:

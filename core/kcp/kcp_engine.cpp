@@ -236,6 +236,15 @@ void FormRun::record_phases() {
 
 RankResult FormRun::finish() {
   RankResult out = buf_.download(row_, exec_);
+  // The boundary states as the run left them (core/config/result_tensors.h): the entry states
+  // after every fold, and the exit gradients of the backward.
+  const int64_t n = int64_t(layout_.view().n_segments) * summary_block(problem_).b;
+  auto boundary = [&](ResultTensor t, const float* src) {
+    out[t].resize(static_cast<size_t>(n));
+    if (n > 0) backend_.download(out[t].data(), src, n, run_.exec);
+  };
+  boundary(ResultTensor::h_entry, segment_entry_states(run_));
+  boundary(ResultTensor::dh_exit, run_.ws.seg_exit);
   out.forward_kernel_ms = std::move(res_.forward_kernel_ms);
   out.backward_kernel_ms = std::move(res_.backward_kernel_ms);
   out.forward_wall_ms = std::move(res_.forward_wall_ms);

@@ -301,6 +301,8 @@ void rank_backward_end(const Backend& be, const RankRun& r, const float* exit_gr
   be.bwd_finalize(f);
 }
 
+const float* segment_entry_states(const RankRun& r) { return seg_entry_of(r); }
+
 void run_rank_backward(const Backend& be, const RankRun& r, const float* exit_grad, const GradTensors& grads,
                        float* summary_Mt, float* summary_dh_ext) {
   rank_backward_begin(be, r, summary_Mt, summary_dh_ext);

@@ -63,4 +63,9 @@ void rank_backward_end(const kernels::Backend& be, const RankRun& run, const flo
 void run_rank_backward(const kernels::Backend& be, const RankRun& run, const float* exit_grad,
                        const kernels::GradTensors& grads, float* summary_Mt = nullptr, float* summary_dh_ext = nullptr);
 
+// Where the segment entry states [S, HV, K, V] fp32 live: the saved set (full) or the workspace
+// (light; the light backward recomputes them). After the backward, they and ws.seg_exit are the
+// run's h_entry and dh_exit (core/config/result_tensors.h).
+const float* segment_entry_states(const RankRun& run);
+
 }  // namespace kcp

@@ -31,7 +31,8 @@ std::array<int64_t, 2> token_dims(const RowConfig& row, ResultTensor t) {
   return {0, 0};
 }
 
-std::vector<int64_t> result_shape(const RowConfig& row, ResultTensor t, int64_t tokens, int64_t pieces) {
+std::vector<int64_t> result_shape(const RowConfig& row, ResultTensor t, int64_t tokens, int64_t pieces,
+                                  int64_t segments) {
   const int64_t HV = row.HV, gw = row.op == Op::Kda ? row.K : 1;
   switch (place_of(t)) {
     case TensorPlace::Token: {
@@ -42,13 +43,15 @@ std::vector<int64_t> result_shape(const RowConfig& row, ResultTensor t, int64_t 
       return {pieces, HV, row.K, row.V};
     case TensorPlace::Param:
       return {t == ResultTensor::ddt_bias ? HV * gw : HV};
+    case TensorPlace::Boundary:
+      return {segments, HV, row.K, row.V};
   }
   return {};
 }
 
-int64_t result_elements(const RowConfig& row, ResultTensor t, int64_t tokens, int64_t pieces) {
+int64_t result_elements(const RowConfig& row, ResultTensor t, int64_t tokens, int64_t pieces, int64_t segments) {
   int64_t n = 1;
-  for (int64_t d : result_shape(row, t, tokens, pieces)) n *= d;
+  for (int64_t d : result_shape(row, t, tokens, pieces, segments)) n *= d;
   return n;
 }
 

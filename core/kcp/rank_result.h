@@ -13,14 +13,16 @@
 namespace kcp {
 
 // Whether the row has the tensor: ht with a final state, dh0 with an initial state, dA_log /
-// ddt_bias with the raw gate's A_log / dt_bias; the others always.
+// ddt_bias with the raw gate's A_log / dt_bias; the others (h_entry, dh_exit too) always.
 bool row_has(const RowConfig& row, ResultTensor t);
 // Token tensors: {heads, width} of one token (e.g. dq: {H, K}); {0, 0} for the others.
 std::array<int64_t, 2> token_dims(const RowConfig& row, ResultTensor t);
-// Elements of the tensor on a rank with `tokens` local tokens and `pieces` local pieces.
-int64_t result_elements(const RowConfig& row, ResultTensor t, int64_t tokens, int64_t pieces);
+// Elements of the tensor on a rank with `tokens` local tokens, `pieces` local pieces and
+// `segments` local segments.
+int64_t result_elements(const RowConfig& row, ResultTensor t, int64_t tokens, int64_t pieces, int64_t segments);
 // The .npy shape of the tensor on such a rank.
-std::vector<int64_t> result_shape(const RowConfig& row, ResultTensor t, int64_t tokens, int64_t pieces);
+std::vector<int64_t> result_shape(const RowConfig& row, ResultTensor t, int64_t tokens, int64_t pieces,
+                                  int64_t segments);
 
 // What one rank produced (host floats), in the layouts of kernels/api/tensors.h.
 struct RankResult {

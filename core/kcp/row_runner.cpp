@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "core/compare/compare.h"
 #include "core/inputs/inputs.h"
@@ -20,10 +21,10 @@
 
 namespace kcp {
 
-ReferenceCache& ReferenceStore::for_row(const RowConfig& row, const std::string& digest) {
+ReferenceCache& ReferenceStore::for_row(const RowConfig& row, const std::string& digest, const ProbePositions& probes) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto& c = caches_[digest];
-  if (!c) c = std::make_unique<ReferenceCache>(row, digest, dir_, threads_);
+  if (!c) c = std::make_unique<ReferenceCache>(row, digest, dir_, threads_, probes);
   return *c;
 }
 
@@ -191,7 +192,7 @@ void log_phase_medians(const std::map<std::string, Stats>& phases) {
 // rank's part of the total: the sequences that start on it, as compare_parameter_grads sums them)
 // with their cancellation-aware scales (kind "scale", from rank 0: the same on every rank).
 void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInputs& in, const RankReference& ref,
-              const std::vector<std::shared_ptr<const SequenceReference>>& param_refs, const ParamScales& scales,
+              const std::vector<std::shared_ptr<const SequenceReference>>& piece_refs, const ParamScales& scales,
               int r) {
   const int64_t T = rp.tokens(), H = row.H, HV = row.HV, K = row.K, V = row.V, gw = row.op == Op::Kda ? K : 1;
   const int64_t N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
@@ -224,15 +225,16 @@ void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInpu
   }
   for (int i = 0; i < kResultTensorCount; ++i) {
     const ResultTensor t = result_tensor(i);
+    if (place_of(t) == TensorPlace::Boundary) continue;  // per form: dump_result
     if (place_of(t) != TensorPlace::Param) {
-      d.add(row.name, "row", r, "reference", to_string(t), ref[t], result_shape(row, t, T, N), b, e);
+      d.add(row.name, "row", r, "reference", to_string(t), ref[t], result_shape(row, t, T, N, 0), b, e);
       continue;
     }
     if (!row_has(row, t)) continue;
     std::vector<double> part;
-    for (size_t p = 0; p < param_refs.size(); ++p) {
+    for (size_t p = 0; p < piece_refs.size(); ++p) {
       if (rp.pieces[p].from_prev_rank) continue;
-      const std::vector<double>& v = (*param_refs[p])[t];
+      const std::vector<double>& v = (*piece_refs[p])[t];
       if (part.empty()) part.assign(v.size(), 0.0);
       for (size_t j = 0; j < v.size() && j < part.size(); ++j) part[j] += v[j];
     }
@@ -242,14 +244,20 @@ void dump_row(Dumper& d, const RowConfig& row, const RankPlan& rp, const RowInpu
   }
 }
 
-void dump_result(Dumper& d, const RowConfig& row, const Form& form, const RankPlan& rp, const RankResult& res, int r) {
+// The backend's tensors of a form, and the reference of its Boundary tensors (they depend on the
+// form's segments; NaN where not judged).
+void dump_result(Dumper& d, const RowConfig& row, const Form& form, const RankPlan& rp, const RankResult& res,
+                 const RankReference& boundary, int r) {
   const int64_t T = rp.tokens(), N = static_cast<int64_t>(rp.pieces.size()), b = rp.global_begin, e = rp.global_end;
+  const int64_t S = static_cast<int64_t>(rp.segments.size());
   for (int i = 0; i < kResultTensorCount; ++i) {
     const ResultTensor t = result_tensor(i);
     const bool tokens = place_of(t) != TensorPlace::Param;
-    std::vector<int64_t> shape = result_shape(row, t, T, N);
+    std::vector<int64_t> shape = result_shape(row, t, T, N, S);
     if (!tokens) shape = {int64_t(res[t].size())};
     d.add(row.name, form.label(), r, "backend", to_string(t), res[t], shape, tokens ? b : -1, tokens ? e : -1);
+    if (place_of(t) == TensorPlace::Boundary)
+      d.add(row.name, form.label(), r, "reference", to_string(t), boundary[t], shape, b, e);
   }
 }
 
@@ -262,13 +270,43 @@ struct RowContext {
   SegmentPlan planned;
   RowInputs shard;
   kernels::Status backend_status;
-  RankReference ref;                                                 // Token and State tensors
-  std::vector<std::shared_ptr<const SequenceReference>> param_refs;  // per piece: dA_log, ddt_bias only
-  ParamScales param_scales;                                           // their cancellation-aware scales
+  std::vector<Form> forms;  // every form the row runs (expand_forms, with an automatic sweep's P)
+  RankReference ref;        // Token and State tensors
+  // Per piece: dA_log, ddt_bias and the probes inside the piece (piece_slice).
+  std::vector<std::shared_ptr<const SequenceReference>> piece_refs;
+  ParamScales param_scales;  // the cancellation-aware scales of dA_log, ddt_bias
   double ref_seconds = 0;
   bool announce = false;  // long rows print their steps
   size_t row_no = 0, row_total = 0;
 };
+
+// The schedule a forced P runs with (forced_p_unfit_reason, the row's rule unless in a sweep),
+// or why it is skipped; plan_form adds the fault's and the backend's reasons.
+std::string forced_plan(const RowContext& c, int forced_P, const RunOptions& opt, SegmentPlan& plan) {
+  std::string skip = forced_p_unfit_reason(c.planned, forced_P);
+  if (skip.empty() && !opt.sweep) skip = forced_p_skip_reason(c.row, c.planned, forced_P);
+  if (skip.empty()) {
+    PlanRequest fr = c.req;
+    fr.forced_P = forced_P;
+    plan = make_plan(c.row, fr);
+  }
+  return skip;
+}
+
+// The probe positions of every sequence (docs/algorithm.md 1.4): over every schedule the row's
+// forms run with and every rank, the segment begins p > 0 and ends p < len (h_entry, dh_exit).
+// The same on every rank, so the ranks of a process share one FP64 computation per sequence.
+ProbePositions probe_positions(const RowContext& c, const RunOptions& opt) {
+  std::vector<std::set<int64_t>> sets(c.row.seqlens.size());
+  for (const Form& form : c.forms) {
+    SegmentPlan plan = c.planned;
+    if (form.forced_P == 0 || forced_plan(c, form.forced_P, opt, plan).empty())
+      add_probe_positions(plan, c.row.seqlens, sets);
+  }
+  ProbePositions probes;
+  for (const auto& p : sets) probes.emplace_back(p.begin(), p.end());  // ascending
+  return probes;
+}
 
 // The planned schedule, the shard and the reference slice of one row on this rank (collective:
 // the row's reference cache is released once every rank of the process has its slice).
@@ -279,16 +317,19 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
   if (W != row.world)
     KCP_THROW(ConfigError, "row {} needs W = {} ranks, this run has {} (launch with mpirun -np {} or without mpirun)",
               row.name, row.world, W, row.world);
-  RowContext c{row, sel, {}, {}, {}, {}, {}, {}, {}};
+  RowContext c{row, sel, {}, {}, {}, {}, {}, {}, {}, {}};
   c.row_no = row_no;
   c.row_total = row_total;
   c.req.world = W;
   c.req.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
   c.req.sm_count = opt.sm_count;
   c.planned = make_plan(row, c.req);
+  RunOptions row_opt = opt;
+  if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(c.planned);
+  c.forms = expand_forms(row, row_opt);
   const RankPlan& my = c.planned.ranks[r];
   c.shard = make_inputs(row, sel.digest, my.global_begin, my.global_end);
-  ReferenceCache& cache = refs.for_row(row, sel.digest);
+  ReferenceCache& cache = refs.for_row(row, sel.digest, probe_positions(c, opt));
   // A row the backend cannot run is recorded as skipped in every form, with its reason, and
   // needs no reference.
   c.backend_status = backend.can_implement(kernel_problem(row));
@@ -305,19 +346,13 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
   if (runnable) {
     const auto my_refs = rank_references(my, cache);
     c.ref = reference_for_rank(row, my, my_refs);
-    for (const auto& sr : my_refs) {
-      auto small = std::make_shared<SequenceReference>();
-      small->seq = sr->seq;
-      small->dA_log = sr->dA_log;
-      small->ddt_bias = sr->ddt_bias;
-      c.param_refs.push_back(std::move(small));
-    }
+    for (size_t p = 0; p < my_refs.size(); ++p) c.piece_refs.push_back(piece_slice(*my_refs[p], my.pieces[p]));
     c.param_scales = param_grad_scales(row, c.shard, c.ref[ResultTensor::dg], comm);
   }  // this rank's hold on the sequences' full FP64 results ends here
   c.ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
   if (c.announce && runnable)
     log::progress0("[{}/{}] {}: FP64 reference ready ({:.1f} s)", row_no, row_total, row.name, c.ref_seconds);
-  if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, c.shard, c.ref, c.param_refs, c.param_scales, r);
+  if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, c.shard, c.ref, c.piece_refs, c.param_scales, r);
   comm.barrier();
   refs.release(sel.digest);  // every rank of this process has its slice: the row's cache goes
   return c;
@@ -329,16 +364,8 @@ std::string plan_form(const RowContext& c, const Form& form, const RunOptions& o
                       SegmentPlan& plan) {
   plan = c.planned;
   std::string skip;
-  if (form.forced_P > 0) {
-    // A rank that cannot take the P at all is said first (no rule could run it), then the rule.
-    skip = forced_p_unfit_reason(c.planned, form.forced_P);
-    if (skip.empty() && !opt.sweep) skip = forced_p_skip_reason(c.row, c.planned, form.forced_P);
-    if (skip.empty()) {
-      PlanRequest fr = c.req;
-      fr.forced_P = form.forced_P;
-      plan = make_plan(c.row, fr);
-    }
-  }
+  // A rank that cannot take the P at all is said first (no rule could run it), then the rule.
+  if (form.forced_P > 0) skip = forced_plan(c, form.forced_P, opt, plan);
   if (skip.empty()) skip = fault_skip_reason(opt.fault, plan);
   if (skip.empty() && !c.backend_status.ok)
     skip = fmt::format("backend {} cannot run this row: {}", backend.name(), c.backend_status.reason);
@@ -563,10 +590,12 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
     record_refusal(c, form, e.what(), std::move(entry), r, outcome);  // every rank refuses in the same phase
     return;
   }
-  std::vector<TensorMetrics> ms = compare_rank(c.row, plan.ranks[r], res, c.ref, r);
-  if (opt.dumper) dump_result(*opt.dumper, c.row, form, plan.ranks[r], res, r);
+  const RankReference boundary = boundary_reference(c.row, plan.ranks[r], c.piece_refs);
+  std::vector<TensorMetrics> ms = compare_rank(c.row, plan.ranks[r], res, c.ref, boundary, r);
+  if (opt.dumper) dump_result(*opt.dumper, c.row, form, plan.ranks[r], res, boundary, r);
   reduce_metrics(ms, comm);
-  for (auto& m : compare_parameter_grads(c.row, plan.ranks[r], res, c.param_refs, c.param_scales, comm)) ms.push_back(m);
+  for (auto& m : compare_parameter_grads(c.row, plan.ranks[r], res, c.piece_refs, c.param_scales, comm))
+    ms.push_back(m);
   judge(ms, c.row);
   const Verdict v = summarize(ms);
   const ResultDigest bits = digest(res);
@@ -598,11 +627,8 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
   for (const SelectedRow& sel : rows) {
     set_row(sel.row->name);  // the deadline watchdog measures each row from here
     const RowContext c = prepare_row(sel, opt, comm, backend, refs, ++row_no, row_total);
-    RunOptions row_opt = opt;
-    if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(c.planned);
     std::map<int, ResultDigest> det_full;  // per schedule: the det/full result's digest
-    for (const Form& form : expand_forms(*sel.row, row_opt))
-      run_one_form(c, form, opt, comm, backend, det_full, outcome);
+    for (const Form& form : c.forms) run_one_form(c, form, opt, comm, backend, det_full, outcome);
   }
   clear_phase();
   return outcome;

@@ -46,11 +46,12 @@ struct RunOptions {
   int progress_total = 0;    // rows in the whole run (0 = these rows)
 };
 
-// Shared by the rank threads of one process: one ReferenceCache per row.
+// Shared by the rank threads of one process: one ReferenceCache per row (the first rank to ask
+// creates it with the row's probe positions; every rank asks with the same ones).
 class ReferenceStore {
  public:
   ReferenceStore(std::string cache_dir, int threads) : dir_(std::move(cache_dir)), threads_(threads) {}
-  ReferenceCache& for_row(const RowConfig& row, const std::string& digest);
+  ReferenceCache& for_row(const RowConfig& row, const std::string& digest, const ProbePositions& probes);
   // Frees a row's references once every rank of this process has taken its slice (idempotent):
   // a run of many rows then holds one row's FP64 results at a time, not all of them.
   void release(const std::string& digest);

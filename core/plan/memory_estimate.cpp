@@ -95,8 +95,9 @@ int64_t shard_bytes(const RowConfig& row, int64_t tokens, const Sizer& s) {
                "the input shard");
 }
 
-// Host bytes of the FP64 reference of one sequence as ReferenceCache holds it.
-int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, const Sizer& s) {
+// Host bytes of the FP64 reference of one sequence as ReferenceCache holds it, with S_p and dS_p
+// at `probes` positions (docs/algorithm.md 1.4).
+int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, int64_t probes, const Sizer& s) {
   const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
   int64_t tok = 0;
   for (ResultTensor t :
@@ -104,7 +105,7 @@ int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, const Sizer&
     tok += per_token(row, t);
   const int64_t gw = row.op == Op::Kda ? row.K : 1;
   return s.mul({kDouble, s.add({s.mul({len, tok}, "the FP64 reference"), HVKV, row.initial_state ? HVKV : 0,
-                                int64_t(row.HV) * (1 + gw)},
+                                int64_t(row.HV) * (1 + gw), s.mul({2, probes, HVKV}, "the FP64 probes")},
                                "the FP64 reference")},
                "the FP64 reference");
 }
@@ -195,9 +196,18 @@ void rank_host_bytes(const RowConfig& row, const RankPlan& rp, int world, const 
   const int64_t states = (row.final_state ? 1 : 0) + (row.initial_state ? 1 : 0);
   const int64_t elems = s.add({s.mul({T, tok}, "the reference slice"), s.mul({states, N, HVKV}, "the reference slice")},
                               "the reference slice");
-  reference = s.mul({kDouble, elems}, "the reference slice");
+  // Boundary tensors (h_entry, dh_exit): the probes kept per piece and a form's judged states;
+  // the downloaded entry states and exit gradients of every segment.
+  int64_t judged = 0;
+  for (size_t q = 0; q < rp.segments.size(); ++q)
+    judged +=
+        (rp.seq_begin(q) > 0 ? 1 : 0) + (rp.seq_end(q) < row.seqlens[rp.pieces[rp.segments[q].piece].seq] ? 1 : 0);
+  const int64_t probes = s.mul({judged, HVKV}, "the reference slice");
+  reference = s.mul({kDouble, s.add({elems, probes}, "the reference slice")}, "the reference slice");
+  const int64_t S = static_cast<int64_t>(rp.segments.size());
   const int64_t block = int64_t(row.HV) * row.K * (row.K + row.V);
-  results = s.add({s.mul({kFloat, elems}, "the downloaded results"),
+  results = s.add({s.mul({kFloat, elems}, "the downloaded results"), s.mul({kFloat, 2, S, HVKV}, "the boundary states"),
+                   s.mul({kDouble, probes}, "the boundary states"),
                    s.mul({kFloat, int64_t(world) + 1, block}, "the exchange"), s.mul({4, T}, "the comparison")},
                   "the downloaded results");
 }
@@ -251,8 +261,12 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   // The sequences the process's ranks touch are all held until every rank has its slice; as
   // many are computed at once as there are ranks (each at most one), the longest ones counted.
   std::vector<int64_t> lens;
+  std::vector<std::set<int64_t>> probes(row.seqlens.size());  // what the reference computes
+  for (const SegmentPlan& pl : plans) add_probe_positions(pl, row.seqlens, probes);
   for (int q : seqs) {
-    e.sequences = s.add({e.sequences, sequence_reference_bytes(row, row.seqlens[q], s)}, "the FP64 reference");
+    const int64_t n_probes = static_cast<int64_t>(probes[size_t(q)].size());
+    e.sequences =
+        s.add({e.sequences, sequence_reference_bytes(row, row.seqlens[q], n_probes, s)}, "the FP64 reference");
     lens.push_back(row.seqlens[q]);
   }
   std::sort(lens.rbegin(), lens.rend());

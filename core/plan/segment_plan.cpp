@@ -251,4 +251,14 @@ std::string describe(const SegmentPlan& plan) {
   return s;
 }
 
+void add_probe_positions(const SegmentPlan& plan, const std::vector<int64_t>& seqlens,
+                         std::vector<std::set<int64_t>>& probes) {
+  for (const RankPlan& rp : plan.ranks)
+    for (size_t q = 0; q < rp.segments.size(); ++q) {
+      const size_t seq = static_cast<size_t>(rp.pieces[static_cast<size_t>(rp.segments[q].piece)].seq);
+      if (rp.seq_begin(q) > 0) probes.at(seq).insert(rp.seq_begin(q));
+      if (rp.seq_end(q) < seqlens.at(seq)) probes.at(seq).insert(rp.seq_end(q));
+    }
+}
+
 }  // namespace kcp

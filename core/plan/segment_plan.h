@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,14 @@ struct RankPlan {
   int64_t chunks = 0;  // chunks over all pieces
   WorkspaceSizes workspace;
   int64_t tokens() const { return global_end - global_begin; }
+  // Segment s's first token and its end as positions p in its sequence (docs/algorithm.md 1.4:
+  // its entry state is S_begin, its exit gradient dS_end).
+  int64_t seq_begin(size_t s) const {
+    const Segment& sg = segments[s];
+    const Piece& pc = pieces[static_cast<size_t>(sg.piece)];
+    return pc.seq_offset + (sg.local_begin - pc.local_begin);
+  }
+  int64_t seq_end(size_t s) const { return seq_begin(s) + (segments[s].local_end - segments[s].local_begin); }
 };
 
 struct SegmentPlan {
@@ -108,4 +117,10 @@ std::string forced_p_unfit_reason(const SegmentPlan& planned, int forced_P);
 int planned_segments(int64_t longest_piece_chunks, int HV, int V, int v_tile, const DeviceClass& dev);
 
 std::string describe(const SegmentPlan& plan);  // human-readable, one line per rank
+
+// Adds the probe positions of a plan's segments (docs/algorithm.md 1.4) per sequence (probes has
+// one set per sequence of seqlens): each segment's begin p > 0 and end p < len, over every rank;
+// where h_entry and dh_exit are judged.
+void add_probe_positions(const SegmentPlan& plan, const std::vector<int64_t>& seqlens,
+                         std::vector<std::set<int64_t>>& probes);
 }  // namespace kcp

@@ -137,6 +137,10 @@ void Dumper::write_manifest(const nlohmann::json& context) const {
       {"states",
        "ht / dh0 are [local pieces, HV, K, V]; a reference NaN marks a piece without a final / initial "
        "state (it continues on the next / previous rank) and is not judged"},
+      {"boundary",
+       "h_entry / dh_exit are [local segments, HV, K, V] of the form's segments (the reference is per form); "
+       "a reference NaN marks a segment boundary that carries no state (a sequence's start / end) and is not "
+       "judged"},
       {"params",
        "dA_log / ddt_bias: the backend's file holds the total over all sequences (the same on every "
        "rank); each rank's reference file holds the sum over the sequences that start on that rank, "
@@ -150,6 +154,7 @@ void Dumper::write_manifest(const nlohmann::json& context) const {
                                   {"g, dg", "[T, HV, gate width] (gate width: 1 for GDN, K for KDA)"},
                                   {"beta, dbeta", "[T, HV]"},
                                   {"ht, dh0", "[local pieces, HV, K, V], the state key-major"},
+                                  {"h_entry, dh_exit", "[local segments, HV, K, V], the state key-major"},
                                   {"h0, dht", "[sequences, HV, K, V]"},
                                   {"A_log, dA_log", "[HV]"},
                                   {"dt_bias", "[HV, gate width]"},

@@ -26,7 +26,7 @@ namespace kcp {
 
 struct WorstElement {
   int rank = -1;
-  int64_t token = -1;  // global token (token tensors) or -1
+  int64_t token = -1;  // global token (token tensors; h_entry / dh_exit: the boundary's) or -1
   int seq = -1;        // sequence (state tensors, and the token's sequence)
   int head = -1;
   int channel = -1;                // the innermost index (K or V channel)

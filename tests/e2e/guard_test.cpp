@@ -79,7 +79,8 @@ TEST(Guard, ACorruptedReferenceCacheFileIsRecomputedWithAWarning) {
 }
 
 // Each cache file holds the key it was made for: a file copied under another sequence's name, a
-// truncated file and a file of the old format are each recomputed with a warning naming why.
+// truncated file, a file of the old format and a file made for other probe positions are each
+// recomputed with a warning naming why.
 TEST(Guard, ACacheFileOfAnotherKeyOrCutShortIsRecomputed) {
   const std::string cache = tmp("guard_refcache_key"), a = tmp("guard_key_a.json"), b = tmp("guard_key_b.json");
   std::filesystem::remove_all(cache);
@@ -103,8 +104,18 @@ TEST(Guard, ACacheFileOfAnotherKeyOrCutShortIsRecomputed) {
   std::ofstream(files[0], std::ios::binary) << "kcpbench-ref/1\n" << std::string(64, '\0');
   r = run_kcpbench(kD1 + cache + " --json " + b);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("cache file " + files[0].string() + ": not a kcpbench-ref/2 file"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cache file " + files[0].string() + ": not a kcpbench-ref/3 file"), std::string::npos) << r.out;
   EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
+
+  // The probe positions (docs/algorithm.md 1.4) are part of the key: a sweep at P = 4 also judges
+  // other segment boundaries, so sequence 0's file (planned: probes 128, 256) is recomputed, named.
+  r = run_kcpbench(kD1 + cache + " --sweep-P 4 --json " + b);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("cache file " + files[0].string() +
+                       ": made for other probe positions (2 [128, 256]), not (4 [64, 128, 192, 256])"),
+            std::string::npos)
+      << r.out;
+  EXPECT_GT(read_json(b)["entries"][0]["tensors"]["h_entry"]["count"].get<int64_t>(), 0);
 }
 
 // A cache folder that cannot be written costs one warning per run (not one per sequence or row)

@@ -13,17 +13,10 @@
 #include <sstream>
 #include <string>
 
+#include "e2e_json.h"
 #include "e2e_util.h"
 
 using nlohmann::json;
-
-namespace {
-json read_json(const std::string& path) {
-  std::ifstream f(path);
-  return json::parse(f);
-}
-std::string tmp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
-}  // namespace
 
 TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
   const std::string out = tmp("int1.json");
@@ -61,6 +54,14 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
       EXPECT_EQ(m["nonfinite"], 0);
       for (const char* k : {"rank", "token", "head", "segment", "boundary_distance"})
         EXPECT_TRUE(m["worst"].contains(k));
+    }
+    // The boundary states (docs/design.md 6): every entry has them; judged ones within budget.
+    for (const char* t : {"h_entry", "dh_exit"}) {
+      const json& m = e["tensors"][t];
+      EXPECT_TRUE(m["pass"].get<bool>()) << e["id"] << " " << t;
+      if (m["count"].get<int64_t>() > 0) {
+        EXPECT_LE(m["ratio_max"].get<double>(), 1.0) << e["id"] << " " << t;
+      }
     }
     EXPECT_EQ(e["memory_bytes_per_rank"].size(), e["plan"]["P"].size());
     EXPECT_GT(e["memory_bytes_per_rank"][0].get<int64_t>(), 0);
@@ -334,7 +335,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 // row without budgets prints what it measured and "no budget" (it printed ratio_max 0.0000).
 TEST(Run, TheTableHasAHeaderShortFailLinesAndReadableRatios) {
   std::string tiny = R"({"source": "test: budgets 1e-30", "tensors": {)";
-  for (const char* t : {"o", "dq", "dk", "dv", "dg", "dbeta"})
+  for (const char* t : {"o", "dq", "dk", "dv", "dg", "dbeta", "h_entry", "dh_exit"})
     tiny += std::string(t == std::string("o") ? "" : ", ") + "\"" + t + R"(": {"max_abs": 1e-30, "rel_rms": 1e-30})";
   tiny += "}}";
   const std::string out = tmp("tiny_budgets.json");
@@ -353,7 +354,7 @@ TEST(Run, TheTableHasAHeaderShortFailLinesAndReadableRatios) {
   const std::string& f = lines[fail];
   EXPECT_LT(f.size(), 200u) << f;
   EXPECT_NE(f.find("e+"), std::string::npos) << "a ratio near 1e28 in scientific notation: " << f;
-  EXPECT_NE(f.find("(+5 more tensors)"), std::string::npos) << f;
+  EXPECT_NE(f.find("(+7 more tensors)"), std::string::npos) << f;
   EXPECT_NE(f.find("at rank 0, token "), std::string::npos) << f;
   EXPECT_NE(f.find(", segment "), std::string::npos) << f;
   const json e = read_json(out)["entries"][0];

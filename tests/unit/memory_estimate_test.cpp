@@ -82,9 +82,19 @@ TEST(MemoryEstimate, HostTermsFollowTheShapes) {
   const int64_t T = 1000, per_token_in = 2 * 2 * 64 + 2 * 4 * 32 + 4 + 4;  // q k | v dO | g | beta
   EXPECT_EQ(e.ranks[0].inputs, 4 * (T * per_token_in + 2 * 4 * 64));
   const int64_t per_token_out = 4 * 32 + 2 * 2 * 64 + 4 * 32 + 4 + 4;  // o | dq dk | dv | dg | dbeta
-  EXPECT_EQ(e.ranks[0].reference, 8 * T * per_token_out);
-  // Both sequences' FP64 results (plus ht of each) are held while the rank takes its slice.
-  EXPECT_EQ(e.sequences, 8 * (T * per_token_out + 2 * (4 * 64 * 32 + 4 * 2)));
+  // The probes kept for h_entry / dh_exit: S_p at each segment begin p > 0, dS_p at each end p < len.
+  const RankPlan rp = make_plan(row, request(row).plan).ranks[0];
+  int64_t judged = 0;
+  for (size_t q = 0; q < rp.segments.size(); ++q) {
+    const int64_t len = row.seqlens[size_t(rp.pieces[size_t(rp.segments[q].piece)].seq)];
+    judged += (rp.seq_begin(q) > 0 ? 1 : 0) + (rp.seq_end(q) < len ? 1 : 0);
+  }
+  EXPECT_GT(judged, 0) << "the row plans P > 1 on the cpu device class";
+  EXPECT_EQ(e.ranks[0].reference, 8 * (T * per_token_out + judged * 4 * 64 * 32));
+  // Both sequences' FP64 results (plus ht of each, and S_p, dS_p at each probe: on one rank every
+  // cut inside a sequence is one probe, judged twice, as an entry and as an exit) are held while
+  // the rank takes its slice.
+  EXPECT_EQ(e.sequences, 8 * (T * per_token_out + 2 * (4 * 64 * 32 + 4 * 2) + 2 * (judged / 2) * 4 * 64 * 32));
   EXPECT_EQ(e.host_bytes, e.fixed + std::max(e.phase_prepare, e.phase_forms));
   EXPECT_EQ(e.phase_forms, e.ranks[0].inputs + e.ranks[0].reference + e.ranks[0].host_results + e.ranks[0].form_arrays);
   EXPECT_EQ(e.device_bytes, 0) << "the CPU twin's arrays are host memory";
