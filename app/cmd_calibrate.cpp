@@ -66,12 +66,13 @@ void fold_row(const RowConfig& row, uint64_t seed, const std::vector<const Entry
   std::string exact_tensor = "-";
   for (size_t f = 0; f < es.size() && f < xs.size(); ++f) {
     const Entry &e = *es[f], &x = *xs[f];
+    const bool planned = e.form && e.form->P == 0;
+    if (!planned && e.status == "skip") continue;  // a forced P the row's rule does not run
     if (!e.tensors || !x.tensors) {
       violations.push_back(fmt::format("{} {} seed {}: nothing to calibrate ({}: {})", row.name, e.id, seed,
                                        e.tensors ? x.status : e.status, (e.tensors ? x : e).reason.value_or("")));
       continue;
     }
-    const bool planned = e.form && e.form->P == 0;
     for (const auto& [t, m] : *e.tensors) {
       if (m.count == 0 || (!planned && !is_boundary(t))) continue;  // nothing judged, or not this schedule's
       const TensorMetrics& mx = x.tensors->at(t);

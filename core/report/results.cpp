@@ -233,7 +233,7 @@ json to_json(const TensorMetrics& m) {
   j["max_abs"] = num(m.max_abs);
   j["rel_rms"] = num(m.rel_rms);
   j["ref_max_abs"] = num(m.ref_max_abs);
-  j["max_rel"] = num(m.max_rel);
+  if (m.has_max_rel) j["max_rel"] = num(m.max_rel);
   j["count"] = m.count;
   j["nonfinite"] = m.nonfinite;
   j["worst"] = {{"rank", m.worst.rank},
@@ -359,6 +359,7 @@ TensorMetrics tensor_metrics_from_json(const json& j, const std::string& p, cons
   field(j, p, "max_abs", m.max_abs);
   field(j, p, "rel_rms", m.rel_rms);
   field(j, p, "ref_max_abs", m.ref_max_abs);
+  m.has_max_rel = j.contains("max_rel");
   field(j, p, "max_rel", m.max_rel);
   field(j, p, "count", m.count);
   field(j, p, "nonfinite", m.nonfinite);

@@ -13,7 +13,7 @@ using namespace kcp;
 
 TEST(Judge, AnEmptyTensorPassesWithoutABudgetAnyOtherFails) {
   RowConfig row;
-  row.budgets["o"] = Budget{1.0, 1.0};
+  row.budgets["o"] = Budget::absolute(1.0, 1.0);
   auto metrics = [](std::string name, int64_t count, double max_abs) {
     TensorMetrics m;
     m.name = std::move(name);
