@@ -1,6 +1,6 @@
 // Budget derivation (docs/design.md 6), used by `kcpbench calibrate`. Over the calibration seeds
 // s (8 by default), with the CPU twin's error against FP64 measured relative to each run's own
-// scale (max|ref|; for dA_log / ddt_bias per element, the cancellation-aware scale):
+// scale (max|ref|; for dA_log / ddt_bias the largest cancellation-aware scale):
 //   max_rel = k x max_s max_rel_s + u        (max |err| / scale allowed)
 //   rel_rms = k x max_s rel_rms_s + u
 // with u the unit roundoff of the input dtype (bf16 2^-8, fp16 2^-11) and k = 2 by default

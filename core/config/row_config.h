@@ -34,7 +34,7 @@ inline const std::vector<std::string>& all_tensor_names() {
 
 // A tensor's budget (docs/design.md 6). The max-abs part is relative in rows calibrated over
 // seeds: max_rel, the largest error allowed as a fraction of the judged run's own scale (max|ref|
-// of the tensor; per element, the cancellation-aware scale of dA_log / ddt_bias), so it means the
+// of the tensor; the largest cancellation-aware scale of dA_log / ddt_bias), so it means the
 // same at every seed. Older rows give an absolute max_abs instead.
 struct Budget {
   bool relative = false;

@@ -102,7 +102,7 @@ def recompute(dump_dir, results):
                 s = load(scale[0]).ravel()
                 err = np.abs(b - r)
                 rel = float((err ** 2).sum()) ** 0.5 / float((s ** 2).sum()) ** 0.5
-                mrel = float((err / s).max())
+                mrel = float(err.max()) / float(s.max())
                 if not close(mrel, m["max_rel"], 1e-6):
                     fail("%s %s %s: max_rel from the dump %.17g, JSON %.17g" % (row, form, name, mrel, m["max_rel"]))
                 if not close(rel, m["rel_rms"], 1e-6):
