@@ -4,9 +4,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <cmath>
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <sstream>
@@ -62,7 +62,8 @@ inline std::vector<uint64_t> parse_seeds(const std::string& flag, const std::str
   std::stringstream ss(text);
   for (std::string part; std::getline(ss, part, ',');) {
     const size_t colon = part.find(':');
-    const uint64_t a = number(part.substr(0, colon)), b = colon == std::string::npos ? a : number(part.substr(colon + 1));
+    const uint64_t a = number(part.substr(0, colon)),
+                   b = colon == std::string::npos ? a : number(part.substr(colon + 1));
     if (b < a) bad(fmt::format("the range {}:{} runs backwards", a, b));
     if (b - a >= uint64_t(kMaxSeeds) || seeds.size() + (b - a) >= size_t(kMaxSeeds))
       bad(fmt::format("more than {} seeds", kMaxSeeds));

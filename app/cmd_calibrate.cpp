@@ -79,15 +79,16 @@ void fold_row(const RowConfig& row, uint64_t seed, const std::vector<const Entry
       const double xr = std::max(finite_or_inf(mx.rel_rms), finite_or_inf(mx.max_rel));
       if (!(xr <= exact_worst)) std::tie(exact_worst, exact_tensor) = std::make_pair(xr, t);
       if (mx.nonfinite > 0 || !(xr <= kExactTwinLimit))
-        violations.push_back(fmt::format("{} {} {} seed {}: the exact-storage twin's error {:.3e} (non-finite {}) "
-                                         "breaks the limit {:.0e}: the twin's algorithm is wrong",
-                                         row.name, e.id, t, seed, xr, mx.nonfinite, kExactTwinLimit));
+        violations.push_back(
+            fmt::format("{} {} {} seed {}: the exact-storage twin's error {:.3e} (non-finite {}) "
+                        "breaks the limit {:.0e}: the twin's algorithm is wrong",
+                        row.name, e.id, t, seed, xr, mx.nonfinite, kExactTwinLimit));
       const double rel = finite_or_inf(m.rel_rms), mr = finite_or_inf(m.max_rel);
       if (m.nonfinite > 0 || !(rel <= kRoundedTwinUnits * u))
-        violations.push_back(fmt::format("{} {} {} seed {}: the twin's rel-RMS {:.3e} (non-finite {}) breaks {} u = "
-                                         "{:.3e}",
-                                         row.name, e.id, t, seed, rel, m.nonfinite, kRoundedTwinUnits,
-                                         kRoundedTwinUnits * u));
+        violations.push_back(
+            fmt::format("{} {} {} seed {}: the twin's rel-RMS {:.3e} (non-finite {}) breaks {} u = "
+                        "{:.3e}",
+                        row.name, e.id, t, seed, rel, m.nonfinite, kRoundedTwinUnits, kRoundedTwinUnits * u));
       Worst& w = worst[t];
       if (!(mr <= w.max_rel)) w = {mr, w.rel_rms, seed, w.rel_rms_seed};
       if (!(rel <= w.rel_rms)) w = {w.max_rel, rel, w.max_rel_seed, seed};
@@ -134,13 +135,13 @@ nlohmann::ordered_json row_budgets(const RowConfig& row, const RowWorst& worst, 
     const bool same = have != row.budgets.end() && have->second.relative && have->second.max_rel == b.max_rel &&
                       have->second.rel_rms == b.rel_rms;
     if (!same)
-      differences.push_back(fmt::format(
-          "{} {}: file has {}, calibrate derives max_rel {} rel_rms {}", row.name, t,
-          have == row.budgets.end() ? std::string("no budget")
-          : have->second.relative
-              ? fmt::format("max_rel {} rel_rms {}", have->second.max_rel, have->second.rel_rms)
-              : fmt::format("max_abs {} rel_rms {} (absolute)", have->second.max_abs, have->second.rel_rms),
-          b.max_rel, b.rel_rms));
+      differences.push_back(
+          fmt::format("{} {}: file has {}, calibrate derives max_rel {} rel_rms {}", row.name, t,
+                      have == row.budgets.end() ? std::string("no budget")
+                      : have->second.relative
+                          ? fmt::format("max_rel {} rel_rms {}", have->second.max_rel, have->second.rel_rms)
+                          : fmt::format("max_abs {} rel_rms {} (absolute)", have->second.max_abs, have->second.rel_rms),
+                      b.max_rel, b.rel_rms));
   }
   std::printf("%s\n", line.c_str());
   return tensors;

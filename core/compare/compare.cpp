@@ -248,8 +248,7 @@ ParamScales param_grad_scales(const RowConfig& row, const RowInputs& in, const s
         const double dg = ref_dg[i];
         const double x = double(in.g[i]) + (row.dt_bias ? double(in.dt_bias[j * gw + c]) : 0.0);
         if (row.dt_bias) s.ddt_bias[j * gw + c] += std::fabs(dg);
-        if (row.A_log)
-          s.dA_log[j] += std::fabs(dg * (row.gate == GateForm::Softplus ? softplus_over_sigmoid(x) : x));
+        if (row.A_log) s.dA_log[j] += std::fabs(dg * (row.gate == GateForm::Softplus ? softplus_over_sigmoid(x) : x));
       }
   for (auto* v : {&s.dA_log, &s.ddt_bias})
     if (!v->empty()) comm.allreduce(v->data(), v->size(), ReduceOp::Sum);
@@ -330,7 +329,8 @@ void judge(std::vector<TensorMetrics>& ms, const RowConfig& row) {
       continue;
     }
     m.budget = it->second;
-    m.ratio_max = m.budget.relative ? relative_to(m.max_rel, m.budget.max_rel) : relative_to(m.max_abs, m.budget.max_abs);
+    m.ratio_max =
+        m.budget.relative ? relative_to(m.max_rel, m.budget.max_rel) : relative_to(m.max_abs, m.budget.max_abs);
     m.rms_ratio = relative_to(m.rel_rms, m.budget.rel_rms);
     m.pass = m.nonfinite == 0 && m.ratio_max <= 1.0 && m.rms_ratio <= 1.0;
   }

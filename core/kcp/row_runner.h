@@ -71,7 +71,7 @@ struct RunOutcome {
 struct SelectedRow {
   const RowConfig* row;
   std::string digest;
-  std::string json;  // the row as loaded, echoed into every entry (replay reads it back)
+  std::string json;         // the row as loaded, echoed into every entry (replay reads it back)
   bool other_seed = false;  // run at a seed other than the row's own (--seeds): entry ids say it
 };
 

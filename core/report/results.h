@@ -42,7 +42,7 @@ struct TensorMetrics {
   std::string name;
   int64_t count = 0;
   double max_abs = 0, rel_rms = 0, ref_max_abs = 0;
-  double max_rel = 0;  // max-abs error over the scale (max|ref|; per element for dA_log / ddt_bias)
+  double max_rel = 0;       // max-abs error over the scale (max|ref|; per element for dA_log / ddt_bias)
   bool has_max_rel = true;  // false in a file written before max_rel (it is then not written back)
   double sum_err2 = 0, sum_ref2 = 0;
   int64_t nonfinite = 0;  // non-finite in the backend where the reference is finite

@@ -13,7 +13,7 @@ using namespace kcp;
 TEST(Budget, RelativeBudgetIsKTimesTheWorstSeedPlusU) {
   const Budget b = derive_budget(0.004, 0.003, 2.0, DType::BF16);
   EXPECT_TRUE(b.relative);
-  EXPECT_DOUBLE_EQ(b.max_rel, 0.01191);  // 2 x 0.004 + 2^-8 = 0.01190625, rounded up to 4 digits
+  EXPECT_DOUBLE_EQ(b.max_rel, 0.01191);   // 2 x 0.004 + 2^-8 = 0.01190625, rounded up to 4 digits
   EXPECT_DOUBLE_EQ(b.rel_rms, 0.009907);  // 2 x 0.003 + 2^-8 = 0.00990625
   EXPECT_GE(derive_budget(0.004, 0.003, 2.0, DType::FP16).max_rel, 2 * 0.004 + std::ldexp(1.0, -11));
 }
