@@ -78,7 +78,7 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
         EXPECT_EQ(d["full_vs_light_identical"], true);
     }
   }
-  EXPECT_EQ(rows.size(), 15u);
+  EXPECT_EQ(rows.size(), 21u);
   EXPECT_GE(pass, 60);
   EXPECT_GE(forced, 8) << "forced-P forms ran";
   EXPECT_GE(skip, 4) << "C1's forced forms are skipped by the all_ranks_plan_p1 rule";
