@@ -280,7 +280,7 @@ def binary_digest(path):
 
 def run_int1(binary, src, out_json, cache, rows, log_path, timeout):
     """kcpbench run of int1 (or its rows `rows`) from the work copy; returns the exit code."""
-    cmd = [binary, "--configs", os.path.join(src, "configs"), "run", "--rows", "int1", "--backend", "cpu", "-q",
+    cmd = [binary, "-q", "--configs", os.path.join(src, "configs"), "run", "--rows", "int1", "--backend", "cpu",
            "--json", out_json, "--cache", cache]
     for r in rows:
         cmd += ["--row", r]
