@@ -39,7 +39,10 @@ int main(int argc, char** argv) {
     auto* v = cli.add_flag("-v,--verbose", verbose,
                            "Print debug lines (per-phase details; before or after the "
                            "subcommand)");
-    q->excludes(v);
+    // Checked after parsing, not with CLI11's excludes(): CLI11 2.4 (Ubuntu 24.04) reports
+    // "--quiet excludes --verbose" for a lone -q of this fallthrough flag.
+    (void)q;
+    (void)v;
     std::vector<std::function<int()>> actions;
     actions.push_back(app::add_list_command(cli, g));
     actions.push_back(app::add_plan_command(cli, g));
@@ -57,6 +60,11 @@ int main(int argc, char** argv) {
       throw 0;
     } catch (const CLI::ParseError& e) {
       cli.exit(e);
+      code = 2;
+      throw 0;
+    }
+    if (quiet > 0 && verbose > 0) {
+      std::fprintf(stderr, "-q/--quiet and -v/--verbose exclude each other\nRun with --help for more information.\n");
       code = 2;
       throw 0;
     }
