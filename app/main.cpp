@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
       throw 0;
     }
     if (quiet > 0 && verbose > 0) {
-      std::fprintf(stderr, "-q/--quiet and -v/--verbose exclude each other\nRun with --help for more information.\n");
+      std::fprintf(stderr, "--quiet excludes --verbose (give -q or -v, not both)\nRun with --help for more information.\n");
       code = 2;
       throw 0;
     }
