@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "app/cli_checks.h"
@@ -55,34 +57,51 @@ std::vector<const Entry*> entries_of(const RunOutcome& out, const std::string& r
   return v;
 }
 
-// One row's entries at one seed (rounded twin e, exact-storage twin x, form by form): the worst
-// values go into `worst`, limit breaches into `violations`. Budgets come from the planned
-// schedule, except h_entry / dh_exit: the worst of the row's schedules (planned and forced), since
-// the planned one may carry no state across a segment.
+// The exact-storage twin's check of one entry: its worst relative error, against kExactTwinLimit.
+void check_exact(const RowConfig& row, uint64_t seed, const Entry& x, double& exact_worst, std::string& exact_tensor,
+                 std::vector<std::string>& violations) {
+  for (const auto& [t, mx] : *x.tensors) {
+    if (mx.count == 0) continue;
+    const double xr = std::max(finite_or_inf(mx.rel_rms), finite_or_inf(mx.max_rel));
+    if (!(xr <= exact_worst)) std::tie(exact_worst, exact_tensor) = std::make_pair(xr, t);
+    if (mx.nonfinite > 0 || !(xr <= kExactTwinLimit))
+      violations.push_back(
+          fmt::format("{} {} {} seed {}: the exact-storage twin's error {:.3e} (non-finite {}) "
+                      "breaks the limit {:.0e}: the twin's algorithm is wrong",
+                      row.name, x.id, t, seed, xr, mx.nonfinite, kExactTwinLimit));
+  }
+}
+
+// One row's entries at one seed: the rounded twin's (es, every schedule) and the exact-storage
+// twin's (xs, the planned schedule; matched by entry id). The worst values go into `worst`, limit
+// breaches into `violations`. Budgets come from the planned schedule, except h_entry / dh_exit:
+// the worst of the row's schedules (planned and forced), since the planned one may carry no
+// state across a segment.
 void fold_row(const RowConfig& row, uint64_t seed, const std::vector<const Entry*>& es,
               const std::vector<const Entry*>& xs, RowWorst& worst, std::vector<std::string>& violations) {
   const double u = unit_roundoff(row.dtype);
   double exact_worst = 0;
   std::string exact_tensor = "-";
-  for (size_t f = 0; f < es.size() && f < xs.size(); ++f) {
-    const Entry &e = *es[f], &x = *xs[f];
+  KCP_CHECK(!es.empty(), "row {}: no entries to calibrate", row.name);
+  for (const Entry* x : xs) {
+    if (!x->tensors) {
+      violations.push_back(fmt::format("{} {} seed {}: nothing to calibrate (exact-storage twin {}: {})", row.name,
+                                       x->id, seed, x->status, x->reason.value_or("")));
+      continue;
+    }
+    check_exact(row, seed, *x, exact_worst, exact_tensor, violations);
+  }
+  for (const Entry* ep : es) {
+    const Entry& e = *ep;
     const bool planned = e.form && e.form->P == 0;
     if (!planned && e.status == "skip") continue;  // a forced P the row's rule does not run
-    if (!e.tensors || !x.tensors) {
-      violations.push_back(fmt::format("{} {} seed {}: nothing to calibrate ({}: {})", row.name, e.id, seed,
-                                       e.tensors ? x.status : e.status, (e.tensors ? x : e).reason.value_or("")));
+    if (!e.tensors) {
+      violations.push_back(fmt::format("{} {} seed {}: nothing to calibrate ({}: {})", row.name, e.id, seed, e.status,
+                                       e.reason.value_or("")));
       continue;
     }
     for (const auto& [t, m] : *e.tensors) {
       if (m.count == 0 || (!planned && !is_boundary(t))) continue;  // nothing judged, or not this schedule's
-      const TensorMetrics& mx = x.tensors->at(t);
-      const double xr = std::max(finite_or_inf(mx.rel_rms), finite_or_inf(mx.max_rel));
-      if (!(xr <= exact_worst)) std::tie(exact_worst, exact_tensor) = std::make_pair(xr, t);
-      if (mx.nonfinite > 0 || !(xr <= kExactTwinLimit))
-        violations.push_back(
-            fmt::format("{} {} {} seed {}: the exact-storage twin's error {:.3e} (non-finite {}) "
-                        "breaks the limit {:.0e}: the twin's algorithm is wrong",
-                        row.name, e.id, t, seed, xr, mx.nonfinite, kExactTwinLimit));
       const double rel = finite_or_inf(m.rel_rms), mr = finite_or_inf(m.max_rel);
       if (m.nonfinite > 0 || !(rel <= kRoundedTwinUnits * u))
         violations.push_back(
@@ -98,24 +117,28 @@ void fold_row(const RowConfig& row, uint64_t seed, const std::vector<const Entry
              row.name, exact_worst, exact_tensor, kExactTwinLimit);
 }
 
-// One seed's runs of the rounded twin (whose errors set the budgets) and of the exact-storage
-// twin (held to kExactTwinLimit), folded row by row.
+// One seed's runs, row by row, of the rounded twin (whose errors set the budgets; every schedule
+// the row names) and of the exact-storage twin (held to kExactTwinLimit; planned schedule), both
+// judged against one FP64 reference computed once per row.
 void calibrate_seed(const std::vector<SelectedRow>& rows, const RunOptions& opt, const CalibrateCli& o, uint64_t seed,
                     std::vector<RowWorst>& worst, std::vector<std::string>& violations) {
   std::deque<RowConfig> seeded;
   const auto at_seed = rows_at_seed(rows, seed, seeded);
   RunContext ctx;
-  log::info0("calibrate: seed {}: the twin ...", seed);
   const auto rounded = kernels::make_cpu_backend(kernels::CpuStorage::Rounded);
-  const RunOutcome out = run_in_world(at_seed, opt, "local", o.threads, *rounded, ctx);
-  log::info0("calibrate: seed {}: the exact-storage twin ...", seed);
   const auto exact_backend = kernels::make_cpu_backend(kernels::CpuStorage::Exact);
-  const RunOutcome exact = run_in_world(at_seed, opt, "local", o.threads, *exact_backend, ctx);
+  RunOptions planned_only = opt;
+  planned_only.use_row_forced = false;
+  const int hw = std::max(1u, std::thread::hardware_concurrency());
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowConfig& row = *at_seed[i].row;
-    const auto es = entries_of(out, row.name), xs = entries_of(exact, row.name);
-    KCP_CHECK(!es.empty() && es.size() == xs.size(), "row {}: {} and {} entries", row.name, es.size(), xs.size());
-    fold_row(row, seed, es, xs, worst[i], violations);
+    ReferenceStore refs(opt.cache_dir, hw, /*keep=*/true);  // the row's reference serves both twins
+    log::info0("calibrate: seed {} {}: the twin ...", seed, row.name);
+    const RunOutcome out = run_in_world({at_seed[i]}, opt, "local", o.threads, *rounded, ctx, {}, &refs);
+    log::info0("calibrate: seed {} {}: the exact-storage twin (planned schedule) ...", seed, row.name);
+    const RunOutcome exact =
+        run_in_world({at_seed[i]}, planned_only, "local", o.threads, *exact_backend, ctx, {}, &refs);
+    fold_row(row, seed, entries_of(out, row.name), entries_of(exact, row.name), worst[i], violations);
   }
 }
 

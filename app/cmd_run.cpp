@@ -160,7 +160,7 @@ std::vector<SelectedRow> with_seeds(const std::vector<SelectedRow>& rows, const 
 // after_row (may be empty) sees the outcome so far after each row of the threads launch.
 RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, const std::string& comm_kind,
                         int threads_flag, const kernels::Backend& backend, RunContext& ctx,
-                        const std::function<void(const RunOutcome&)>& after_row) {
+                        const std::function<void(const RunOutcome&)>& after_row, ReferenceStore* shared_refs) {
   const bool use_mpi = mpi_available() && mpi_launched() && comm_kind != "local";
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   RunOutcome total;
@@ -184,6 +184,7 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
     total.entries.push_back(std::move(e));
     log::info0("{}: skipped: {}", sr.row->name, why);
   };
+  KCP_CHECK(!(use_mpi && shared_refs), "a shared reference store is for ranks as threads only");
   if (use_mpi) {
     auto host = make_mpi_communicator();
     std::unique_ptr<Communicator> nccl;
@@ -204,7 +205,8 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
     merge(run_rows(runnable, opt, *comm, backend, refs));
     ctx.devices.assign(W, backend.name());
   } else {
-    ReferenceStore refs(opt.cache_dir, hw);
+    ReferenceStore own_refs(opt.cache_dir, hw);
+    ReferenceStore& refs = shared_refs ? *shared_refs : own_refs;
     opt.progress_total = static_cast<int>(rows.size());
     for (const auto& sr : rows) {
       const int W = sr.row->world;

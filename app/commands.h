@@ -33,10 +33,13 @@ std::string version_text();
 
 // Shared by run and calibrate (cmd_run.cpp).
 std::vector<SelectedRow> selected_rows(const RowSet& set, const std::vector<std::string>& patterns);
-// comm_kind: "local", "mpi" or "nccl" (the communicator the ranks use).
+// comm_kind: "local", "mpi" or "nccl" (the communicator the ranks use). shared_refs: the FP64
+// references to use in a local world (calibrate passes one store to both of its twins); null:
+// a store of this call's own.
 RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, const std::string& comm_kind,
                         int threads_flag, const kernels::Backend& backend, RunContext& ctx,
-                        const std::function<void(const RunOutcome&)>& after_row = {});
+                        const std::function<void(const RunOutcome&)>& after_row = {},
+                        ReferenceStore* shared_refs = nullptr);
 // The rows at another seed: copies of `rows` (same digest and row JSON: the row is the same,
 // its inputs are drawn at `seed`) kept alive in `store`. Entries record the seed they used.
 std::vector<SelectedRow> rows_at_seed(const std::vector<SelectedRow>& rows, uint64_t seed,

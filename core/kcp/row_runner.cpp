@@ -30,7 +30,7 @@ ReferenceCache& ReferenceStore::for_row(const RowConfig& row, const std::string&
 
 void ReferenceStore::release(const std::string& digest) {
   std::lock_guard<std::mutex> lock(mutex_);
-  caches_.erase(digest);
+  if (!keep_) caches_.erase(digest);
 }
 
 std::vector<Form> expand_forms(const RowConfig& row, const RunOptions& opt) {

@@ -50,7 +50,12 @@ struct RunOptions {
 // creates it with the row's probe positions; every rank asks with the same ones).
 class ReferenceStore {
  public:
-  ReferenceStore(std::string cache_dir, int threads) : dir_(std::move(cache_dir)), threads_(threads) {}
+  // keep: release() keeps the references until the store ends, so a second run of the same rows
+  // with another backend (calibrate's exact-storage twin) reuses them instead of recomputing.
+  ReferenceStore(std::string cache_dir, int threads, bool keep = false)
+      : dir_(std::move(cache_dir)), threads_(threads), keep_(keep) {}
+  // The row's references; the first caller's probe positions hold for the store's life (a later
+  // run may ask for a subset, never for more).
   ReferenceCache& for_row(const RowConfig& row, const std::string& digest, const ProbePositions& probes);
   // Frees a row's references once every rank of this process has taken its slice (idempotent):
   // a run of many rows then holds one row's FP64 results at a time, not all of them.
@@ -59,6 +64,7 @@ class ReferenceStore {
  private:
   std::string dir_;
   int threads_;
+  bool keep_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<ReferenceCache>> caches_;
 };
