@@ -4,7 +4,8 @@
   external_test.py --kcpbench BIN --source-dir DIR --workdir W pass
       the NumPy reference adapter (scripts/adapters/numpy_ref.py) passes int1 rows of GDN and KDA
       (plain, varlen with an empty sequence, GVA with h0 / ht / dht, softplus, lower_bound): exit 0,
-      every entry "pass", h_entry / dh_exit with no judged element, the command in the JSON.
+      every entry "pass", h_entry / dh_exit with no judged element, the command in the JSON; then
+      scripts/adapters/copy_outputs.py judges those outputs again (pass) and refuses another seed's.
   external_test.py --kcpbench BIN --source-dir DIR --workdir W broken
       tests/adapters/broken_adapter.py in each mode is reported as it must be: exit code and the
       reason text in the JSON (dk negated, dk missing, a wrong shape, a wrong dtype, a crash, no
@@ -15,6 +16,7 @@ Every results file written is also checked against configs/results.schema.json.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -80,6 +82,24 @@ def test_pass(args):
     for row, t in (("D1", "ht"), ("D1", "dh0"), ("E1", "dA_log"), ("E1", "ddt_bias"), ("KA1", "dA_log"),
                    ("KE1", "ddt_bias"), ("KD1", "dh0")):
         check(t in by.get(row, {}) and by[row][t]["pass"], f"{row}: {t} not judged or not passing")
+    test_copy_outputs(args, os.path.join(args.workdir, "numpy_ref"))
+
+
+def test_copy_outputs(args, src_root):
+    """scripts/adapters/copy_outputs.py: outputs computed in an earlier run are judged again (pass),
+    and a source folder of another problem (another seed) is refused (fail, naming what differs)."""
+    adapter = f"{sys.executable} scripts/adapters/copy_outputs.py {src_root}"
+    p, doc, _ = run(args, "copy_outputs", ["D1", "KE1"], adapter)
+    check(p.returncode == 0 and doc and all(e["status"] == "pass" for e in doc["entries"]),
+          f"copy_outputs: exit {p.returncode}\n{p.stdout[-1500:]}")
+    other = os.path.join(args.workdir, "copy_other")
+    os.makedirs(other, exist_ok=True)
+    shutil.copytree(os.path.join(src_root, "D1_seed1"), os.path.join(other, "D1_seed2"), dirs_exist_ok=True)
+    p, doc, _ = run(args, "copy_outputs_other", ["D1"], f"{sys.executable} scripts/adapters/copy_outputs.py {other}",
+                    ["--seeds", "2"])
+    reason = doc["entries"][0].get("reason", "") if doc else ""
+    check(p.returncode == 1 and "differs from this run's in row_digest, seed" not in reason
+          and "differs from this run's in seed" in reason, f"copy_outputs of another seed: {p.returncode} {reason!r}")
 
 
 def test_broken(args):
