@@ -21,9 +21,18 @@ int gpu_count() {
 #endif
 }
 
+std::string external_command(const std::string& backend) {
+  if (backend.rfind("exec:", 0) != 0) return "";
+  const std::string cmd = backend.substr(5);
+  KCP_REQUIRE(
+      cmd.find_first_not_of(" \t") != std::string::npos,
+      "--backend exec:COMMAND: the command is empty (e.g. --backend \"exec:python3 scripts/adapters/numpy_ref.py\")");
+  return cmd;
+}
+
 std::unique_ptr<kernels::Backend> select_backend(const std::string& name) {
-  KCP_REQUIRE(name == "auto" || name == "cpu" || name == "cuda", "--backend: expected cpu, cuda or auto, got \"{}\"",
-              name);
+  KCP_REQUIRE(name == "auto" || name == "cpu" || name == "cuda",
+              "--backend: expected cpu, cuda, auto or exec:COMMAND, got \"{}\"", name);
   if (name == "cpu") return kernels::make_cpu_backend();
 #if KCP_ENABLE_CUDA
   const int n = kernels::cuda_device_count();

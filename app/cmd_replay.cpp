@@ -178,6 +178,10 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
     RunOptions opt;
     const EntryForm& form = *e.form;
     const std::string &pk = form.package, &sv = form.saved;
+    KCP_REQUIRE(pk != "external",
+                "entry {}: an external entry (--backend exec) is not replayed: rerun the command line of the "
+                "results file's context (its folder is in the entry's external.folder)",
+                o->entry);
     KCP_REQUIRE(pk == "det" || pk == "nondet", "entry {}: unknown package \"{}\"", o->entry, pk);
     KCP_REQUIRE(sv == "full" || sv == "light", "entry {}: unknown saved set \"{}\"", o->entry, sv);
     opt.packages = {pk == "det" ? Package::Det : Package::Nondet};

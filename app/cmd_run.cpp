@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,6 +20,7 @@
 #include "core/comm/mpi_communicator.h"
 #include "core/comm/nccl_communicator.h"
 #include "core/config/row_loader.h"
+#include "core/kcp/external_backend.h"
 #include "core/kcp/row_runner.h"
 #include "core/report/npy_dump.h"
 #include "core/report/report.h"
@@ -116,7 +119,7 @@ struct RunCli {
   std::string rows = "int1";
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
-  std::string max_host_mem = "auto", max_device_mem = "auto", seeds;
+  std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir;
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
@@ -153,6 +156,43 @@ std::vector<SelectedRow> with_seeds(const std::vector<SelectedRow>& rows, const 
     for (auto& sr : rows_at_seed(rows, s, store)) out.push_back(sr);
   return out;
 }
+// --backend exec: the options that have no meaning for an external kernel are refused (exit 2),
+// and each row becomes a copy with W = 1 (the external kernel holds every sequence whole; the
+// row's digest, and so its inputs and reference, stay the same).
+std::vector<SelectedRow> external_rows(const std::vector<SelectedRow>& rows, const RunCli& o, const CLI::App& sub,
+                                       bool launched, std::deque<RowConfig>& store) {
+  for (const char* flag : {"--package", "--saved", "--P", "--sweep-P", "--inject", "--dump", "--bench", "--phase-times",
+                           "--warmup", "--repeats", "--comm", "--threads"})
+    KCP_REQUIRE(sub.count(flag) == 0,
+                "{} does not apply to --backend exec (one external form per row and seed, one process; "
+                "docs/external.md)",
+                flag);
+  KCP_REQUIRE(!launched, "--backend exec runs without mpirun (the external kernel sees whole sequences)");
+  std::vector<SelectedRow> out;
+  for (const SelectedRow& sr : rows) {
+    store.push_back(*sr.row);
+    store.back().world = 1;
+    store.back().rank_tokens.clear();
+    out.push_back({&store.back(), sr.digest, sr.json, sr.other_seed});
+  }
+  return out;
+}
+
+// The folder that holds the external backend's per-row folders: --external-dir, or a new one
+// under the temp folder.
+std::string external_root(const std::string& flag) {
+  std::error_code ec;
+  if (!flag.empty()) {
+    std::filesystem::create_directories(flag, ec);
+    KCP_REQUIRE(!ec && std::filesystem::is_directory(flag), "--external-dir {}: cannot create the folder: {}", flag,
+                ec.message());
+    return std::filesystem::absolute(flag).string();
+  }
+  std::string tmpl = (std::filesystem::temp_directory_path() / "kcpbench-external-XXXXXX").string();
+  if (!::mkdtemp(tmpl.data())) KCP_THROW(ApiError, "cannot create a folder {}: {}", tmpl, std::strerror(errno));
+  return tmpl;
+}
+
 }  // namespace
 
 // Runs the rows in the launch mode at hand: under mpirun every process is one rank (rows of
@@ -171,6 +211,7 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
     total.skipped += part.skipped;
     total.contract_broken += part.contract_broken;
     total.refused += part.refused;
+    total.timed_out += part.timed_out;
   };
   // Records a row this launch cannot run as skipped (never dropped).
   auto skip_row = [&](const SelectedRow& sr, int rank, const std::string& why) {
@@ -260,8 +301,15 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                   "1:64:pow2 (also A:B, A:B:STEP) or auto (powers of two up to the "
                   "largest P a rank can take, plus the planned P)")
       ->check(comma_list());
-  sub->add_option("--backend", o->backend, "cpu (the fp32 CPU twin), cuda, or auto (cuda when a GPU is present)")
+  sub->add_option("--backend", o->backend,
+                  "cpu (the fp32 CPU twin), cuda, auto (cuda when a GPU is present), or exec:COMMAND (an external "
+                  "kernel: per row and seed the inputs go to a folder as .npy with manifest.json, COMMAND runs "
+                  "with the folder as its last argument and writes outputs/*.npy, judged like any backend; "
+                  "docs/external.md)")
       ->capture_default_str();
+  sub->add_option("--external-dir", o->external_dir,
+                  "--backend exec: where the per-row folders (inputs, outputs, adapter.log) are made and kept "
+                  "(default: a new folder under the temp folder)");
   sub->add_option("--comm", o->comm,
                   "local (ranks as threads), mpi, nccl (device buffers, one GPU per rank; "
                   "needs --backend cuda), or auto (mpi under mpirun, else local)")
@@ -323,8 +371,17 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
     std::deque<RowConfig> seeded;  // the rows at other seeds (--seeds)
-    const auto rows = with_seeds(selected_rows(set, o->row), o->seeds, seeded);
+    const std::string ext_cmd = external_command(o->backend);
+    const bool launched = mpi_available() && mpi_launched();
+    auto rows = with_seeds(selected_rows(set, o->row), o->seeds, seeded);
     RunOptions opt;
+    ExternalKernel ext;
+    if (!ext_cmd.empty()) {
+      rows = external_rows(rows, *o, *sub, launched, seeded);
+      ext = {ext_cmd, external_root(o->external_dir), o->deadline};
+      opt.external = &ext;
+      log::info0("external backend: `{} FOLDER`, folders under {}", ext_cmd, ext.root);
+    }
     for (const auto& p : split_commas(o->package)) {
       KCP_REQUIRE(p == "det" || p == "nondet", "--package: expected det or nondet, got \"{}\"", p);
       opt.packages.push_back(p == "det" ? Package::Det : Package::Nondet);
@@ -370,11 +427,10 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
     KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi" || o->comm == "nccl",
                 "--comm: expected local, mpi, nccl or auto, got \"{}\"", o->comm);
-    const bool launched = mpi_available() && mpi_launched();
     KCP_REQUIRE(o->comm != "mpi" || launched,
                 "--comm mpi: this process was not started by mpirun (or kcpbench was built without MPI)");
     const bool use_mpi = launched && o->comm != "local";
-    auto backend = select_backend(o->backend);
+    auto backend = select_backend(ext_cmd.empty() ? o->backend : "cpu");  // exec: never called
     KCP_REQUIRE(o->comm != "nccl" || std::string(backend->name()) == "cuda",
                 "--comm nccl exchanges device buffers: it needs --backend cuda (this run uses {})", backend->name());
     const std::string comm_kind = o->comm == "auto" ? (launched ? "mpi" : "local") : o->comm;
@@ -386,8 +442,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     ctx.argv = g.argv;
     ctx.launch_mode = use_mpi ? "mpirun" : "threads";
     ctx.comm = comm_kind;
-    ctx.backend = backend->name();
-    ctx.backend_device = backend->device_name();
+    ctx.backend = ext_cmd.empty() ? backend->name() : "exec";
+    ctx.backend_device = ext_cmd.empty() ? backend->device_name() : "external command: " + ext_cmd;
     ctx.device_class = o->device;
     ctx.row_set = set.name;
     ctx.row_set_file = set.file;
@@ -436,6 +492,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
       };
     log::info0("{}", table_header());
     RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx, after_row);
+    if (opt.external) ctx.devices.assign(ctx.devices.size(), "exec");
     dumper.write_manifest(to_json(context_block(ctx)));
     const bool rank0 = !use_mpi || mpi_world_rank() == 0;
     if (rank0) {
@@ -461,6 +518,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     }
     // Every rank holds the same counts (verdicts are reduced), so all agree on the exit code.
     if (total.contract_broken > 0) return 4;
+    if (total.timed_out > 0) return 5;  // an external command passed the row deadline
     if (total.failed > 0 || total.refused > 0) return 1;
     return 0;
   };

@@ -47,5 +47,8 @@ std::vector<SelectedRow> rows_at_seed(const std::vector<SelectedRow>& rows, uint
 int gpu_count();  // CUDA devices visible (0 without a CUDA build or a driver); backend_select.cpp
 std::string default_cache_dir();
 std::unique_ptr<kernels::Backend> select_backend(const std::string& name);  // backend_select.cpp
+// --backend exec:COMMAND -> COMMAND (refused when empty); "" for the built-in backends
+// (backend_select.cpp).
+std::string external_command(const std::string& backend);
 
 }  // namespace kcp::app

@@ -3,7 +3,7 @@
 # CUDA and NCCL are not Debian packages: they come from /usr/local/cuda when present.
 set -euo pipefail
 pkgs=(cmake g++ make git python3 libeigen3-dev libfmt-dev nlohmann-json3-dev libcli11-dev libopenmpi-dev openmpi-bin libgtest-dev
-      python3-matplotlib python3-jsonschema)
+      python3-matplotlib python3-jsonschema python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -10,6 +10,7 @@
 
 #include "core/compare/compare.h"
 #include "core/inputs/inputs.h"
+#include "core/kcp/external_backend.h"
 #include "core/kcp/phase_timing_backend.h"
 #include "core/kcp/result_digest.h"
 #include "core/plan/segment_plan.h"
@@ -323,16 +324,17 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
   c.req.world = W;
   c.req.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
   c.req.sm_count = opt.sm_count;
+  if (opt.external) c.req.forced_P = 1;  // whole sequences: one segment each, no boundary to judge
   c.planned = make_plan(row, c.req);
   RunOptions row_opt = opt;
   if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(c.planned);
-  c.forms = expand_forms(row, row_opt);
+  c.forms = opt.external ? std::vector<Form>{Form{}} : expand_forms(row, row_opt);
   const RankPlan& my = c.planned.ranks[r];
   c.shard = make_inputs(row, sel.digest, my.global_begin, my.global_end);
   ReferenceCache& cache = refs.for_row(row, sel.digest, probe_positions(c, opt));
   // A row the backend cannot run is recorded as skipped in every form, with its reason, and
   // needs no reference.
-  c.backend_status = backend.can_implement(kernel_problem(row));
+  c.backend_status = opt.external ? kernels::Status::success() : backend.can_implement(kernel_problem(row));
   // Rows whose state work (tokens x value heads x K x V) passes 2^30 take a while per step on a
   // CPU (int3 row B4 on 2 cores: 21 s of FP64 reference, ~50 s per form), so their steps are
   // announced; int1-sized rows stay one line per entry.
@@ -473,7 +475,7 @@ namespace {
 // The table line of a run entry (rank 0). A failing line survives -q. An entry without any
 // budget (and every entry while calibrating) shows what it measured: the largest max-abs error
 // and rel-RMS error over its tensors.
-void log_entry(const Entry& entry, const RowContext& c, const Form& form, const SegmentPlan& plan,
+void log_entry(const Entry& entry, const RowContext& c, const std::string& label, const SegmentPlan& plan,
                const RunOptions& opt) {
   const Timings& t = entry.timings_ms;
   const std::string prog = fmt::format("[{}/{}]", c.row_no, c.row_total);
@@ -485,18 +487,21 @@ void log_entry(const Entry& entry, const RowContext& c, const Form& form, const 
     if (!abs || !(m.max_abs <= abs->max_abs)) abs = &m;
     if (!rel || !(m.rel_rms <= rel->rel_rms)) rel = &m;
   }
+  // A failure no tensor explains (an external adapter's missing or malformed output) shows the
+  // entry's reason.
+  const std::string why = short_reason(*entry.tensors);
   const std::string verdict = entry.status == "pass"   ? std::string("PASS")
-                              : entry.status == "fail" ? "FAIL: " + short_reason(*entry.tensors)
+                              : entry.status == "fail" ? "FAIL: " + (why.empty() ? entry.reason.value_or("") : why)
                                                        : "CONTRACT BROKEN: " + entry.reason.value_or("");
   std::string line;
   if (abs && (opt.calibrating || !any_budget)) {
     line = fmt::format("{:<8}{:<4} {:<22} {:<12} max-abs {:.3e} ({}) rel-RMS {:.3e} ({}) {:>9.1f}  {}", prog,
-                       c.row.name, form.label(), p_text(plan), abs->max_abs, abs->name, rel->rel_rms, rel->name, ms,
+                       c.row.name, label, p_text(plan), abs->max_abs, abs->name, rel->rel_rms, rel->name, ms,
                        opt.calibrating          ? std::string("measured (calibrating)")
                        : entry.status == "fail" ? std::string("FAIL: no budget (run kcpbench calibrate)")
                                                 : verdict);
   } else {
-    line = fmt::format(kTableLine, prog, c.row.name, form.label(), p_text(plan), ratio_text(entry.worst.ratio_max),
+    line = fmt::format(kTableLine, prog, c.row.name, label, p_text(plan), ratio_text(entry.worst.ratio_max),
                        entry.worst.ratio_max_tensor, ratio_text(entry.worst.rms_ratio), entry.worst.rms_ratio_tensor,
                        fmt::format("{:.1f}", ms), verdict);
   }
@@ -508,7 +513,7 @@ void log_entry(const Entry& entry, const RowContext& c, const Form& form, const 
 }
 
 // Rank 0's entry fields of a run form, and its table line.
-void finish_entry(Entry& entry, const RowContext& c, const Form& form, const SegmentPlan& plan,
+void finish_entry(Entry& entry, const RowContext& c, const std::string& label, const SegmentPlan& plan,
                   const std::vector<TensorMetrics>& ms, const Verdict& v, const std::string& status,
                   const std::string& broken, const std::optional<Determinism>& det, const Timings& timings,
                   const std::vector<double>& mem_all, const RunOptions& opt) {
@@ -524,7 +529,7 @@ void finish_entry(Entry& entry, const RowContext& c, const Form& form, const Seg
   entry.memory_bytes_per_rank.clear();
   for (double b : mem_all) entry.memory_bytes_per_rank.push_back(int64_t(b));
   entry.reference_seconds_rank0 = c.ref_seconds;
-  log_entry(entry, c, form, plan, opt);
+  log_entry(entry, c, label, plan, opt);
 }
 
 // The faulting rank's location, gathered from every rank (rank 0 writes it into the entry).
@@ -612,9 +617,61 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   comm.allgather(&mem_mine, mem_all.data(), 1);
   const std::string status = !broken.empty() ? "contract_broken" : v.pass ? "pass" : "fail";
   ++(status == "pass" ? outcome.passed : status == "fail" ? outcome.failed : outcome.contract_broken);
-  if (r == 0) finish_entry(entry, c, form, plan, ms, v, status, broken, det, timings, mem_all, opt);
+  if (r == 0) finish_entry(entry, c, form.label(), plan, ms, v, status, broken, det, timings, mem_all, opt);
   if (opt.fault.kind != FaultKind::None) record_fault_at(r == 0 ? &entry : nullptr, res, comm);
   if (r == 0) outcome.entries.push_back(std::move(entry));
+}
+
+// The metrics of what an external command wrote: the built-in comparison (compare_rank,
+// compare_parameter_grads, judge), less the tensors it did not provide or wrote malformed, which
+// fail the entry through its reason instead of a metric (docs/external.md).
+std::vector<TensorMetrics> judge_external(const RowContext& c, const ExternalRun& run, Communicator& comm, Verdict& v) {
+  const RankPlan& rp = c.planned.ranks[0];
+  const RankReference boundary = boundary_reference(c.row, rp, c.piece_refs);
+  std::vector<TensorMetrics> ms = compare_rank(c.row, rp, run.result, c.ref, boundary, 0);
+  reduce_metrics(ms, comm);
+  for (auto& m : compare_parameter_grads(c.row, rp, run.result, c.piece_refs, c.param_scales, comm)) ms.push_back(m);
+  const auto& missing = run.not_provided;
+  ms.erase(std::remove_if(ms.begin(), ms.end(),
+                          [&](const TensorMetrics& m) {
+                            return std::find(missing.begin(), missing.end(), m.name) != missing.end();
+                          }),
+           ms.end());
+  judge(ms, c.row);
+  v = summarize(ms);
+  if (!run.problems.empty()) {
+    v.pass = false;
+    v.reason = fmt::format("{}", fmt::join(run.problems, "; ")) + (v.reason.empty() ? "" : "; " + v.reason);
+  }
+  return ms;
+}
+
+// --backend exec: the row's one external form (W = 1, one process): write the inputs, run the
+// command, judge what it wrote like any backend's result. A command that fails as a whole (exit
+// status, signal, time limit, no output) fails the entry with no tensors; past the time limit it
+// also counts as timed out (exit code 5).
+void run_external_form(const RowContext& c, const RunOptions& opt, Communicator& comm, RunOutcome& outcome) {
+  Entry entry = entry_head(c, Form{}, opt, c.planned);
+  entry.id = c.row.name + "/external" + (c.sel.other_seed ? fmt::format("/seed{}", c.row.seed) : "");
+  entry.form = EntryForm{"external", "none", 0};
+  // The command has the row deadline as its own time limit (it kills the process group), so the
+  // watchdog leaves this rank alone while it runs and watches the judging again afterwards.
+  clear_phase();
+  const ExternalRun run = run_external(*opt.external, c.row, c.sel.digest, c.shard, c.planned.ranks[0]);
+  set_row(c.row.name);
+  set_phase("judge the external outputs");
+  entry.external = run.to_json(opt.external->command);
+  Timings timings;
+  timings.wall_total = timings.total = sample_stats({1e3 * run.seconds});
+  timings.what = "external command: total and wall_total are its wall time (start, kernel, files); no kernel timers";
+  Verdict v;
+  std::vector<TensorMetrics> ms;
+  if (run.failure.empty()) ms = judge_external(c, run, comm, v);
+  if (!run.failure.empty()) v = Verdict{nullptr, nullptr, false, run.failure};
+  outcome.timed_out += run.timed_out ? 1 : 0;
+  ++(v.pass ? outcome.passed : outcome.failed);
+  finish_entry(entry, c, "external", c.planned, ms, v, v.pass ? "pass" : "fail", "", std::nullopt, timings, {0.0}, opt);
+  outcome.entries.push_back(std::move(entry));
 }
 
 }  // namespace
@@ -628,6 +685,10 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
     set_row(sel.row->name);  // the deadline watchdog measures each row from here
     const RowContext c = prepare_row(sel, opt, comm, backend, refs, ++row_no, row_total);
     std::map<int, ResultDigest> det_full;  // per schedule: the det/full result's digest
+    if (opt.external && c.backend_status.ok) {
+      run_external_form(c, opt, comm, outcome);
+      continue;
+    }
     for (const Form& form : c.forms) run_one_form(c, form, opt, comm, backend, det_full, outcome);
   }
   clear_phase();

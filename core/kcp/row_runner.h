@@ -20,6 +20,7 @@
 namespace kcp {
 
 class Dumper;
+struct ExternalKernel;
 
 struct RunOptions {
   std::vector<Package> packages;  // empty = the row's
@@ -44,6 +45,9 @@ struct RunOptions {
   Dumper* dumper = nullptr;  // --dump: inputs, reference and backend tensors as .npy
   int progress_offset = 0;   // rows before these in the whole run (for "[i/n]" lines)
   int progress_total = 0;    // rows in the whole run (0 = these rows)
+  // --backend exec: every row runs once through the external command (core/kcp/external_backend.h)
+  // as one form "external" on the W = 1, P = 1 plan; `backend` is then not called.
+  const ExternalKernel* external = nullptr;
 };
 
 // Shared by the rank threads of one process: one ReferenceCache per row (the first rank to ask
@@ -72,6 +76,7 @@ class ReferenceStore {
 struct RunOutcome {
   std::vector<Entry> entries;  // rank 0 only
   int passed = 0, failed = 0, skipped = 0, contract_broken = 0, refused = 0;
+  int timed_out = 0;  // failed entries whose external command passed the row deadline (exit code 5)
 };
 
 struct SelectedRow {

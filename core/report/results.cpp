@@ -323,6 +323,7 @@ json to_json(const Entry& e) {
   }
   if (e.fault_at)
     j["fault_at"] = {{"rank", e.fault_at->rank}, {"token", e.fault_at->token}, {"segment", e.fault_at->segment}};
+  if (e.external) j["external"] = *e.external;
   return j;
 }
 
@@ -430,6 +431,7 @@ Entry entry_from_json(const json& j, const std::string& p) {
   field(j, p, "memory_bytes_per_rank", e.memory_bytes_per_rank);
   field(j, p, "reference_seconds_rank0", e.reference_seconds_rank0);
   field(j, p, "fault_at", e.fault_at);
+  if (auto it = j.find("external"); it != j.end()) e.external = object_at(*it, sub(p, "external"));
   return e;
 }
 

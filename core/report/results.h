@@ -136,6 +136,9 @@ struct Entry {
   std::vector<int64_t> memory_bytes_per_rank;
   double reference_seconds_rank0 = 0;
   std::optional<FaultAt> fault_at;
+  // --backend exec: the command, its folder, exit status, time, the tensors it did not provide and
+  // why, and its log's tail (core/kcp/external_backend.h ExternalRun::to_json).
+  std::optional<nlohmann::json> external;
 
   bool ran() const { return status == "pass" || status == "fail" || status == "contract_broken"; }
 };

@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""Adapter that judges outputs computed elsewhere (docs/external.md 10): copies
+SRC/<row>_seed<seed>/outputs/*.npy into the folder kcpbench made, after checking that SRC's
+manifest.json describes the same problem (protocol, row digest, seed, shapes, cu_seqlens).
+
+    kcpbench run --rows int1 --backend "exec:python3 scripts/adapters/copy_outputs.py SRC" --json out.json
+
+Standard library only. Use it when the kernel runs on a machine where kcpbench is not built: write
+the folders with `kcpbench run --backend exec:true --external-dir SRC` (every entry fails: no
+output), run the adapter on each folder of SRC there, bring SRC back, and judge here.
+"""
+import json
+import os
+import shutil
+import sys
+
+SAME = ("protocol", "op", "row_digest", "seed", "shape", "cu_seqlens", "dtype", "outputs")
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.exit("usage: copy_outputs.py SRC FOLDER")
+    src_root, folder = argv[1], argv[2]
+    src = os.path.join(src_root, os.path.basename(os.path.normpath(folder)))
+    with open(os.path.join(folder, "manifest.json")) as f:
+        want = json.load(f)
+    try:
+        with open(os.path.join(src, "manifest.json")) as f:
+            have = json.load(f)
+    except OSError as e:
+        sys.exit(f"copy_outputs: no manifest in {src}: {e}")
+    differ = [k for k in SAME if want.get(k) != have.get(k)]
+    if differ:
+        sys.exit(f"copy_outputs: {src}/manifest.json differs from this run's in {', '.join(differ)}")
+    os.makedirs(os.path.join(folder, "outputs"), exist_ok=True)
+    for name in sorted(os.listdir(os.path.join(src, "outputs"))):
+        shutil.copyfile(os.path.join(src, "outputs", name), os.path.join(folder, "outputs", name))
+        print(f"copy_outputs: {name} from {src}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""A deliberately broken external adapter (tests/scripts/external_test.py): the NumPy reference
+adapter (scripts/adapters/numpy_ref.py) with one fault, chosen by --break:
+
+  dk-sign      dk negated                      -> the entry fails on dk (exit 1)
+  missing-dk   outputs/dk.npy not written       -> fails naming dk as not provided (exit 1)
+  wrong-shape  dv written with a head dimension cut -> fails naming expected and got (exit 1)
+  float16      o written as float16             -> fails naming the dtype (exit 1)
+  crash        exits with status 3 after a message -> fails naming the status and the log tail
+  hang         sleeps far past any deadline    -> the row deadline kills it (exit 5)
+  nothing      exits 0 without writing anything -> fails: no output file
+
+    broken_adapter.py --break MODE FOLDER
+"""
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "adapters"))
+import numpy_ref  # noqa: E402
+
+
+def main(argv):
+    mode, folder = argv[argv.index("--break") + 1], argv[-1]
+    if mode == "crash":
+        print("broken_adapter: simulated failure in the backward", file=sys.stderr)
+        sys.exit(3)
+    if mode == "hang":
+        print("broken_adapter: hanging", flush=True)
+        time.sleep(3600)
+    if mode == "nothing":
+        return
+    out = numpy_ref.compute(folder)
+    if mode == "dk-sign":
+        out["dk"] = -out["dk"]
+    elif mode == "missing-dk":
+        del out["dk"]
+    elif mode == "wrong-shape":
+        out["dv"] = out["dv"][:, :1]
+    elif mode == "float16":
+        out["o"] = out["o"].astype(np.float16)
+    else:
+        sys.exit(f"broken_adapter: unknown --break {mode}")
+    os.makedirs(os.path.join(folder, "outputs"), exist_ok=True)
+    for name, arr in out.items():
+        np.save(os.path.join(folder, "outputs", name + ".npy"), np.ascontiguousarray(arr))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The external backend (`kcpbench run --backend exec:...`, docs/external.md), end to end.
+
+  external_test.py --kcpbench BIN --source-dir DIR --workdir W pass
+      the NumPy reference adapter (scripts/adapters/numpy_ref.py) passes int1 rows of GDN and KDA
+      (plain, varlen with an empty sequence, GVA with h0 / ht / dht, softplus, lower_bound): exit 0,
+      every entry "pass", h_entry / dh_exit with no judged element, the command in the JSON; then
+      scripts/adapters/copy_outputs.py judges those outputs again (pass) and refuses another seed's.
+  external_test.py --kcpbench BIN --source-dir DIR --workdir W broken
+      tests/adapters/broken_adapter.py in each mode is reported as it must be: exit code and the
+      reason text in the JSON (dk negated, dk missing, a wrong shape, a wrong dtype, a crash, no
+      output, a hang past the row deadline).
+
+Every results file written is also checked against configs/results.schema.json.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import jsonschema
+
+failures = []
+
+
+def check(cond, msg):
+    if not cond:
+        failures.append(msg)
+        print("FAIL: " + msg)
+
+
+def run(args, name, rows, command, extra=()):
+    out = os.path.join(args.workdir, name + ".json")
+    if os.path.exists(out):
+        os.remove(out)
+    cmd = [args.kcpbench, "run", "--rows", "int1", "--cache", "none", "--json", out,
+           "--backend", "exec:" + command, "--external-dir", os.path.join(args.workdir, name)]
+    for r in rows:
+        cmd += ["--row", r]
+    cmd += list(extra)
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=args.source_dir, capture_output=True, text=True)
+    secs = time.time() - t0
+    print(f"{name}: exit {p.returncode} in {secs:.1f} s")
+    doc = None
+    if os.path.exists(out):
+        with open(out) as f:
+            doc = json.load(f)
+        errs = list(args.schema.iter_errors(doc))
+        check(not errs, f"{name}: {out} breaks configs/results.schema.json: "
+                        + "; ".join(f"/{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errs[:3]))
+    if p.returncode not in (0, 1, 5) or doc is None:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+    return p, doc, secs
+
+
+def test_pass(args):
+    rows = ["A2", "B1", "D1", "E1", "F1", "KA1", "KD1", "KE1", "KF1"]
+    adapter = f"{sys.executable} scripts/adapters/numpy_ref.py"
+    p, doc, _ = run(args, "numpy_ref", rows, adapter)
+    check(p.returncode == 0, f"numpy_ref: exit {p.returncode}, expected 0\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    if doc is None:
+        return check(False, "numpy_ref: no results file")
+    check(doc["context"]["backend"] == "exec", "context.backend is not exec")
+    check(adapter in doc["context"]["backend_device"], "context.backend_device does not name the command")
+    check("exec:" + adapter in doc["context"]["command_line"], "command_line lacks the --backend exec argument")
+    ids = [e["id"] for e in doc["entries"]]
+    check(ids == [r + "/external" for r in rows], f"entries {ids}")
+    for e in doc["entries"]:
+        check(e["status"] == "pass", f"{e['id']}: {e['status']}: {e.get('reason')}")
+        check(e["form"] == {"package": "external", "saved": "none", "P": "planned"}, f"{e['id']}: form {e['form']}")
+        check(e["external"]["command"] == adapter and e["external"]["exit_status"] == 0, f"{e['id']}: external block")
+        ts = e.get("tensors", {})
+        for t in ("o", "dq", "dk", "dv", "dg", "dbeta"):
+            check(t in ts and ts[t]["pass"] and ts[t]["count"] > 0, f"{e['id']}: {t} not judged or not passing")
+        for t in ("h_entry", "dh_exit"):
+            check(ts.get(t, {}).get("count") == 0, f"{e['id']}: {t} judged on an external run")
+    by = {e["row"]: e["tensors"] for e in doc["entries"]}
+    for row, t in (("D1", "ht"), ("D1", "dh0"), ("E1", "dA_log"), ("E1", "ddt_bias"), ("KA1", "dA_log"),
+                   ("KE1", "ddt_bias"), ("KD1", "dh0")):
+        check(t in by.get(row, {}) and by[row][t]["pass"], f"{row}: {t} not judged or not passing")
+    test_copy_outputs(args, os.path.join(args.workdir, "numpy_ref"))
+
+
+def test_copy_outputs(args, src_root):
+    """scripts/adapters/copy_outputs.py: outputs computed in an earlier run are judged again (pass),
+    and a source folder of another problem (another seed) is refused (fail, naming what differs)."""
+    adapter = f"{sys.executable} scripts/adapters/copy_outputs.py {src_root}"
+    p, doc, _ = run(args, "copy_outputs", ["D1", "KE1"], adapter)
+    check(p.returncode == 0 and doc and all(e["status"] == "pass" for e in doc["entries"]),
+          f"copy_outputs: exit {p.returncode}\n{p.stdout[-1500:]}")
+    other = os.path.join(args.workdir, "copy_other")
+    os.makedirs(other, exist_ok=True)
+    shutil.copytree(os.path.join(src_root, "D1_seed1"), os.path.join(other, "D1_seed2"), dirs_exist_ok=True)
+    p, doc, _ = run(args, "copy_outputs_other", ["D1"], f"{sys.executable} scripts/adapters/copy_outputs.py {other}",
+                    ["--seeds", "2"])
+    reason = doc["entries"][0].get("reason", "") if doc else ""
+    check(p.returncode == 1 and "differs from this run's in row_digest, seed" not in reason
+          and "differs from this run's in seed" in reason, f"copy_outputs of another seed: {p.returncode} {reason!r}")
+
+
+def test_broken(args):
+    fixture = f"{sys.executable} tests/adapters/broken_adapter.py --break"
+    cases = [  # mode, exit code, texts the entry's reason must hold
+        ("dk-sign", 1, ["dk: ratio_max"]),
+        ("missing-dk", 1, ["dk: not provided (the adapter did not write outputs/dk.npy)"]),
+        ("wrong-shape", 1, ["dv: outputs/dv.npy has shape [512, 1, 64], expected [512, 4, 64] ([T, HV, V])"]),
+        ("float16", 1, ["o: outputs/o.npy has dtype '<f2', expected float32 ('<f4') or float64 ('<f8')"]),
+        ("crash", 1, ["the adapter failed: exit status 3", "simulated failure in the backward"]),
+        ("nothing", 1, ["wrote no output file"]),
+        ("hang", 5, ["deadline passed", "time limit of 3 s", "killed with its process group"]),
+    ]
+    for mode, code, texts in cases:
+        extra = ["--deadline", "3"] if mode == "hang" else []
+        p, doc, secs = run(args, "broken_" + mode, ["D1"], f"{fixture} {mode}", extra)
+        check(p.returncode == code, f"{mode}: exit {p.returncode}, expected {code}\n{p.stderr[-1500:]}")
+        if doc is None:
+            check(False, f"{mode}: no results file")
+            continue
+        e = doc["entries"][0]
+        check(e["status"] == "fail", f"{mode}: status {e['status']}")
+        for text in texts:
+            check(text in e.get("reason", ""), f"{mode}: reason lacks {text!r}: {e.get('reason')!r}")
+        check(text.split(":")[0] in p.stdout + p.stderr, f"{mode}: the table line does not say why")
+        ts = e.get("tensors", {})
+        if mode == "dk-sign":
+            check(not ts["dk"]["pass"] and ts["dq"]["pass"] and ts["o"]["pass"], f"{mode}: only dk must fail")
+        if mode == "missing-dk":
+            check("dk" not in ts and e["external"]["not_provided"] == ["dk"], f"{mode}: dk listed or judged")
+            check(all(m["pass"] for m in ts.values()), f"{mode}: the tensors it wrote must pass")
+        if mode in ("crash", "nothing", "hang"):
+            check(ts == {}, f"{mode}: tensors judged after a failed command")
+        if mode == "hang":
+            check(e["external"]["timed_out"] and secs < 60, f"{mode}: not timed out, or took {secs:.0f} s")
+            folder = e["external"]["folder"]
+            left = [pid for pid in os.listdir("/proc") if pid.isdigit() and folder in _cmdline(pid)]
+            check(not left, f"{mode}: adapter processes left running: {left}")
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kcpbench", required=True)
+    ap.add_argument("--source-dir", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("which", choices=["pass", "broken"])
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    with open(os.path.join(args.source_dir, "configs", "results.schema.json")) as f:
+        schema = json.load(f)
+    args.schema = jsonschema.Draft202012Validator(schema)
+    (test_pass if args.which == "pass" else test_broken)(args)
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        sys.exit(1)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
