@@ -40,7 +40,20 @@ struct Worst {
   double max_rel = 0, rel_rms = 0;
   uint64_t max_rel_seed = 0, rel_rms_seed = 0;
 };
-using RowWorst = std::map<std::string, Worst>;  // per tensor
+using TensorWorst = std::map<std::string, Worst>;  // per tensor
+// A row's worst errors: at the planned schedule (h_entry / dh_exit: over every schedule) and per
+// forced P that ran (every tensor, that schedule only).
+struct RowWorst {
+  TensorWorst planned;
+  std::map<int, TensorWorst> forced;
+};
+
+// Folds one entry's metrics into `w`.
+void fold_worst(TensorWorst& w, const std::string& t, double max_rel, double rel_rms, uint64_t seed) {
+  Worst& x = w[t];
+  if (!(max_rel <= x.max_rel)) x = {max_rel, x.rel_rms, seed, x.rel_rms_seed};
+  if (!(rel_rms <= x.rel_rms)) x = {x.max_rel, rel_rms, x.max_rel_seed, seed};
+}
 
 double finite_or_inf(double x) { return std::isfinite(x) ? x : INFINITY; }
 
@@ -76,7 +89,7 @@ void check_exact(const RowConfig& row, uint64_t seed, const Entry& x, double& ex
 // twin's (xs, the planned schedule; matched by entry id). The worst values go into `worst`, limit
 // breaches into `violations`. Budgets come from the planned schedule, except h_entry / dh_exit:
 // the worst of the row's schedules (planned and forced), since the planned one may carry no
-// state across a segment.
+// state across a segment. Each forced P that ran also gets budgets of its own.
 void fold_row(const RowConfig& row, uint64_t seed, const std::vector<const Entry*>& es,
               const std::vector<const Entry*>& xs, RowWorst& worst, std::vector<std::string>& violations) {
   const double u = unit_roundoff(row.dtype);
@@ -101,16 +114,15 @@ void fold_row(const RowConfig& row, uint64_t seed, const std::vector<const Entry
       continue;
     }
     for (const auto& [t, m] : *e.tensors) {
-      if (m.count == 0 || (!planned && !is_boundary(t))) continue;  // nothing judged, or not this schedule's
+      if (m.count == 0) continue;  // nothing judged
       const double rel = finite_or_inf(m.rel_rms), mr = finite_or_inf(m.max_rel);
       if (m.nonfinite > 0 || !(rel <= kRoundedTwinUnits * u))
         violations.push_back(
             fmt::format("{} {} {} seed {}: the twin's rel-RMS {:.3e} (non-finite {}) breaks {} u = "
                         "{:.3e}",
                         row.name, e.id, t, seed, rel, m.nonfinite, kRoundedTwinUnits, kRoundedTwinUnits * u));
-      Worst& w = worst[t];
-      if (!(mr <= w.max_rel)) w = {mr, w.rel_rms, seed, w.rel_rms_seed};
-      if (!(rel <= w.rel_rms)) w = {w.max_rel, rel, w.max_rel_seed, seed};
+      if (!planned) fold_worst(worst.forced[e.form->P], t, mr, rel, seed);
+      if (planned || is_boundary(t)) fold_worst(worst.planned, t, mr, rel, seed);
     }
   }
   log::info0("calibrate: seed {} {}: exact-storage twin's worst relative error {:.2e} ({}; limit {:.0e})", seed,
@@ -142,11 +154,19 @@ void calibrate_seed(const std::vector<SelectedRow>& rows, const RunOptions& opt,
   }
 }
 
-// The budgets of one row from its worst errors; differences from the file's go to `differences`.
-nlohmann::ordered_json row_budgets(const RowConfig& row, const RowWorst& worst, const CalibrateCli& o,
-                                   std::vector<std::string>& differences) {
+std::string budget_text(const Budget& b) {
+  return b.relative ? fmt::format("max_rel {} rel_rms {}", b.max_rel, b.rel_rms)
+                    : fmt::format("max_abs {} rel_rms {} (absolute)", b.max_abs, b.rel_rms);
+}
+
+// The budgets of one schedule from its worst errors (`what`: "" planned, "P=2" ...); differences
+// from the file's (`have`) go to `differences`, the derived values onto `line`.
+nlohmann::ordered_json schedule_budgets(const RowConfig& row, const std::string& what, const TensorWorst& worst,
+                                        const std::map<std::string, Budget>& have, const CalibrateCli& o,
+                                        std::string& line, std::vector<std::string>& differences) {
   nlohmann::ordered_json tensors = nlohmann::ordered_json::object();
-  std::string line = fmt::format("{:<5}", row.name);
+  const std::string where = what.empty() ? row.name : row.name + " " + what;
+  if (!what.empty()) line += fmt::format("\n{:<5} {}:", "", what);
   for (const std::string& t : all_tensor_names()) {
     auto it = worst.find(t);
     if (it == worst.end()) continue;
@@ -154,20 +174,39 @@ nlohmann::ordered_json row_budgets(const RowConfig& row, const RowWorst& worst, 
     tensors[t] = {{"max_rel", b.max_rel}, {"rel_rms", b.rel_rms}};
     line += fmt::format(" {}={:.3g}/{:.3g}(s{}/s{})", t, b.max_rel, b.rel_rms, it->second.max_rel_seed,
                         it->second.rel_rms_seed);
-    auto have = row.budgets.find(t);
-    const bool same = have != row.budgets.end() && have->second.relative && have->second.max_rel == b.max_rel &&
-                      have->second.rel_rms == b.rel_rms;
+    auto h = have.find(t);
+    const bool same =
+        h != have.end() && h->second.relative && h->second.max_rel == b.max_rel && h->second.rel_rms == b.rel_rms;
     if (!same)
-      differences.push_back(
-          fmt::format("{} {}: file has {}, calibrate derives max_rel {} rel_rms {}", row.name, t,
-                      have == row.budgets.end() ? std::string("no budget")
-                      : have->second.relative
-                          ? fmt::format("max_rel {} rel_rms {}", have->second.max_rel, have->second.rel_rms)
-                          : fmt::format("max_abs {} rel_rms {} (absolute)", have->second.max_abs, have->second.rel_rms),
-                      b.max_rel, b.rel_rms));
+      differences.push_back(fmt::format("{} {}: file has {}, calibrate derives max_rel {} rel_rms {}", where, t,
+                                        h == have.end() ? std::string("no budget") : budget_text(h->second), b.max_rel,
+                                        b.rel_rms));
   }
-  std::printf("%s\n", line.c_str());
   return tensors;
+}
+
+// The budgets object of one row (planned tensors, and forced P that ran); prints one line per
+// schedule; differences from the file's go to `differences`.
+nlohmann::ordered_json row_budgets(const RowConfig& row, const RowWorst& worst, const CalibrateCli& o,
+                                   const std::vector<uint64_t>& seeds, std::vector<std::string>& differences) {
+  std::string line = fmt::format("{:<5}", row.name);
+  nlohmann::ordered_json b = {{"source", budget_formula(o.k, row.dtype)}, {"seeds", seeds}};
+  b["tensors"] = schedule_budgets(row, "", worst.planned, row.budgets, o, line, differences);
+  static const std::map<std::string, Budget> none;
+  nlohmann::ordered_json forced = nlohmann::ordered_json::object();
+  for (const auto& [P, tw] : worst.forced) {
+    const auto have = row.forced_budgets.find(P);
+    forced[std::to_string(P)] = schedule_budgets(
+        row, fmt::format("P={}", P), tw, have == row.forced_budgets.end() ? none : have->second, o, line, differences);
+  }
+  for (const auto& [P, tensors] : row.forced_budgets)
+    if (!worst.forced.count(P))
+      differences.push_back(
+          fmt::format("{}: file has budgets for forced P = {}, which calibrate did not run", row.name, P));
+  if (!forced.empty()) b["forced"] = forced;
+  if (row.budget_seeds != seeds) differences.push_back(fmt::format("{}: seeds differ", row.name));
+  std::printf("%s\n", line.c_str());
+  return b;
 }
 
 void write_row_file(const std::string& file, const nlohmann::ordered_json& doc) {
@@ -239,10 +278,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     nlohmann::ordered_json doc = nlohmann::ordered_json::parse(ss.str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const RowConfig& row = *rows[i].row;
-      nlohmann::ordered_json tensors = row_budgets(row, worst[i], *o, differences);
-      if (row.budget_seeds != seeds) differences.push_back(fmt::format("{}: seeds differ", row.name));
-      doc["rows"][row.index]["budgets"] = {
-          {"source", budget_formula(o->k, row.dtype)}, {"seeds", seeds}, {"tensors", tensors}};
+      doc["rows"][row.index]["budgets"] = row_budgets(row, worst[i], *o, seeds, differences);
     }
     if (!violations.empty()) {
       for (const auto& v : violations) std::fprintf(stderr, "calibrate: %s\n", v.c_str());

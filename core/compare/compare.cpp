@@ -320,10 +320,11 @@ void reduce_metrics(std::vector<TensorMetrics>& ms, Communicator& comm) {
   }
 }
 
-void judge(std::vector<TensorMetrics>& ms, const RowConfig& row) {
+void judge(std::vector<TensorMetrics>& ms, const RowConfig& row, int P) {
+  const std::map<std::string, Budget>& budgets = row.budgets_at(P);
   for (auto& m : ms) {
-    auto it = row.budgets.find(m.name);
-    m.has_budget = it != row.budgets.end();
+    auto it = budgets.find(m.name);
+    m.has_budget = it != budgets.end();
     if (!m.has_budget) {
       m.pass = m.count == 0;  // nothing judged (docs/design.md 6): passes without a budget
       continue;

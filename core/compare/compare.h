@@ -76,7 +76,8 @@ std::vector<TensorMetrics> compare_parameter_grads(const RowConfig& row, const R
                                                    const ParamScales& scales, Communicator& comm);
 // Applies the row's budgets (after reduce_metrics). A tensor without a budget does not pass,
 // except one with no judged element (count 0: e.g. h_entry where no segment carries state),
-// which passes without one.
-void judge(std::vector<TensorMetrics>& m, const RowConfig& row);
+// which passes without one. P: the form's schedule (0 planned): a forced P with budgets of its own
+// (RowConfig::forced_budgets) is judged by them.
+void judge(std::vector<TensorMetrics>& m, const RowConfig& row, int P = 0);
 
 }  // namespace kcp

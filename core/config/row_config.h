@@ -93,12 +93,17 @@ struct RowConfig {
   // on small shapes), empty = the device's own class.
   std::string plan_device;
   FormSet forms;
-  // budgets per tensor, with provenance
+  // budgets per tensor, with provenance: `budgets` for the planned schedule (h_entry / dh_exit:
+  // the worst over the row's schedules) and for a forced P without budgets of its own;
+  // `forced_budgets[P]`, derived at P segments on every rank, for forms forced to P (docs/design.md 6).
   std::map<std::string, Budget> budgets;
+  std::map<int, std::map<std::string, Budget>> forced_budgets;
   std::string budget_source;
   std::vector<uint64_t> budget_seeds;  // the seeds calibrate derived the budgets over (provenance)
 
   int64_t total_tokens() const;
+  // The budgets that judge a form at schedule P (0: planned).
+  const std::map<std::string, Budget>& budgets_at(int P) const;
   int sequences() const { return static_cast<int>(seqlens.size()); }
   bool has_tensor(const std::string& name) const;  // is this tensor produced for this row?
 };

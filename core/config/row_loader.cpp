@@ -133,7 +133,7 @@ const std::vector<std::string> kRowKeys = {
     "initial_state", "final_state", "dht",   "seed",  "inputs",    "plan_device", "forms",       "budgets"};
 const std::vector<std::string> kInputsKeys = {"keys", "gate_recipe", "gate_strength", "gate_mask_p", "gate_zero_p"};
 const std::vector<std::string> kFormsKeys = {"packages", "saved", "forced_P", "forced_rule"};
-const std::vector<std::string> kBudgetsKeys = {"source", "seeds", "tensors"};
+const std::vector<std::string> kBudgetsKeys = {"source", "seeds", "tensors", "forced"};
 const std::vector<std::string> kTensorBudgetKeys = {"max_rel", "max_abs", "rel_rms"};
 
 // Reads the fields of one JSON object whose accepted keys are `keys`, reporting the others as
@@ -331,6 +331,40 @@ std::optional<Budget> read_tensor_budget(const json& obj, const std::string& tpa
   return b;
 }
 
+// A row's tensor budgets: {tensor: {max_rel or max_abs, rel_rms}} at `path`.
+std::map<std::string, Budget> read_tensor_budgets(const json& te, const std::string& path,
+                                                  std::vector<std::string>& errors) {
+  std::map<std::string, Budget> out;
+  for (auto it = te.begin(); it != te.end(); ++it) {
+    const std::string tpath = path + "." + it.key();
+    if (std::find(all_tensor_names().begin(), all_tensor_names().end(), it.key()) == all_tensor_names().end()) {
+      errors.push_back(tpath + ": unknown tensor (known: " + fmt::format("{}", fmt::join(all_tensor_names(), ", ")) +
+                       ")");
+      continue;
+    }
+    if (!it->is_object()) {
+      errors.push_back(tpath + ": expected an object {max_rel or max_abs, rel_rms}, got " + type_name(*it));
+      continue;
+    }
+    if (auto b = read_tensor_budget(*it, tpath, errors)) out[it.key()] = *b;
+  }
+  return out;
+}
+
+// The P of a key of budgets.forced: a decimal integer in [1, kMaxP]; 0 (and an error) otherwise.
+int forced_budget_P(const std::string& key, const std::string& path, std::vector<std::string>& errors) {
+  int P = 0;
+  const bool digits =
+      !key.empty() && key.size() <= 4 && key.find_first_not_of("0123456789") == std::string::npos && key[0] != '0';
+  if (digits) P = std::stoi(key);
+  if (!digits || P < 1 || P > kMaxP) {
+    errors.push_back(
+        fmt::format("{}: a forced segment count in [1, {}] written as a decimal key, got \"{}\"", path, kMaxP, key));
+    return 0;
+  }
+  return P;
+}
+
 // A row's "inputs". The logsigmoid recipe's options (gate_strength, gate_mask_p, gate_zero_p) are
 // refused under model_init, which draws its gates otherwise and could not honour them.
 void parse_inputs(const json& obj, ObjectReader& r, RowConfig& row) {
@@ -392,21 +426,18 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
     ObjectReader rb(*bu, r.at("budgets"), errors, kBudgetsKeys, &unread);
     rb.get_string("source", row.budget_source);
     rb.get_int_array("seeds", row.budget_seeds, uint64_t{0}, UINT64_MAX);
-    if (const json* te = rb.object("tensors")) {
-      for (auto it = te->begin(); it != te->end(); ++it) {
-        const std::string tpath = rb.at("tensors") + "." + it.key();
-        if (std::find(all_tensor_names().begin(), all_tensor_names().end(), it.key()) == all_tensor_names().end()) {
-          errors.push_back(tpath +
-                           ": unknown tensor (known: " + fmt::format("{}", fmt::join(all_tensor_names(), ", ")) + ")");
-          continue;
-        }
+    if (const json* te = rb.object("tensors")) row.budgets = read_tensor_budgets(*te, rb.at("tensors"), errors);
+    if (const json* fo = rb.object("forced"))
+      for (auto it = fo->begin(); it != fo->end(); ++it) {
+        const std::string fpath = rb.at("forced") + "." + it.key();
+        const int P = forced_budget_P(it.key(), fpath, errors);
+        if (P == 0) continue;
         if (!it->is_object()) {
-          errors.push_back(tpath + ": expected an object {max_rel or max_abs, rel_rms}, got " + type_name(*it));
+          errors.push_back(fpath + ": expected an object of tensor budgets, got " + type_name(*it));
           continue;
         }
-        if (auto b = read_tensor_budget(*it, tpath, errors)) row.budgets[it.key()] = *b;
+        row.forced_budgets[P] = read_tensor_budgets(*it, fpath, errors);
       }
-    }
     rb.report_unknown();
   }
   r.report_unknown();
@@ -566,10 +597,16 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
     if (P < 1 || P > kMaxP)
       e.push_back(fmt::format("{}.forms.forced_P[{}]: must be in [1, {}], got {}", p, i, kMaxP, P));
   }
-  if (read({"final_state", "A_log", "dt_bias", "initial_state"}))
+  if (read({"final_state", "A_log", "dt_bias", "initial_state"})) {
     for (const auto& [t, b] : row.budgets)
       if (!row.has_tensor(t))
         e.push_back(fmt::format("{}.budgets.tensors.{}: this row does not produce {} (check its options)", p, t, t));
+    for (const auto& [P, tensors] : row.forced_budgets)
+      for (const auto& [t, b] : tensors)
+        if (!row.has_tensor(t))
+          e.push_back(
+              fmt::format("{}.budgets.forced.{}.{}: this row does not produce {} (check its options)", p, P, t, t));
+  }
   if (!row.plan_device.empty()) {
     bool known = false;
     std::string names;
@@ -594,6 +631,11 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
     }
   }
   return e;
+}
+
+const std::map<std::string, Budget>& RowConfig::budgets_at(int P) const {
+  const auto it = forced_budgets.find(P);
+  return P > 0 && it != forced_budgets.end() ? it->second : budgets;
 }
 
 int64_t RowConfig::total_tokens() const {

@@ -601,7 +601,7 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   reduce_metrics(ms, comm);
   for (auto& m : compare_parameter_grads(c.row, plan.ranks[r], res, c.piece_refs, c.param_scales, comm))
     ms.push_back(m);
-  judge(ms, c.row);
+  judge(ms, c.row, form.forced_P);
   const Verdict v = summarize(ms);
   const ResultDigest bits = digest(res);
   release_tensors(res);  // the tensors are freed before a det rerun

@@ -48,6 +48,24 @@ TEST(Budget, ARelativeBudgetMeansTheSameAtEveryScale) {
   EXPECT_FALSE(ms[0].pass);
 }
 
+// judge(ms, row, P) takes the forced schedule's budgets where the row has them.
+TEST(Budget, AForcedFormIsJudgedByItsScheduleBudgets) {
+  RowConfig row;
+  row.budgets["o"] = Budget::of_scale(0.01, 0.01);
+  row.forced_budgets[2]["o"] = Budget::of_scale(0.02, 0.01);
+  TensorMetrics m;
+  m.name = "o";
+  m.count = 1;
+  m.max_rel = 0.015;
+  m.rel_rms = 0.005;
+  for (int P : {0, 2, 4}) {
+    std::vector<TensorMetrics> ms = {m};
+    judge(ms, row, P);
+    EXPECT_DOUBLE_EQ(ms[0].ratio_max, P == 2 ? 0.75 : 1.5) << "P = " << P;
+    EXPECT_EQ(ms[0].pass, P == 2) << "P = " << P;
+  }
+}
+
 namespace {
 // A GDN softplus row of one value head, T tokens, with A_log and dt_bias.
 RowConfig softplus_row() {

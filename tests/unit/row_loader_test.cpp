@@ -153,6 +153,26 @@ TEST(RowLoader, EveryMistakeIsNamedWithFilePathExpectedAndFound) {
        },
        "rows[0].dt_bias: row A1: gate_recipe \"model_init\" on the softplus form draws dt_bias and needs dt_bias: "
        "true, got false"},
+      {"forced budget key not a P",
+       [](json& d) {
+         d["rows"][1]["budgets"]["forced"] = {{"two", json::object()}};
+       },
+       "rows[1].budgets.forced.two: a forced segment count in [1, 64] written as a decimal key, got \"two\""},
+      {"forced budget key 0",
+       [](json& d) {
+         d["rows"][1]["budgets"]["forced"] = {{"0", json::object()}};
+       },
+       "rows[1].budgets.forced.0: a forced segment count in [1, 64]"},
+      {"forced budget of an unknown tensor",
+       [](json& d) {
+         d["rows"][1]["budgets"]["forced"] = {{"2", {{"oo", {{"max_rel", 0.1}, {"rel_rms", 0.1}}}}}};
+       },
+       "rows[1].budgets.forced.2.oo: unknown tensor"},
+      {"forced budget of a tensor the row lacks",
+       [](json& d) {
+         d["rows"][0]["budgets"]["forced"] = {{"2", {{"ht", {{"max_rel", 0.1}, {"rel_rms", 0.1}}}}}};
+       },
+       "rows[0].budgets.forced.2.ht: this row does not produce ht"},
       {"model_init with a weak lower bound",
        [](json& d) {
          d["rows"][1]["dt_bias"] = true;
@@ -342,4 +362,20 @@ TEST(RowLoader, ADirectoryIsNotARowFile) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(dir + ": is a directory, not a row file"), std::string::npos) << e.what();
   }
+}
+
+// budgets.forced.P judges the forms forced to P; a forced P without its own budgets, and the
+// planned schedule, are judged by budgets.tensors (docs/design.md 6).
+TEST(RowLoader, ForcedScheduleBudgetsJudgeTheirOwnSchedule) {
+  json d = valid_set();
+  d["rows"][1]["budgets"]["forced"] = {{"2", {{"o", {{"max_rel", 0.02}, {"rel_rms", 0.03}}}}}};
+  const RowSet set = load_row_set_text(d.dump(), "ok.json");
+  const RowConfig& row = set.rows[1];
+  ASSERT_EQ(row.forced_budgets.size(), 1u);
+  EXPECT_TRUE(row.budgets_at(2).at("o").relative);
+  EXPECT_DOUBLE_EQ(row.budgets_at(2).at("o").max_rel, 0.02);
+  EXPECT_FALSE(row.budgets_at(0).at("o").relative) << "planned: budgets.tensors (max_abs 0.1)";
+  EXPECT_DOUBLE_EQ(row.budgets_at(3).at("o").max_abs, 0.1) << "P = 3 has no budgets of its own";
+  EXPECT_EQ(set.row_digests[1], load_row_set_text(valid_set().dump(), "ok.json").row_digests[1])
+      << "budgets are not part of the row's digest";
 }
