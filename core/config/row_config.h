@@ -52,6 +52,9 @@ struct InputRecipe {
   double gate_strength = 1.0;                       // direct gates: logsigmoid(randn) / gate_strength
   double gate_mask_p = 0.0;                         // probability that a direct gate is set to -1000 (extreme decay)
   double gate_zero_p = 0.0;                         // probability that a direct gate is set to 0 (no decay)
+  double beta_scale = 1.0;                          // beta = beta_scale * sigmoid(randn), beta_scale in (0, 1]
+  double h0_scale = 1.0;                            // h0 = h0_scale * randn (standard deviation of h0)
+  double dht_scale = 1.0;                           // dht = dht_scale * randn (standard deviation of dht)
 };
 
 // Forms to run (docs/design.md 1: package x saved set x schedule).

@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "core/plan/segment_plan.h"
@@ -131,7 +132,8 @@ const std::vector<std::string> kRowKeys = {
     "name",          "description", "op",    "H",     "HV",        "K",           "V",           "seqlens", "world",
     "rank_tokens",   "chunk",       "dtype", "scale", "qk_l2norm", "gate",        "lower_bound", "A_log",   "dt_bias",
     "initial_state", "final_state", "dht",   "seed",  "inputs",    "plan_device", "forms",       "budgets"};
-const std::vector<std::string> kInputsKeys = {"keys", "gate_recipe", "gate_strength", "gate_mask_p", "gate_zero_p"};
+const std::vector<std::string> kInputsKeys = {"keys",        "gate_recipe", "gate_strength", "gate_mask_p",
+                                              "gate_zero_p", "beta_scale",  "h0_scale",      "dht_scale"};
 const std::vector<std::string> kFormsKeys = {"packages", "saved", "forced_P", "forced_rule"};
 const std::vector<std::string> kBudgetsKeys = {"source", "seeds", "tensors", "forced"};
 const std::vector<std::string> kTensorBudgetKeys = {"max_rel", "max_abs", "rel_rms"};
@@ -373,6 +375,9 @@ void parse_inputs(const json& obj, ObjectReader& r, RowConfig& row) {
   r.get_double("gate_strength", row.inputs.gate_strength);
   r.get_double("gate_mask_p", row.inputs.gate_mask_p);
   r.get_double("gate_zero_p", row.inputs.gate_zero_p);
+  r.get_double("beta_scale", row.inputs.beta_scale);
+  r.get_double("h0_scale", row.inputs.h0_scale);
+  r.get_double("dht_scale", row.inputs.dht_scale);
   r.report_unknown();
   if (row.inputs.gate_recipe != GateRecipe::ModelInit) return;
   for (const char* key : {"gate_strength", "gate_mask_p", "gate_zero_p"})
@@ -445,14 +450,19 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
 }
 
 // The row's problem digest covers everything that changes the numbers, not its budgets or text.
-// Naming the default gate recipe ("logsigmoid") leaves it as the row without the key: the digest
-// seeds every input, so such a row keeps its inputs and baselines.
+// Naming a default input recipe value (gate_recipe "logsigmoid", beta_scale / h0_scale / dht_scale
+// 1) leaves it as the row without the key: the digest seeds every input, so such a row keeps its
+// inputs and baselines.
 json canonical_problem(json row) {
   row.erase("budgets");
   row.erase("description");
   auto in = row.find("inputs");
-  if (in != row.end() && in->is_object() && in->value("gate_recipe", json()) == "logsigmoid") {
-    in->erase("gate_recipe");
+  if (in != row.end() && in->is_object()) {
+    if (in->value("gate_recipe", json()) == "logsigmoid") in->erase("gate_recipe");
+    for (const char* key : {"beta_scale", "h0_scale", "dht_scale"}) {
+      auto v = in->find(key);
+      if (v != in->end() && v->is_number() && v->get<double>() == 1.0) in->erase(key);
+    }
     if (in->empty()) row.erase("inputs");
   }
   return row;
@@ -585,6 +595,19 @@ std::vector<std::string> validate_row(const RowConfig& row, const std::string& p
                             std::pair{"inputs.gate_zero_p", row.inputs.gate_zero_p}})
     if (read({"inputs", field}) && !(val >= 0 && val <= 1))
       bad(field, fmt::format("must be a probability in [0, 1], got {}", val));
+  if (read({"inputs", "inputs.beta_scale"}) && !(row.inputs.beta_scale > 0 && row.inputs.beta_scale <= 1))
+    bad("inputs.beta_scale", fmt::format("row {}: must be in (0, 1] (beta = beta_scale * sigmoid(randn)), got {}",
+                                         row.name, row.inputs.beta_scale));
+  for (auto [field, val, needs, has] :
+       {std::tuple{"inputs.h0_scale", row.inputs.h0_scale, "initial_state", row.initial_state},
+        std::tuple{"inputs.dht_scale", row.inputs.dht_scale, "dht", row.dht}}) {
+    if (!read({"inputs", field, needs})) continue;
+    if (!(val > 0 && std::isfinite(val)))
+      bad(field, fmt::format("row {}: must be a positive finite standard deviation, got {}", row.name, val));
+    else if (val != 1.0 && !has)
+      bad(field, fmt::format("row {}: scales an input the row does not have; it needs {}: true, got {} = {}", row.name,
+                             needs, field, val));
+  }
   for (const auto& m :
        model_init_problems(row, read({"inputs", "inputs.gate_recipe", "gate", "dt_bias", "lower_bound"})))
     bad(m.first, m.second);

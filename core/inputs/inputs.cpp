@@ -203,8 +203,10 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   }
   fill(in.v, "v", HV * V, normal);
   fill(in.dO, "dO", HV * V, normal);
-  fill(in.beta, "beta", HV,
-       [&](uint64_t key, uint64_t c) { return round_to(float(sigmoid(standard_normal(key, c))), rt); });
+  // beta = beta_scale * sigmoid(randn); beta_scale 1 (the default) gives the same bits as without it.
+  fill(in.beta, "beta", HV, [&](uint64_t key, uint64_t c) {
+    return round_to(float(row.inputs.beta_scale * sigmoid(standard_normal(key, c))), rt);
+  });
   if (row.inputs.gate_recipe == GateRecipe::ModelInit)
     model_init_gates(row, digest, in);
   else
@@ -215,8 +217,8 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
     out.resize(static_cast<size_t>(N * state));
     for (int64_t i = 0; i < N * state; ++i) out[i] = float(sd * standard_normal(key, i));
   };
-  if (row.initial_state) fill_states(in.h0, "h0", 1.0);
-  if (row.dht) fill_states(in.dht, "dht", 1.0);
+  if (row.initial_state) fill_states(in.h0, "h0", row.inputs.h0_scale);
+  if (row.dht) fill_states(in.dht, "dht", row.inputs.dht_scale);
   return in;
 }
 

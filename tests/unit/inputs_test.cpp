@@ -180,6 +180,37 @@ TEST(Inputs, DefaultGateRecipeKeepsTheInputsBitForBit) {
     EXPECT_EQ(inputs_hash(make_inputs(*row, "digest", 0, row->total_tokens())), expect) << to_string(row->gate);
 }
 
+// beta_scale, h0_scale and dht_scale scale what they name and nothing else (same digest: the same
+// draws); h0 and dht are fp32, so power-of-two scales are exact; beta is rounded again to the dtype.
+TEST(Inputs, InputScalesScaleBetaH0AndDhtOnly) {
+  const RowConfig base = small_row(Op::Gdn);
+  RowConfig scaled = base;
+  scaled.inputs.beta_scale = 0.01;
+  scaled.inputs.h0_scale = 16;
+  scaled.inputs.dht_scale = 0.25;
+  const RowInputs a = make_inputs(base, "digest", 0, base.total_tokens());
+  const RowInputs b = make_inputs(scaled, "digest", 0, scaled.total_tokens());
+  for (const auto& [x, y] : {std::pair{&a.q, &b.q}, std::pair{&a.k, &b.k}, std::pair{&a.v, &b.v}, std::pair{&a.g, &b.g},
+                             std::pair{&a.dO, &b.dO}, std::pair{&a.dt_bias, &b.dt_bias}})
+    EXPECT_TRUE(same_bits(*x, *y));
+  ASSERT_EQ(a.h0.size(), b.h0.size());
+  ASSERT_FALSE(a.h0.empty());
+  for (size_t i = 0; i < a.h0.size(); ++i) ASSERT_EQ(b.h0[i], 16.0f * a.h0[i]) << i;
+  ASSERT_EQ(a.dht.size(), b.dht.size());
+  ASSERT_FALSE(a.dht.empty());
+  for (size_t i = 0; i < a.dht.size(); ++i) ASSERT_EQ(b.dht[i], 0.25f * a.dht[i]) << i;
+  ASSERT_EQ(a.beta.size(), b.beta.size());
+  float bmax = 0;
+  for (size_t i = 0; i < a.beta.size(); ++i) {
+    ASSERT_GT(b.beta[i], 0.0f) << i;
+    bmax = std::max(bmax, b.beta[i]);
+    // each rounded to bf16 once (relative error at most 2^-8 each): together at most about 2^-7
+    EXPECT_NEAR(b.beta[i], 0.01 * a.beta[i], 0.01 * a.beta[i] * std::ldexp(1.01, -7)) << i;
+  }
+  EXPECT_LE(bmax, 0.01f);
+  EXPECT_GT(bmax, 0.008f) << "sigmoid(randn) reaches above 0.8 over this many draws";
+}
+
 // model_init: a = -A softplus(g + dt_bias) with A in [1, 16], dt = softplus(dt_bias) in [1e-3, 1e-1]
 // and g = 0.1 randn, so every decay lies in [-1.6, -1e-3] up to the factor e^{+-|g|} (at most
 // e^{+-0.5} at 5 sigma), and a row's decays span most of that range.

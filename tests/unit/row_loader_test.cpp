@@ -74,6 +74,38 @@ TEST(RowLoader, TheDefaultGateRecipeKeepsTheRowDigest) {
   EXPECT_NE(model.row_digests[0], set.row_digests[0]);
 }
 
+// The input scales (beta_scale, h0_scale, dht_scale) default to 1: rows without them keep their
+// digests, naming 1 changes nothing, any other value gives another row (other inputs).
+TEST(RowLoader, DefaultInputScalesKeepTheRowDigest) {
+  const RowSet set = load_row_set_text(valid_set().dump(), "ok.json");
+  EXPECT_EQ(set.rows[1].inputs.beta_scale, 1.0);
+  EXPECT_EQ(set.rows[1].inputs.h0_scale, 1.0);
+  EXPECT_EQ(set.rows[1].inputs.dht_scale, 1.0);
+  json d = valid_set();
+  d["rows"][0]["inputs"] = {{"beta_scale", 1}};
+  d["rows"][1]["inputs"] = {{"beta_scale", 1.0}, {"dht_scale", 1}, {"gate_strength", 4}};
+  const RowSet named = load_row_set_text(d.dump(), "x");
+  EXPECT_EQ(named.row_digests[0], set.row_digests[0]);
+  d["rows"][1]["inputs"] = {{"gate_strength", 4}};
+  EXPECT_EQ(named.row_digests[1], load_row_set_text(d.dump(), "x").row_digests[1]);
+  d["rows"][1]["initial_state"] = true;
+  const std::string with_h0 = load_row_set_text(d.dump(), "x").row_digests[1];
+  d["rows"][1]["inputs"]["h0_scale"] = 1;
+  EXPECT_EQ(load_row_set_text(d.dump(), "x").row_digests[1], with_h0);
+  for (const char* key : {"beta_scale", "h0_scale", "dht_scale"}) {
+    json e = d;
+    e["rows"][1]["inputs"][key] = 0.5;
+    const RowSet scaled = load_row_set_text(e.dump(), "x");
+    EXPECT_NE(scaled.row_digests[1], with_h0) << key;
+    EXPECT_EQ(scaled.row_digests[0], set.row_digests[0]) << key;
+  }
+  d["rows"][1]["inputs"] = {{"beta_scale", 0.01}, {"h0_scale", 16}, {"dht_scale", 8}};
+  const RowSet scaled = load_row_set_text(d.dump(), "x");
+  EXPECT_EQ(scaled.rows[1].inputs.beta_scale, 0.01);
+  EXPECT_EQ(scaled.rows[1].inputs.h0_scale, 16.0);
+  EXPECT_EQ(scaled.rows[1].inputs.dht_scale, 8.0);
+}
+
 TEST(RowLoader, EveryMistakeIsNamedWithFilePathExpectedAndFound) {
   const std::vector<BrokenCase> cases = {
       {"unknown key", [](json& d) { d["rows"][0]["headz"] = 3; }, "bad.json: rows[0].headz: unknown key"},
@@ -181,6 +213,44 @@ TEST(RowLoader, EveryMistakeIsNamedWithFilePathExpectedAndFound) {
        },
        "rows[1].lower_bound: row KB1: gate_recipe \"model_init\" needs lower_bound <= -1.6 (its strongest decay), "
        "got -1"},
+      {"beta_scale zero",
+       [](json& d) {
+         d["rows"][0]["inputs"] = {{"beta_scale", 0}};
+       },
+       "rows[0].inputs.beta_scale: row A1: must be in (0, 1] (beta = beta_scale * sigmoid(randn)), got 0"},
+      {"beta_scale above 1",
+       [](json& d) {
+         d["rows"][1]["inputs"] = {{"beta_scale", 1.5}};
+       },
+       "rows[1].inputs.beta_scale: row KB1: must be in (0, 1] (beta = beta_scale * sigmoid(randn)), got 1.5"},
+      {"negative h0_scale",
+       [](json& d) {
+         d["rows"][1]["initial_state"] = true;
+         d["rows"][1]["inputs"] = {{"h0_scale", -2}};
+       },
+       "rows[1].inputs.h0_scale: row KB1: must be a positive finite standard deviation, got -2"},
+      {"h0_scale without initial_state",
+       [](json& d) {
+         d["rows"][0]["inputs"] = {{"h0_scale", 16}};
+       },
+       "rows[0].inputs.h0_scale: row A1: scales an input the row does not have; it needs initial_state: true, got "
+       "inputs.h0_scale = 16"},
+      {"zero dht_scale",
+       [](json& d) {
+         d["rows"][1]["inputs"] = {{"dht_scale", 0}};
+       },
+       "rows[1].inputs.dht_scale: row KB1: must be a positive finite standard deviation, got 0"},
+      {"dht_scale without dht",
+       [](json& d) {
+         d["rows"][0]["inputs"] = {{"dht_scale", 4}};
+       },
+       "rows[0].inputs.dht_scale: row A1: scales an input the row does not have; it needs dht: true, got "
+       "inputs.dht_scale = 4"},
+      {"dht_scale not a number",
+       [](json& d) {
+         d["rows"][1]["inputs"] = {{"dht_scale", "big"}};
+       },
+       "rows[1].inputs.dht_scale: expected a number, got string \"big\""},
   };
   for (const auto& c : cases) {
     json d = valid_set();
