@@ -1,0 +1,492 @@
+// Walk-step microbenchmark (issue 17 item 2): the time of one chunk step of the GDN forward state
+// recurrence (docs/algorithm.md F4) written with Hopper's own machinery, to learn how far a
+// walk-based design can go before the chunk kernels are redesigned. Not a test; not linked to the
+// product. Prints one table line per T and checks the result against an fp32 CPU walk.
+//
+// One step, chunk n of C = 64 tokens, value head j, a 64-column tile of the K x V state S (fp32):
+//   Sb = bf16(S)                          -> h[n] (TMA store)
+//   vr = U - W Sb                         wgmma m64n64k16, A = W (K-major), B = Sb (MN-major)
+//   v_new = bf16(vr)                      -> v_new (TMA store)
+//   vs = bf16(vr * exp2(gL - g_r))
+//   S = exp2(gL) S + k^T vs               wgmma, A = k^T (MN-major: the k tile read transposed)
+// which is the CPU twin's [S1]-[S3] and the CUDA walk's step (gdn_chunk_state_kernel.cuh).
+//
+// Block: one warpgroup of consumers (128 threads: the state in wgmma accumulators, 64 fp32
+// registers a thread for a 128 x 64 tile) and one producer warp that streams W, k, U and the
+// chunk's gate cumsum into a two-stage ring with TMA (cp.async.bulk.tensor, 128-byte swizzle)
+// completing on mbarriers, so chunk n + 1's operands arrive while chunk n computes. Grid: HV x
+// (V / 64) blocks, one segment per head (P = 1); the step time is the kernel time over the chunks.
+//
+// Layouts: W, U, v_new [T, HV, 128] bf16; k [T, H, 128] bf16 (GVA: head j reads qk head j / G);
+// g [HV, T] fp32 log2 cumsum within each chunk (head-major so a chunk's 64 gates are one 256-byte
+// bulk copy); h [NT, HV, K, V] bf16; S0 / S_out [HV, K, V] fp32.
+//
+// Build: sm_90a only (wgmma). Run: kcp_walk_step_bench [T ...] (default 8192 32768).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+#define CHECK_CUDA(x)                                                                                   \
+  do {                                                                                                  \
+    cudaError_t e_ = (x);                                                                               \
+    if (e_ != cudaSuccess) {                                                                            \
+      std::fprintf(stderr, "CUDA %s at %s:%d in '%s'\n", cudaGetErrorName(e_), __FILE__, __LINE__, #x); \
+      std::exit(1);                                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+constexpr int kK = 128, kV = 128, kC = 64, kBV = 64;
+constexpr int kH = 16, kHV = 32;  // the issue's shape: GVA with G = 2
+constexpr int kConsumers = 128, kThreads = kConsumers + 32;
+constexpr int kTile = kC * 64 * 2;  // one 64 x 64 bf16 tile: 8 KiB
+// Shared memory (byte offsets from a 1024-aligned base; swizzled tiles need 1024 alignment).
+constexpr int kStageW0 = 0, kStageW1 = kTile, kStageK0 = 2 * kTile, kStageK1 = 3 * kTile, kStageU = 4 * kTile,
+              kStageG = 5 * kTile;
+constexpr int kStageBytes = 42 * 1024;  // 5 tiles + 256 bytes of gates, rounded to 1 KiB
+constexpr int kStages = 2;
+constexpr int kSS = kStages * kStageBytes;  // Sb: 128 keys x 64 columns bf16 (16 KiB)
+constexpr int kSV = kSS + 2 * kTile;        // vs: 64 tokens x 64 columns
+constexpr int kSVn = kSV + kTile;           // v_new staging for its TMA store
+constexpr int kBar = kSVn + kTile;          // full[2], empty[2]
+constexpr int kSmemBytes = kBar + 64 + 1024;
+constexpr uint32_t kStageTx = 5 * kTile + kC * 4;
+
+// ---- PTX wrappers ---------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred P1;\nWAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE_%=;\nbra WAIT_%=;\nDONE_%=:\n}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
+                                            int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
+
+// wgmma shared-memory descriptor with the 128-byte swizzle (PTX ISA "matrix descriptor").
+__device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
+         (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
+}
+// K-major tile (rows of 64 bf16 = 128 bytes along K), k16 step kk inside one 64-wide atom.
+__device__ __forceinline__ uint64_t desc_k(uint32_t tile, int kk) { return gmma_desc(tile + kk * 32, 16, 1024); }
+// MN-major tile (rows of 64 bf16 along M or N, one row per K index), k16 step kk = 16 rows.
+__device__ __forceinline__ uint64_t desc_mn(uint32_t tile, int kk) { return gmma_desc(tile + kk * 2048, 8192, 1024); }
+
+__device__ __forceinline__ void fence_acc(float (&d)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (64 x 64 fp32) = [D +] A B, bf16 operands from shared memory.
+template <int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_64x64x16(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, %35, %36;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// Byte offset of element (r, c), c < 64, in a tile of 128-byte rows with the 128-byte swizzle
+// (the 16-byte chunk index XOR the row within its group of 8): TMA's and wgmma's layout.
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return uint32_t(r * 128 + ((((c >> 3) ^ (r & 7))) << 4) + (c & 7) * 2);
+}
+__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Accumulator fragment of m64nN: element e of thread t sits at (row, col) below.
+__device__ __forceinline__ int frag_row(int t, int e) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((e >> 1) & 1); }
+__device__ __forceinline__ int frag_col(int t, int e) { return 8 * (e >> 2) + 2 * (t % 4) + (e & 1); }
+
+struct Params {
+  int NT, G;
+  const float* g;   // [HV, T]
+  const float* S0;  // [HV, K, V]
+  float* S_out;     // [HV, K, V]
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    walk_step_kernel(const __grid_constant__ CUtensorMap tmW, const __grid_constant__ CUtensorMap tmK,
+                     const __grid_constant__ CUtensorMap tmU, const __grid_constant__ CUtensorMap tmH,
+                     const __grid_constant__ CUtensorMap tmVn, Params p) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  unsigned char* sbase = smem_raw + (base - smem_u32(smem_raw));
+  const int tid = int(threadIdx.x);
+  const int j = int(blockIdx.x) / (kV / kBV), c0 = (int(blockIdx.x) % (kV / kBV)) * kBV, i = j / p.G;
+  const uint32_t full0 = base + kBar, empty0 = base + kBar + 16;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, kConsumers / 32);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (tid >= kConsumers) {  // producer warp: one lane issues every copy
+    if (tid != kConsumers) return;
+    for (int n = 0; n < p.NT; ++n) {
+      const int s = n % kStages;
+      if (n >= kStages) mbar_wait(empty0 + 8 * s, uint32_t((n / kStages - 1) & 1));
+      const uint32_t st = base + s * kStageBytes, full = full0 + 8 * s;
+      mbar_expect_tx(full, kStageTx);
+      tma_load_3d(st + kStageW0, &tmW, full, 0, j, n * kC);
+      tma_load_3d(st + kStageW1, &tmW, full, 64, j, n * kC);
+      tma_load_3d(st + kStageK0, &tmK, full, 0, i, n * kC);
+      tma_load_3d(st + kStageK1, &tmK, full, 64, i, n * kC);
+      tma_load_3d(st + kStageU, &tmU, full, c0, j, n * kC);
+      bulk_load(st + kStageG, p.g + (int64_t(j) * p.NT + n) * kC, kC * 4, full);
+    }
+    return;
+  }
+
+  // Consumers: S rows 0-63 in acc0, rows 64-127 in acc1 (columns c0 .. c0 + 63).
+  float acc0[32], acc1[32], v[32] = {};
+  const float* S0 = p.S0 + int64_t(j) * kK * kV + c0;
+#pragma unroll
+  for (int e = 0; e < 32; ++e) {
+    acc0[e] = S0[frag_row(tid, e) * kV + frag_col(tid, e)];
+    acc1[e] = S0[(64 + frag_row(tid, e)) * kV + frag_col(tid, e)];
+  }
+  for (int n = 0; n < p.NT; ++n) {
+    const int s = n % kStages;
+    const uint32_t st = base + s * kStageBytes;
+    if (tid == 0) bulk_wait_read();  // the previous chunk's h / v_new stores have read sS / sVn
+    consumers_sync();
+    // Sb -> sS (rows = keys), the B operand of W Sb and the h[n] tile.
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+      const int r = frag_row(tid, e), c = frag_col(tid, e);
+      *reinterpret_cast<uint32_t*>(sbase + kSS + swz(r, c)) = pack_bf16(acc0[e], acc0[e + 1]);
+      *reinterpret_cast<uint32_t*>(sbase + kSS + swz(64 + r, c)) = pack_bf16(acc1[e], acc1[e + 1]);
+    }
+    fence_proxy_async();
+    consumers_sync();
+    if (tid == 0) tma_store_3d(&tmH, base + kSS, c0, 0, n * kHV + j);
+
+    mbar_wait(full0 + 8 * s, uint32_t((n / kStages) & 1));
+    const float* g = reinterpret_cast<const float*>(sbase + s * kStageBytes + kStageG);
+    const float gL = g[kC - 1];
+    // vr = U - W Sb
+    fence_acc(v);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk)
+      wgmma_64x64x16<0, 1>(v, desc_k(st + (kk < 4 ? kStageW0 : kStageW1), kk % 4), desc_mn(base + kSS, kk), kk > 0);
+    wgmma_commit();
+    wgmma_wait();
+    fence_acc(v);
+#pragma unroll
+    for (int e = 0; e < 32; e += 2) {
+      const int r = frag_row(tid, e), c = frag_col(tid, e);
+      const __nv_bfloat162 u = *reinterpret_cast<const __nv_bfloat162*>(sbase + s * kStageBytes + kStageU + swz(r, c));
+      const float vr0 = __low2float(u) - v[e], vr1 = __high2float(u) - v[e + 1];
+      const float f = exp2f(gL - g[r]);
+      *reinterpret_cast<uint32_t*>(sbase + kSVn + swz(r, c)) = pack_bf16(vr0, vr1);
+      *reinterpret_cast<uint32_t*>(sbase + kSV + swz(r, c)) = pack_bf16(vr0 * f, vr1 * f);
+    }
+    fence_proxy_async();
+    consumers_sync();
+    if (tid == 0) tma_store_3d(&tmVn, base + kSVn, c0, j, n * kC);
+    // S = exp2(gL) S + k^T vs
+    const float gam = exp2f(gL);
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      acc0[e] *= gam;
+      acc1[e] *= gam;
+    }
+    fence_acc(acc0);
+    fence_acc(acc1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kC / 16; ++kk)
+      wgmma_64x64x16<1, 1>(acc0, desc_mn(st + kStageK0, kk), desc_mn(base + kSV, kk), 1);
+#pragma unroll
+    for (int kk = 0; kk < kC / 16; ++kk)
+      wgmma_64x64x16<1, 1>(acc1, desc_mn(st + kStageK1, kk), desc_mn(base + kSV, kk), 1);
+    wgmma_commit();
+    wgmma_wait();
+    fence_acc(acc0);
+    fence_acc(acc1);
+    if (tid % 32 == 0) mbar_arrive(empty0 + 8 * s);
+  }
+  float* So = p.S_out + int64_t(j) * kK * kV + c0;
+#pragma unroll
+  for (int e = 0; e < 32; ++e) {
+    So[frag_row(tid, e) * kV + frag_col(tid, e)] = acc0[e];
+    So[(64 + frag_row(tid, e)) * kV + frag_col(tid, e)] = acc1[e];
+  }
+  if (tid == 0) bulk_wait_all();
+}
+
+// ---- host -----------------------------------------------------------------------------------
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+  if (!fn || q != cudaDriverEntryPointSuccess) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
+    std::exit(1);
+  }
+  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+}
+
+// A bf16 tensor of dims {d0 (contiguous), d1, d2} and a box {b0, b1, b2}, 128-byte swizzle.
+CUtensorMap make_map(void* ptr, uint64_t d0, uint64_t d1, uint64_t d2, uint32_t b0, uint32_t b1, uint32_t b2) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
+  CUtensorMap m{};
+  const cuuint64_t dims[3] = {d0, d1, d2};
+  const cuuint64_t strides[2] = {d0 * 2, d0 * d1 * 2};
+  const cuuint32_t box[3] = {b0, b1, b2}, es[3] = {1, 1, 1};
+  const CUresult r =
+      encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, ptr, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", int(r));
+    std::exit(1);
+  }
+  return m;
+}
+
+float bf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+uint16_t bits(float x) {
+  const __nv_bfloat16 h = __float2bfloat16_rn(x);
+  return *reinterpret_cast<const uint16_t*>(&h);
+}
+float from_bits(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+struct Host {
+  int T, NT;
+  std::vector<uint16_t> W, k, U;  // bf16 patterns
+  std::vector<float> g, S0;
+};
+
+Host make_inputs(int T, uint64_t seed) {
+  Host h;
+  h.T = T;
+  h.NT = T / kC;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(0.001f, 0.1f);
+  h.W.resize(size_t(T) * kHV * kK);
+  h.k.resize(size_t(T) * kH * kK);
+  h.U.resize(size_t(T) * kHV * kV);
+  for (auto& x : h.W) x = bits(nd(rng) * 0.06f);
+  for (auto& x : h.k) x = bits(nd(rng) * 0.088f);
+  for (auto& x : h.U) x = bits(nd(rng) * 0.5f);
+  h.g.resize(size_t(kHV) * T);
+  for (int j = 0; j < kHV; ++j)
+    for (int n = 0; n < h.NT; ++n) {
+      float cum = 0.0f;
+      for (int r = 0; r < kC; ++r) {
+        cum -= ud(rng) / std::log(2.0f);  // log2 of a per-token decay e^-0.001 .. e^-0.1
+        h.g[size_t(j) * T + size_t(n) * kC + r] = cum;
+      }
+    }
+  h.S0.resize(size_t(kHV) * kK * kV);
+  for (auto& x : h.S0) x = nd(rng) * 0.3f;
+  return h;
+}
+
+// The fp32 CPU walk of head j, columns [c0, c0 + 64): the final S and every v_new.
+void cpu_walk(const Host& h, int j, int c0, std::vector<float>& S, std::vector<float>& vnew) {
+  const int i = j / (kHV / kH);
+  S.assign(size_t(kK) * kBV, 0.0f);
+  for (int a = 0; a < kK; ++a)
+    for (int c = 0; c < kBV; ++c) S[size_t(a) * kBV + c] = h.S0[(size_t(j) * kK + a) * kV + c0 + c];
+  vnew.assign(size_t(h.T) * kBV, 0.0f);
+  std::vector<float> Sb(size_t(kK) * kBV), vs(size_t(kC) * kBV);
+  for (int n = 0; n < h.NT; ++n) {
+    for (size_t e = 0; e < Sb.size(); ++e) Sb[e] = bf(S[e]);
+    const float* g = &h.g[size_t(j) * h.T + size_t(n) * kC];
+    const float gL = g[kC - 1];
+    for (int r = 0; r < kC; ++r) {
+      const size_t t = size_t(n) * kC + r;
+      for (int c = 0; c < kBV; ++c) {
+        float acc = 0.0f;
+        for (int a = 0; a < kK; ++a) acc += from_bits(h.W[(t * kHV + j) * kK + a]) * Sb[size_t(a) * kBV + c];
+        const float vr = from_bits(h.U[(t * kHV + j) * kV + c0 + c]) - acc;
+        vnew[t * kBV + c] = bf(vr);
+        vs[size_t(r) * kBV + c] = bf(vr * std::exp2(gL - g[r]));
+      }
+    }
+    const float gam = std::exp2(gL);
+    for (int a = 0; a < kK; ++a)
+      for (int c = 0; c < kBV; ++c) {
+        float acc = 0.0f;
+        for (int r = 0; r < kC; ++r)
+          acc += from_bits(h.k[((size_t(n) * kC + r) * kH + i) * kK + a]) * vs[size_t(r) * kBV + c];
+        S[size_t(a) * kBV + c] = gam * S[size_t(a) * kBV + c] + acc;
+      }
+  }
+}
+
+double rel_rms(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0.0, den = 0.0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    const double d = double(got[e]) - want[e];
+    num += d * d;
+    den += double(want[e]) * want[e];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+template <class T>
+T* upload(const std::vector<T>& v) {
+  T* d = nullptr;
+  CHECK_CUDA(cudaMalloc(&d, v.size() * sizeof(T)));
+  CHECK_CUDA(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+void run(int T) {
+  const Host h = make_inputs(T, 1234 + T);
+  uint16_t *dW = upload(h.W), *dk = upload(h.k), *dU = upload(h.U), *dh = nullptr, *dvn = nullptr;
+  float *dg = upload(h.g), *dS0 = upload(h.S0), *dS = nullptr;
+  CHECK_CUDA(cudaMalloc(&dh, size_t(h.NT) * kHV * kK * kV * 2));
+  CHECK_CUDA(cudaMalloc(&dvn, size_t(T) * kHV * kV * 2));
+  CHECK_CUDA(cudaMalloc(&dS, h.S0.size() * 4));
+  CHECK_CUDA(cudaMemset(dvn, 0xFF, size_t(T) * kHV * kV * 2));  // NaN poison
+  const CUtensorMap mW = make_map(dW, kK, kHV, T, 64, 1, kC), mK = make_map(dk, kK, kH, T, 64, 1, kC),
+                    mU = make_map(dU, kV, kHV, T, 64, 1, kC), mVn = make_map(dvn, kV, kHV, T, 64, 1, kC),
+                    mH = make_map(dh, kV, kK, uint64_t(h.NT) * kHV, 64, kK, 1);
+  Params p{h.NT, kHV / kH, dg, dS0, dS};
+  CHECK_CUDA(cudaFuncSetAttribute(walk_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const dim3 grid(kHV * (kV / kBV));
+  auto launch = [&] {
+    walk_step_kernel<<<grid, kThreads, kSmemBytes>>>(mW, mK, mU, mH, mVn, p);
+    CHECK_CUDA(cudaGetLastError());
+  };
+  launch();
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  // Check two heads (one per GVA group parity) and both column tiles against the CPU walk.
+  std::vector<float> S(h.S0.size()), vn_all;
+  std::vector<uint16_t> vn_bits(size_t(T) * kHV * kV);
+  CHECK_CUDA(cudaMemcpy(S.data(), dS, S.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(vn_bits.data(), dvn, vn_bits.size() * 2, cudaMemcpyDeviceToHost));
+  double worst_S = 0.0, worst_v = 0.0;
+  for (int j : {0, kHV - 1})
+    for (int c0 : {0, 64}) {
+      std::vector<float> Sw, vw, Sg(size_t(kK) * kBV), vg(size_t(T) * kBV);
+      cpu_walk(h, j, c0, Sw, vw);
+      for (int a = 0; a < kK; ++a)
+        for (int c = 0; c < kBV; ++c) Sg[size_t(a) * kBV + c] = S[(size_t(j) * kK + a) * kV + c0 + c];
+      for (size_t t = 0; t < size_t(T); ++t)
+        for (int c = 0; c < kBV; ++c) vg[t * kBV + c] = from_bits(vn_bits[(t * kHV + j) * kV + c0 + c]);
+      worst_S = std::max(worst_S, rel_rms(Sg, Sw));
+      worst_v = std::max(worst_v, rel_rms(vg, vw));
+    }
+
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  for (int w = 0; w < 3; ++w) launch();
+  std::vector<float> ms;
+  for (int r = 0; r < 20; ++r) {
+    CHECK_CUDA(cudaEventRecord(e0));
+    launch();
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0.0f;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  const bool ok = worst_S < 1e-2 && worst_v < 1e-2;
+  std::printf("%-6d %5d %10.4f %10.3f %12.3e %12.3e %s\n", T, h.NT, med, med * 1e3 / h.NT, worst_S, worst_v,
+              ok ? "ok" : "WRONG");
+  for (void* q : {static_cast<void*>(dW), static_cast<void*>(dk), static_cast<void*>(dU), static_cast<void*>(dh),
+                  static_cast<void*>(dvn), static_cast<void*>(dg), static_cast<void*>(dS0), static_cast<void*>(dS)})
+    CHECK_CUDA(cudaFree(q));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> Ts;
+  for (int a = 1; a < argc; ++a) Ts.push_back(std::atoi(argv[a]));
+  if (Ts.empty()) Ts = {8192, 32768};
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf(
+      "walk step: GDN forward, H=%d HV=%d K=V=%d, bf16, one segment per head, %d blocks of %d threads, "
+      "%d B shared, on %s\n",
+      kH, kHV, kK, kHV * (kV / kBV), kThreads, kSmemBytes, prop.name);
+  std::printf("%-6s %5s %10s %10s %12s %12s\n", "T", "NT", "ms(med20)", "us/step", "S rel-RMS", "v_new rel-RMS");
+  for (int T : Ts) {
+    if (T <= 0 || T % kC) {
+      std::fprintf(stderr, "T must be a positive multiple of %d (got %d)\n", kC, T);
+      return 2;
+    }
+    run(T);
+  }
+  return 0;
+}
