@@ -31,13 +31,6 @@ std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Pr
   return {{"q", s.q, T * p.H * p.K}, {"k", s.k, T * p.H * p.K}, {"Phi", s.Phi, T * p.HV * p.chunk}};
 }
 
-float poison16() {
-  const uint32_t u = 0xffffffffu;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
 Diff diff(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) throw std::runtime_error("diff: size mismatch");
   Diff d;

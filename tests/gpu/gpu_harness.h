@@ -33,9 +33,6 @@ struct Region16 {
 std::vector<Region16> cuda_16bit_tensors(const kk::WorkspaceTensors& w, const kk::Problem& p, const kk::LayoutView& L);
 std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Problem& p, const kk::LayoutView& L);
 // pack16 / unpack16 (twin_harness.h) convert between floats and raw 16-bit dtype values.
-// All bits set: NaN as a float and as each of its 16-bit halves (bf16 and fp16), so poison for
-// 16-bit storage.
-float poison16();
 
 // Unit roundoff of the case's dtype (2^-8 bf16, 2^-11 fp16): one ulp at 1.0 is 2u.
 double unit_roundoff(const Case& c);

@@ -6,8 +6,8 @@
 // poisoned with NaN, the GPU phase runs, and its outputs are compared with the twin's. The CUDA
 // backend stores the "dtype" saved / workspace tensors (q, k, Phi, W, U, h, v_new, dv_local, dh,
 // dv2) as Storage::Packed16 (kernels/api/dtype_tensor.h), the twin as F32: the device image packs
-// them, and they are unpacked (exactly) before the comparison; their poison is NaN in every
-// 16-bit half. The caller tensors q, k, v, dO, o, dq, dk, dv are 16-bit on both backends
+// them, and they are unpacked (exactly) before the comparison; their poison is the dtype's NaN
+// pattern. The caller tensors q, k, v, dO, o, dq, dk, dv are 16-bit on both backends
 // (Backend::caller_storage(); core/kcp/device_array.h, DtypeArray).
 //
 // Tolerance: both sides use the same dtype operands and the same rounding points; they differ
@@ -183,11 +183,8 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   }
   // Poisons n floats at a device pointer.
   void poison(float* p, int64_t n) const { gpu_->fill_floats(p, kNaN, n, kk::Exec{}); }
-  // Poisons a tensor in the CUDA backend's 16-bit storage (every 16-bit element NaN): the region's
-  // first ceil(n / 2) floats, filled as floats whose halves are each a 16-bit NaN.
-  void poison16(kk::DtypeTensor t, int64_t n) const {
-    gpu_->fill_floats(reinterpret_cast<float*>(t.packed16()), kcp::test::poison16(), (n + 1) / 2, kk::Exec{});
-  }
+  // Poisons a tensor in the CUDA backend's 16-bit storage: every element the dtype's NaN pattern.
+  void poison16(kk::DtypeTensor t, int64_t n) const { kcp::poison_dtype(*gpu_, t, n, kk::rounding_of(c_.dtype)); }
   std::vector<float> down(const float* p, int64_t n) const {
     std::vector<float> h(static_cast<size_t>(n));
     gpu_->download(h.data(), p, n, kk::Exec{});
