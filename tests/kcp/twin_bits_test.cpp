@@ -73,7 +73,10 @@ TEST(TwinBits, GdnRawL2TwoRanksBf16) {
   BitsCase b{gdn_raw_l2(), {}, {}};
   b.opt = ranks(b.c, {180}, {1, 2});
   b.want = {
-      {"dA_log", 0x0ull},
+      {"dA_log", 0x6b3208819edbf289ull}, {"dbeta", 0xa6e5cc84e7336576ull}, {"ddt_bias", 0x7199b3ed5031209eull},
+      {"dg", 0xed408174febc33a4ull},     {"dh0", 0xc4f9aad3c392f192ull},   {"dk", 0x02544e918213f348ull},
+      {"dq", 0x1956c421ce4b95cfull},     {"dv", 0xa31c284ca0fcb01eull},    {"ht", 0x21709b87337d8fe6ull},
+      {"o", 0x08775798b72b4685ull},
   };
   expect_bits(b);
 }
@@ -84,7 +87,10 @@ TEST(TwinBits, GdnRawL2TwoRanksFp16) {
   b.c.dtype = kernels::DType::FP16;
   b.opt = ranks(b.c, {180}, {1, 2});
   b.want = {
-      {"dA_log", 0x0ull},
+      {"dA_log", 0xb49a3b057b4dd458ull}, {"dbeta", 0x6c1d4cf217322cd1ull}, {"ddt_bias", 0xb5758aedbc2a57c1ull},
+      {"dg", 0x62b35b46297d5030ull},     {"dh0", 0xa5f1e068a634775full},   {"dk", 0x1c3786863baa8385ull},
+      {"dq", 0xb197009874c3901dull},     {"dv", 0x58d85811e700392bull},    {"ht", 0xd93961601620c705ull},
+      {"o", 0x6d4c63ee8338bce6ull},
   };
   expect_bits(b);
 }
@@ -94,7 +100,10 @@ TEST(TwinBits, KdaLowerBoundBf16) {
   BitsCase b{kda_lower_bound(), {}, {}};
   b.opt = ranks(b.c, {}, {2});
   b.want = {
-      {"dA_log", 0x0ull},
+      {"dA_log", 0x5934f0c7135413b2ull}, {"dbeta", 0x0ecbaa34a1b08febull}, {"ddt_bias", 0xb77738596700e2afull},
+      {"dg", 0x5d55730d97f95238ull},     {"dh0", 0x883520da0b2f7630ull},   {"dk", 0xd0151d356e675953ull},
+      {"dq", 0x7e4bdfc6a2d7ec86ull},     {"dv", 0x638e45982bb30e62ull},    {"ht", 0x6d84a7e19d31c29eull},
+      {"o", 0x108f02ec9026c1d3ull},
   };
   expect_bits(b);
 }
