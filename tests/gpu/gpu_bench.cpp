@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   {
     std::printf("OUTHASH T=%lld", (long long)T);
     auto down = [&](float* src, int64_t n) {
-      std::vector<float> hb(size_t(n));
+      std::vector<float> hb(static_cast<size_t>(n));
       be.download(hb.data(), src, n, ex);
       return hb;
     };
