@@ -37,7 +37,7 @@ void FaultInjectingBackend::fwd_output(const kernels::FwdOutputArgs& a) const {
     const int64_t HVV = int64_t(a.ctx.problem.HV) * a.ctx.problem.V;
     const int64_t end = std::min<int64_t>(a.ctx.layout.T, tile_token_ + 64);
     for (int64_t t = tile_token_; t < end; ++t)
-      inner_.fill_floats(a.o + t * HVV, std::numeric_limits<float>::quiet_NaN(), a.ctx.problem.V, a.ctx.exec);
+      poison_dtype(inner_, a.o.at(t * HVV), a.ctx.problem.V, kernels::rounding_of(a.ctx.problem.dtype), a.ctx.exec);
   }
 }
 

@@ -8,6 +8,11 @@ namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// The result tensors that are caller dtype tensors (kernels/api/tensors.h).
+bool is_dtype_result(ResultTensor t) {
+  return t == ResultTensor::o || t == ResultTensor::dq || t == ResultTensor::dk || t == ResultTensor::dv;
+}
+
 // Per local piece, the [HV, K, V] state of the piece's sequence (h0 or dht); empty without.
 std::vector<float> per_piece(const std::vector<float>& per_seq, bool has, const RankPlan& rp, int64_t HVKV) {
   if (!has) return {};
@@ -31,12 +36,12 @@ FormBuffers::FormBuffers(const kernels::Backend& be, const RowConfig& row, const
                          SavedKind kind, const kernels::Exec& exec)
     : be_(be), block_(summary_block(problem)) {
   const int64_t HVKV = block_.b, T = rp.tokens(), N = layout.n_pieces;
-  q_ = DeviceArray(be, shard.q, exec);
-  k_ = DeviceArray(be, shard.k, exec);
-  v_ = DeviceArray(be, shard.v, exec);
+  q_ = DtypeArray(be, shard.q, problem.dtype, exec);
+  k_ = DtypeArray(be, shard.k, problem.dtype, exec);
+  v_ = DtypeArray(be, shard.v, problem.dtype, exec);
   g_ = DeviceArray(be, shard.g, exec);
   beta_ = DeviceArray(be, shard.beta, exec);
-  dO_ = DeviceArray(be, shard.dO, exec);
+  dO_ = DtypeArray(be, shard.dO, problem.dtype, exec);
   A_log_ = DeviceArray(be, row.A_log ? shard.A_log : std::vector<float>{}, exec);
   dt_bias_ = DeviceArray(be, row.dt_bias ? shard.dt_bias : std::vector<float>{}, exec);
   h0_ = DeviceArray(be, per_piece(shard.h0, row.initial_state, rp, HVKV), exec);
@@ -50,7 +55,9 @@ FormBuffers::FormBuffers(const kernels::Backend& be, const RowConfig& row, const
   for (int i = 0; i < kResultTensorCount; ++i) {
     const ResultTensor t = result_tensor(i);
     if (place_of(t) == TensorPlace::Boundary) continue;
-    if (place_of(t) != TensorPlace::Param || row_has(row, t))
+    if (is_dtype_result(t))
+      dtype_results_[i] = DtypeArray(be, result_elements(row, t, T, N, 0), problem.dtype);
+    else if (place_of(t) != TensorPlace::Param || row_has(row, t))
       results_[i] = DeviceArray(be, result_elements(row, t, T, N, 0));
   }
 
@@ -71,26 +78,28 @@ const DeviceArray& FormBuffers::spare_workspace_arena() {
 
 kernels::InputTensors FormBuffers::inputs() const {
   kernels::InputTensors in;
-  in.q = q_.get();
-  in.k = k_.get();
-  in.v = v_.get();
+  in.q = q_.tensor();
+  in.k = k_.tensor();
+  in.v = v_.tensor();
   in.g = g_.get();
   in.beta = beta_.get();
   in.A_log = A_log_.get();
   in.dt_bias = dt_bias_.get();
   in.h0 = h0_.get();
-  in.dO = dO_.get();
+  in.dO = dO_.tensor();
   in.dht = dht_.get();
   return in;
 }
 
-kernels::OutputTensors FormBuffers::outputs() const { return {result(ResultTensor::o), result(ResultTensor::ht)}; }
+kernels::OutputTensors FormBuffers::outputs() const {
+  return {dtype_result(ResultTensor::o), result(ResultTensor::ht)};
+}
 
 kernels::GradTensors FormBuffers::grads() const {
   kernels::GradTensors g;
-  g.dq = result(ResultTensor::dq);
-  g.dk = result(ResultTensor::dk);
-  g.dv = result(ResultTensor::dv);
+  g.dq = dtype_result(ResultTensor::dq);
+  g.dk = dtype_result(ResultTensor::dk);
+  g.dv = dtype_result(ResultTensor::dv);
   g.dg = result(ResultTensor::dg);
   g.dbeta = result(ResultTensor::dbeta);
   g.dA_log = result(ResultTensor::dA_log);
@@ -103,22 +112,26 @@ void FormBuffers::poison(const kernels::Exec& exec) const {
   saved_.fill(kNaN, exec);
   ws_.fill(kNaN, exec);
   for (const DeviceArray& a : results_) a.fill(kNaN, exec);
+  for (const DtypeArray& a : dtype_results_) a.poison(exec);
 }
 
 int64_t FormBuffers::bytes() const {
   int64_t n = 0;
-  for (const DeviceArray* a : {&q_, &k_, &v_, &g_, &beta_, &dO_, &A_log_, &dt_bias_, &h0_, &dht_, &saved_, &ws_,
-                               &ws_spare_, &send_, &gathered_, &incoming_, &exit_, &h0_seq_, &dht_seq_})
+  for (const DeviceArray* a : {&g_, &beta_, &A_log_, &dt_bias_, &h0_, &dht_, &saved_, &ws_, &ws_spare_, &send_,
+                               &gathered_, &incoming_, &exit_, &h0_seq_, &dht_seq_})
     n += a->size();
   for (const DeviceArray& a : results_) n += a.size();
-  return n * int64_t(sizeof(float));
+  int64_t bytes = n * int64_t(sizeof(float));
+  for (const DtypeArray* a : {&q_, &k_, &v_, &dO_}) bytes += a->bytes();
+  for (const DtypeArray& a : dtype_results_) bytes += a.bytes();
+  return bytes;
 }
 
 RankResult FormBuffers::download(const RowConfig& row, const kernels::Exec& exec) const {
   RankResult res;
   for (int i = 0; i < kResultTensorCount; ++i)
     if (row_has(row, result_tensor(i)) && place_of(result_tensor(i)) != TensorPlace::Boundary)
-      res.tensors[i] = results_[i].to_host(exec);
+      res.tensors[i] = is_dtype_result(result_tensor(i)) ? dtype_results_[i].to_host(exec) : results_[i].to_host(exec);
   return res;
 }
 

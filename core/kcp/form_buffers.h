@@ -3,7 +3,10 @@
 // arenas, the outputs and gradients (one per result tensor, core/kcp/rank_result.h), the rank
 // exchange buffers, and the start states of the rank folds. It binds the kernel API's tensor
 // sets onto them, poisons what the kernels write (docs/design.md 5), counts their bytes and
-// downloads the results.
+// downloads the results. The caller tensors q, k, v, dO, o, dq, dk, dv live as DtypeArray in the
+// backend's caller_storage() (16-bit patterns, half the bytes of floats): q, k, v, dO are
+// encoded from the shard's floats on upload, o, dq, dk, dv decoded to floats by download(), so
+// everything judged stays float.
 #pragma once
 
 #include <array>
@@ -28,7 +31,6 @@ class FormBuffers {
   kernels::InputTensors inputs() const;
   kernels::OutputTensors outputs() const;
   kernels::GradTensors grads() const;
-  float* result(ResultTensor t) const { return results_[static_cast<int>(t)].get(); }
 
   // The saved set and workspace arenas (bind them with kernels/api/tensors.h).
   const DeviceArray& saved_arena() const { return saved_; }
@@ -58,9 +60,16 @@ class FormBuffers {
  private:
   const kernels::Backend& be_;
   SummaryBlock block_;
-  DeviceArray q_, k_, v_, g_, beta_, dO_, A_log_, dt_bias_, h0_, dht_;
+  // The fp32 result tensors (results_) and the dtype ones o, dq, dk, dv (dtype_results_); each
+  // holds only its own kind.
+  float* result(ResultTensor t) const { return results_[static_cast<int>(t)].get(); }
+  kernels::DtypeTensor dtype_result(ResultTensor t) const { return dtype_results_[static_cast<int>(t)].tensor(); }
+
+  DtypeArray q_, k_, v_, dO_;
+  DeviceArray g_, beta_, A_log_, dt_bias_, h0_, dht_;
   DeviceArray saved_, ws_, ws_spare_;
   std::array<DeviceArray, kResultTensorCount> results_;
+  std::array<DtypeArray, kResultTensorCount> dtype_results_;
   DeviceArray send_, gathered_, incoming_, exit_, h0_seq_, dht_seq_;
 };
 

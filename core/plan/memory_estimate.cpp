@@ -77,6 +77,14 @@ int64_t per_token(const RowConfig& row, ResultTensor t) {
   return heads * std::max<int64_t>(width, 1);
 }
 
+// Floats of memory an array of n 16-bit elements takes (core/kcp/device_array.h, DtypeArray).
+int64_t floats_of_16bit(int64_t n) { return (n + 1) / 2; }
+
+// Whether a result tensor is a caller dtype tensor, 16-bit in the form's arrays (kernels/api/tensors.h).
+bool is_16bit_result(ResultTensor t) {
+  return t == ResultTensor::o || t == ResultTensor::dq || t == ResultTensor::dk || t == ResultTensor::dv;
+}
+
 // Elements per token of the inputs q, k, v, g, beta, dO.
 int64_t input_per_token(const RowConfig& row) {
   const int64_t gw = row.op == Op::Kda ? row.K : 1;
@@ -160,15 +168,21 @@ int64_t form_bytes(const RowConfig& row, const RankPlan& rp, int world, SavedKin
   const int64_t saved = kernels::saved_sizes(p, L, kind).total_floats();
   const int64_t ws = kernels::workspace_sizes(p, L, scratch).total_floats() * (req.spare_workspace ? 2 : 1);
   const int64_t HVKV = HV * K * V;
-  const int64_t inputs =
-      s.add({s.mul({T, input_per_token(row)}, "the form's inputs"), row.A_log ? HV : 0, row.dt_bias ? HV * gw : 0,
-             s.mul({(row.initial_state ? 1 : 0) + (row.dht ? 1 : 0), N, HVKV}, "the form's inputs")},
-            "the form's inputs");
+  // q, k, v, dO as 16-bit dtype patterns (the caller storage of the CUDA backend and the CPU twin
+  // that `run` uses; kernels/api/tensors.h); g and beta as floats.
+  const int64_t qk16 = floats_of_16bit(s.mul({T, row.H, K}, "the form's inputs")),
+                vo16 = floats_of_16bit(s.mul({T, HV, V}, "the form's inputs"));
+  const int64_t inputs = s.add(
+      {2 * qk16, 2 * vo16, s.mul({T, HV * gw + HV}, "the form's inputs"), row.A_log ? HV : 0, row.dt_bias ? HV * gw : 0,
+       s.mul({(row.initial_state ? 1 : 0) + (row.dht ? 1 : 0), N, HVKV}, "the form's inputs")},
+      "the form's inputs");
   int64_t results = 0;
   for (int i = 0; i < kResultTensorCount; ++i) {
     const ResultTensor t = result_tensor(i);
-    if (place_of(t) == TensorPlace::Token)
-      results = s.add({results, s.mul({T, per_token(row, t)}, "the results")}, "the results");
+    if (place_of(t) == TensorPlace::Token) {
+      const int64_t n = s.mul({T, per_token(row, t)}, "the results");
+      results = s.add({results, is_16bit_result(t) ? floats_of_16bit(n) : n}, "the results");
+    }
     if (place_of(t) == TensorPlace::State) results = s.add({results, s.mul({N, HVKV}, "the results")}, "the results");
     if (place_of(t) == TensorPlace::Param && row_has(row, t)) results += t == ResultTensor::ddt_bias ? HV * gw : HV;
   }

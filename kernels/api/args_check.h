@@ -14,10 +14,12 @@
 // pointer fields only, with the backend-independent rules: which tensors the operator reads and
 // writes, and which must be null (GDN has no Aqk and no kg; dA_log / ddt_bias only with the
 // problem's A_log / dt_bias). It reads ctx.problem, so the context must have been checked.
-// `storage` is the calling backend's Backend::dtype_storage(): every non-null DtypeTensor field
-// (dtype_tensor.h) must be stored that way, so a kernel never reads 16-bit patterns as floats or
-// the reverse; a saved set or workspace bound for another backend is refused here, before any
-// tensor is read or written.
+// `st` holds the calling backend's storages (PhaseStorage): every non-null DtypeTensor field
+// (dtype_tensor.h) of the saved set or workspace must be stored as st.dtype
+// (Backend::dtype_storage()), every caller tensor (q, k, v, dO in; o, dq, dk, dv out) as
+// st.caller (Backend::caller_storage()), so a kernel never reads 16-bit patterns as floats or
+// the reverse; a saved set or workspace bound for another backend, or caller tensors allocated
+// for one, are refused here, before any tensor is read or written.
 // Host-only, header-only (kcp_kernels_api is an INTERFACE target); C++17, since nvcc compiles
 // the CUDA backend's host code with it.
 #pragma once
@@ -62,12 +64,23 @@ struct StorageField {
   ConstDtypeTensor t;
   const char* name;
 };
-inline void need_storage(const char* phase, Storage want, std::initializer_list<StorageField> fields) {
+namespace detail {
+inline void need_stored_as(const char* phase, Storage want, std::initializer_list<StorageField> fields,
+                           const char* which, const char* how) {
   for (const StorageField& f : fields)
     if (f.t && f.t.storage() != want)
-      arg_fail(phase, std::string("args.") + f.name + " is stored as " + to_string(f.t.storage()) +
-                          ", this backend stores dtype tensors as " + to_string(want) +
-                          " (bind the saved set and the workspace with Backend::bind_saved_for / bind_workspace_for)");
+      arg_fail(phase, std::string("args.") + f.name + " is stored as " + to_string(f.t.storage()) + ", this backend " +
+                          which + " as " + to_string(want) + " (" + how + ")");
+}
+}  // namespace detail
+// The saved set's / workspace's dtype tensors among `fields`.
+inline void need_storage(const char* phase, Storage want, std::initializer_list<StorageField> fields) {
+  detail::need_stored_as(phase, want, fields, "stores dtype tensors",
+                         "bind the saved set and the workspace with Backend::bind_saved_for / bind_workspace_for");
+}
+// The caller tensors among `fields`.
+inline void need_caller_storage(const char* phase, Storage want, std::initializer_list<StorageField> fields) {
+  detail::need_stored_as(phase, want, fields, "takes caller tensors", "allocate them as Backend::caller_storage()");
 }
 
 // validate_problem and validate_layout of a phase context, their message prefixed with the phase.
@@ -92,25 +105,26 @@ void check_walk_keys(const Args& a, const char* ph) {
 }
 // The inputs every forward walk needs (fwd_summaries, fwd_states).
 template <class Args>
-void check_fwd_walk_args(const Args& a, const char* ph, Storage st) {
+void check_fwd_walk_args(const Args& a, const char* ph, PhaseStorage st) {
   check_walk_keys(a, ph);
   need_all(ph, {{a.gcum, "gcum"}, {a.W, "W"}, {a.U, "U"}});
-  need_storage(ph, st, {{a.k, "k"}, {a.W, "W"}, {a.U, "U"}});
+  need_storage(ph, st.dtype, {{a.k, "k"}, {a.W, "W"}, {a.U, "U"}});
 }
 // The inputs every backward walk needs (bwd_summaries, bwd_states).
 template <class Args>
-void check_bwd_walk_args(const Args& a, const char* ph, Storage st) {
+void check_bwd_walk_args(const Args& a, const char* ph, PhaseStorage st) {
   need(a.q.address(), ph, "q");
   check_walk_keys(a, ph);
   need_all(ph, {{a.gcum, "gcum"}, {a.W, "W"}, {a.dO, "dO"}, {a.dv_local, "dv_local"}});
-  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}, {a.W, "W"}, {a.dv_local, "dv_local"}});
+  need_storage(ph, st.dtype, {{a.q, "q"}, {a.k, "k"}, {a.W, "W"}, {a.dv_local, "dv_local"}});
+  need_caller_storage(ph, st.caller, {{a.dO, "dO"}});
 }
 
 }  // namespace detail
 
 // ---- forward phases (chunk_fwd.h) ----
 
-inline void check_prep_args(const PrepArgs& a, const char* ph, Storage st) {
+inline void check_prep_args(const PrepArgs& a, const char* ph, PhaseStorage st) {
   const Problem& p = a.ctx.problem;
   need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.g, "g"}, {a.beta, "beta"}});
   if (p.has_A_log) need(a.A_log, ph, "A_log");
@@ -121,19 +135,21 @@ inline void check_prep_args(const PrepArgs& a, const char* ph, Storage st) {
     need(a.Aqk, ph, "Aqk");
   else
     forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
-  need_storage(ph, st, {{a.q_out, "q_out"}, {a.k_out, "k_out"}, {a.Phi, "Phi"}});
+  need_storage(ph, st.dtype, {{a.q_out, "q_out"}, {a.k_out, "k_out"}, {a.Phi, "Phi"}});
+  need_caller_storage(ph, st.caller, {{a.q, "q"}, {a.k, "k"}});
 }
 
-inline void check_wy_args(const WyArgs& a, const char* ph, Storage st) {
+inline void check_wy_args(const WyArgs& a, const char* ph, PhaseStorage st) {
   need_all(ph, {{a.k, "k"}, {a.v, "v"}, {a.beta, "beta"}, {a.gcum, "gcum"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
   if (a.ctx.problem.op == Op::Kda)
     need(a.kg, ph, "kg");
   else
     forbid(a.kg, ph, "kg", "GDN gates k inside the state kernels");
-  need_storage(ph, st, {{a.k, "k"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
+  need_storage(ph, st.dtype, {{a.k, "k"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
+  need_caller_storage(ph, st.caller, {{a.v, "v"}});
 }
 
-inline void check_fwd_summaries_args(const FwdSummaryArgs& a, const char* ph, Storage st) {
+inline void check_fwd_summaries_args(const FwdSummaryArgs& a, const char* ph, PhaseStorage st) {
   detail::check_fwd_walk_args(a, ph, st);
   need_all(ph, {{a.seg_h_ext, "seg_h_ext"}, {a.seg_Mt, "seg_Mt"}});
 }
@@ -153,13 +169,13 @@ inline void check_fold_args(const FoldArgs& a, const char* ph) {
   check_fold_args(a, ph, [](const FoldArgs&, const char*) {});
 }
 
-inline void check_fwd_states_args(const FwdStateArgs& a, const char* ph, Storage st) {
+inline void check_fwd_states_args(const FwdStateArgs& a, const char* ph, PhaseStorage st) {
   detail::check_fwd_walk_args(a, ph, st);
   need_all(ph, {{a.seg_entry, "seg_entry"}, {a.h, "h"}, {a.v_new, "v_new"}});
-  need_storage(ph, st, {{a.h, "h"}, {a.v_new, "v_new"}});
+  need_storage(ph, st.dtype, {{a.h, "h"}, {a.v_new, "v_new"}});
 }
 
-inline void check_fwd_output_args(const FwdOutputArgs& a, const char* ph, Storage st) {
+inline void check_fwd_output_args(const FwdOutputArgs& a, const char* ph, PhaseStorage st) {
   need_all(ph, {{a.q, "q"}, {a.gcum, "gcum"}, {a.h, "h"}, {a.v_new, "v_new"}, {a.o, "o"}});
   if (a.ctx.problem.op == Op::Kda) {
     need(a.Aqk, ph, "Aqk");
@@ -167,32 +183,34 @@ inline void check_fwd_output_args(const FwdOutputArgs& a, const char* ph, Storag
     need(a.k.address(), ph, "k");
     forbid(a.Aqk, ph, "Aqk", "GDN computes P on the fly");
   }
-  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}, {a.h, "h"}, {a.v_new, "v_new"}});
+  need_storage(ph, st.dtype, {{a.q, "q"}, {a.k, "k"}, {a.h, "h"}, {a.v_new, "v_new"}});
+  need_caller_storage(ph, st.caller, {{a.o, "o"}});
 }
 
 // ---- backward phases (chunk_bwd.h) ----
 
-inline void check_bwd_local_dv_args(const BwdLocalDvArgs& a, const char* ph, Storage st) {
+inline void check_bwd_local_dv_args(const BwdLocalDvArgs& a, const char* ph, PhaseStorage st) {
   if (a.ctx.problem.op == Op::Kda)
     need(a.Aqk, ph, "Aqk");
   else
     need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.gcum, "gcum"}});
   need_all(ph, {{a.dO, "dO"}, {a.dv_local, "dv_local"}});
-  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}, {a.dv_local, "dv_local"}});
+  need_storage(ph, st.dtype, {{a.q, "q"}, {a.k, "k"}, {a.dv_local, "dv_local"}});
+  need_caller_storage(ph, st.caller, {{a.dO, "dO"}});
 }
 
-inline void check_bwd_summaries_args(const BwdSummaryArgs& a, const char* ph, Storage st) {
+inline void check_bwd_summaries_args(const BwdSummaryArgs& a, const char* ph, PhaseStorage st) {
   detail::check_bwd_walk_args(a, ph, st);
   need(a.seg_dh_ext, ph, "seg_dh_ext");
 }
 
-inline void check_bwd_states_args(const BwdStateArgs& a, const char* ph, Storage st) {
+inline void check_bwd_states_args(const BwdStateArgs& a, const char* ph, PhaseStorage st) {
   detail::check_bwd_walk_args(a, ph, st);
   need_all(ph, {{a.seg_exit, "seg_exit"}, {a.dh, "dh"}, {a.dv2, "dv2"}});
-  need_storage(ph, st, {{a.dh, "dh"}, {a.dv2, "dv2"}});
+  need_storage(ph, st.dtype, {{a.dh, "dh"}, {a.dv2, "dv2"}});
 }
 
-inline void check_bwd_grads_args(const BwdGradArgs& a, const char* ph, Storage st) {
+inline void check_bwd_grads_args(const BwdGradArgs& a, const char* ph, PhaseStorage st) {
   need_all(ph, {{a.q, "q"},
                 {a.k, "k"},
                 {a.v, "v"},
@@ -209,11 +227,12 @@ inline void check_bwd_grads_args(const BwdGradArgs& a, const char* ph, Storage s
                 {a.dv, "dv"},
                 {a.dbeta, "dbeta"},
                 {a.dlam, "dlam"}});
-  need_storage(ph, st,
+  need_storage(ph, st.dtype,
                {{a.q, "q"}, {a.k, "k"}, {a.Phi, "Phi"}, {a.h, "h"}, {a.v_new, "v_new"}, {a.dh, "dh"}, {a.dv2, "dv2"}});
+  need_caller_storage(ph, st.caller, {{a.v, "v"}, {a.dO, "dO"}, {a.dv, "dv"}});
 }
 
-inline void check_bwd_finalize_args(const BwdFinalizeArgs& a, const char* ph, Storage st) {
+inline void check_bwd_finalize_args(const BwdFinalizeArgs& a, const char* ph, PhaseStorage st) {
   const Problem& p = a.ctx.problem;
   need_all(ph, {{a.dq_hv, "dq_hv"}, {a.dk_hv, "dk_hv"}, {a.dlam, "dlam"}, {a.dq, "dq"}, {a.dk, "dk"}, {a.dg, "dg"}});
   if (p.qk_l2norm) need_all(ph, {{a.q, "q"}, {a.k, "k"}, {a.rstd_q, "rstd_q"}, {a.rstd_k, "rstd_k"}});
@@ -226,7 +245,8 @@ inline void check_bwd_finalize_args(const BwdFinalizeArgs& a, const char* ph, St
     need_all(ph, {{a.dt_bias, "dt_bias"}, {a.ddt_bias, "ddt_bias"}});
   else
     forbid(a.ddt_bias, ph, "ddt_bias", "problem.has_dt_bias is false");
-  need_storage(ph, st, {{a.q, "q"}, {a.k, "k"}});
+  need_storage(ph, st.dtype, {{a.q, "q"}, {a.k, "k"}});
+  need_caller_storage(ph, st.caller, {{a.dq, "dq"}, {a.dk, "dk"}});
 }
 
 }  // namespace kcp::kernels

@@ -69,6 +69,13 @@ class Backend {
   // How this backend stores the ten "dtype" saved / workspace tensors (dtype_tensor.h): F32 for
   // the CPU twin, Packed16 for CUDA. Every phase refuses a DtypeTensor of another storage.
   virtual Storage dtype_storage() const = 0;
+  // How this backend takes the eight caller tensors (q, k, v, dO in; o, dq, dk, dv out;
+  // tensors.h): Packed16, one raw 16-bit dtype pattern per element, for CUDA and the CPU twin;
+  // F32 only for the calibration's exact-storage twin (CpuStorage::Exact), which keeps every
+  // dtype point in fp32. Every phase refuses a caller tensor of another storage.
+  virtual Storage caller_storage() const = 0;
+  // Both, for the Args checks (args_check.h).
+  PhaseStorage phase_storage() const { return {dtype_storage(), caller_storage()}; }
   // bind_saved / bind_workspace (tensors.h) with this backend's storage and scratch: the way to
   // bind a saved set or a workspace that this backend's phases will read.
   SavedTensors bind_saved_for(float* arena, int64_t arena_floats, const Problem& problem, const LayoutView& layout,
@@ -93,6 +100,8 @@ class Backend {
   // ---- memory helpers in the backend's space (the driver saves the incoming state with them) ----
   virtual void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const = 0;
   virtual void fill_floats(float* dst, float value, int64_t n, const Exec& exec) const = 0;
+  // n 16-bit elements set to `bits` (a raw dtype pattern: the NaN poison of a Packed16 tensor).
+  virtual void fill_16(uint16_t* dst, uint16_t bits, int64_t n, const Exec& exec) const = 0;
   virtual void synchronize(const Exec& exec) const { (void)exec; }
 
   // ---- allocations and host transfers (used by the engine outside timed regions) ----
@@ -100,9 +109,12 @@ class Backend {
   // (throws std::runtime_error on failure); free_floats(nullptr) is a no-op.
   virtual float* alloc_floats(int64_t n) const = 0;
   virtual void free_floats(float* p) const = 0;
-  // Copies between host memory and the backend's space; complete when they return.
+  // Copies between host memory and the backend's space; complete when they return. The _16
+  // forms copy n 16-bit elements (Packed16 tensors, allocated as ceil(n / 2) floats).
   virtual void upload(float* dst, const float* host_src, int64_t n, const Exec& exec) const = 0;
   virtual void download(float* host_dst, const float* src, int64_t n, const Exec& exec) const = 0;
+  virtual void upload_16(uint16_t* dst, const uint16_t* host_src, int64_t n, const Exec& exec) const = 0;
+  virtual void download_16(uint16_t* host_dst, const uint16_t* src, int64_t n, const Exec& exec) const = 0;
   // A timer of work issued on exec's stream (CUDA events on the GPU; the host clock on the CPU).
   virtual std::unique_ptr<PhaseTimer> make_timer() const = 0;
   // Human-readable device description ("cpu (2 threads)", "NVIDIA H200 (132 SMs)").

@@ -19,7 +19,7 @@ struct BwdLocalDvArgs {
   ConstDtypeTensor k;           // [T, H, K] dtype: saved.k (GDN)
   const float* gcum = nullptr;  // [T, HV, gw] fp32 (GDN)
   const float* Aqk = nullptr;   // [T, HV, C] dtype (KDA)
-  const float* dO = nullptr;    // [T, HV, V] dtype
+  ConstDtypeTensor dO;          // [T, HV, V] dtype (input, caller storage)
   DtypeTensor dv_local;         // [T, HV, V] dtype
 };
 
@@ -35,7 +35,7 @@ struct BwdSummaryArgs {
   const float* gcum = nullptr;  // [T, HV, gw] fp32
   ConstDtypeTensor W;           // [T, HV, K] dtype
   const float* kg = nullptr;    // [T, HV, K] dtype (KDA)
-  const float* dO = nullptr;    // [T, HV, V] dtype
+  ConstDtypeTensor dO;          // [T, HV, V] dtype (input, caller storage)
   ConstDtypeTensor dv_local;    // [T, HV, V] dtype
   float* seg_dh_ext = nullptr;  // [S, HV, K, V] fp32
 };
@@ -52,7 +52,7 @@ struct BwdStateArgs {
   const float* gcum = nullptr;      // [T, HV, gw] fp32
   ConstDtypeTensor W;               // [T, HV, K] dtype
   const float* kg = nullptr;        // [T, HV, K] dtype (KDA)
-  const float* dO = nullptr;        // [T, HV, V] dtype
+  ConstDtypeTensor dO;              // [T, HV, V] dtype (input, caller storage)
   ConstDtypeTensor dv_local;        // [T, HV, V] dtype
   const float* seg_exit = nullptr;  // [S, HV, K, V] fp32: gradient w.r.t. each segment's exit state
   DtypeTensor dh;                   // [NT, HV, K, V] dtype
@@ -67,7 +67,7 @@ struct BwdGradArgs {
   PhaseCtx ctx;
   ConstDtypeTensor q;           // [T, H, K] dtype: saved.q
   ConstDtypeTensor k;           // [T, H, K] dtype: saved.k
-  const float* v = nullptr;     // [T, HV, V] dtype (input)
+  ConstDtypeTensor v;           // [T, HV, V] dtype (input, caller storage)
   const float* beta = nullptr;  // [T, HV] (input)
   const float* gcum = nullptr;  // [T, HV, gw] fp32
   ConstDtypeTensor Phi;         // [T, HV, C] dtype
@@ -76,10 +76,10 @@ struct BwdGradArgs {
   ConstDtypeTensor v_new;       // [T, HV, V] dtype
   ConstDtypeTensor dh;          // [NT, HV, K, V] dtype
   ConstDtypeTensor dv2;         // [T, HV, V] dtype
-  const float* dO = nullptr;    // [T, HV, V] dtype
+  ConstDtypeTensor dO;          // [T, HV, V] dtype (input, caller storage)
   float* dq_hv = nullptr;       // [T, HV, K] fp32
   float* dk_hv = nullptr;       // [T, HV, K] fp32
-  float* dv = nullptr;          // [T, HV, V] dtype (final)
+  DtypeTensor dv;               // [T, HV, V] dtype (final; caller storage)
   float* dbeta = nullptr;       // [T, HV] fp32 (final)
   float* dlam = nullptr;        // [T, HV, gw] fp32
 };
@@ -100,8 +100,8 @@ struct BwdFinalizeArgs {
   const float* g = nullptr;        // [T, HV, gw] gate input (raw forms)
   const float* A_log = nullptr;    // [HV]
   const float* dt_bias = nullptr;  // [HV, gw]
-  float* dq = nullptr;             // [T, H, K] dtype
-  float* dk = nullptr;             // [T, H, K] dtype
+  DtypeTensor dq;                  // [T, H, K] dtype (caller storage)
+  DtypeTensor dk;                  // [T, H, K] dtype (caller storage)
   float* dg = nullptr;             // [T, HV, gw] fp32
   float* dA_log = nullptr;         // [HV] fp32 (has_A_log, else must be null)
   float* ddt_bias = nullptr;       // [HV, gw] fp32 (has_dt_bias, else must be null)

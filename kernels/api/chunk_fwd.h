@@ -4,9 +4,10 @@
 //   prep -> wy -> fwd_summaries -> [folds: segment summaries -> rank summary of the last piece;
 //   exchange; incoming state -> entry state of every segment] -> fwd_states -> fwd_output
 // Every pointer is in the backend's memory space; shapes as in tensors.h (T, NT, S, N, gw, C).
-// "dtype" = a value rounded to problem.dtype: a float for caller tensors and the KDA-only kg /
-// Aqk, a DtypeTensor (dtype_tensor.h; stored as the backend's dtype_storage()) for the saved q,
-// k, Phi and the workspace W, U, h, v_new, dv_local, dh, dv2; "fp32" = full fp32.
+// "dtype" = a value rounded to problem.dtype: a float for the KDA-only kg / Aqk, a DtypeTensor
+// (dtype_tensor.h) for the rest: the caller tensors q, k, v, dO, o, dq, dk, dv stored as the
+// backend's caller_storage() (16-bit patterns), the saved q, k, Phi and the workspace W, U, h,
+// v_new, dv_local, dh, dv2 as its dtype_storage() (tensors.h); "fp32" = full fp32.
 //
 // Units: gcum holds the chunk-local inclusive cumsum of the natural-log decay a, multiplied by
 // kRcpLn2 (log2 units, fp32); kernels use exp2 of differences, every exponent <= 0.
@@ -43,8 +44,8 @@ struct PhaseCtx {
 //   rows, gated) and Phi = (I + Pi)^-1 (fp32 16x16-block inverse, stored in dtype); KDA: Aqk.
 struct PrepArgs {
   PhaseCtx ctx;
-  const float* q = nullptr;        // [T, H, K] dtype (input)
-  const float* k = nullptr;        // [T, H, K] dtype (input)
+  ConstDtypeTensor q;              // [T, H, K] dtype (input, caller storage)
+  ConstDtypeTensor k;              // [T, H, K] dtype (input, caller storage)
   const float* g = nullptr;        // [T, HV, gw] gate input
   const float* beta = nullptr;     // [T, HV]
   const float* A_log = nullptr;    // [HV] (has_A_log)
@@ -63,7 +64,7 @@ struct PrepArgs {
 struct WyArgs {
   PhaseCtx ctx;
   ConstDtypeTensor k;           // [T, H, K] dtype: saved.k
-  const float* v = nullptr;     // [T, HV, V] dtype (input)
+  ConstDtypeTensor v;           // [T, HV, V] dtype (input, caller storage)
   const float* beta = nullptr;  // [T, HV]
   const float* gcum = nullptr;  // [T, HV, gw] fp32
   ConstDtypeTensor Phi;         // [T, HV, C] dtype
@@ -115,7 +116,7 @@ struct FwdOutputArgs {
   const float* Aqk = nullptr;   // [T, HV, C] dtype (KDA)
   ConstDtypeTensor h;           // [NT, HV, K, V] dtype
   ConstDtypeTensor v_new;       // [T, HV, V] dtype
-  float* o = nullptr;           // [T, HV, V] dtype
+  DtypeTensor o;                // [T, HV, V] dtype (output, caller storage)
 };
 
 }  // namespace kcp::kernels

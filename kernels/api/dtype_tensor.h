@@ -1,13 +1,17 @@
-// The element type of the "dtype" saved / workspace tensors: a pointer that says how its
-// elements are stored, so nobody reads 16-bit patterns through a float*.
+// The element type of the "dtype" tensors: a pointer that says how its elements are stored, so
+// nobody reads 16-bit patterns through a float*.
 //
 // Ten tensors of the saved set and the workspace hold values already rounded to problem.dtype
 // (bf16 or fp16): saved q, k, Phi; workspace W, U, h, dh, v_new, dv2, dv_local. A backend
-// chooses how it stores them (Backend::dtype_storage()):
-//   Storage::F32       one float per element (the CPU twin): the float value of the dtype number;
+// chooses how it stores them (Backend::dtype_storage()). The eight caller tensors q, k, v, dO,
+// o, dq, dk, dv (tensors.h) are dtype tensors too, stored as Backend::caller_storage(): Packed16
+// on every backend but the calibration's exact-storage twin (F32). The storages:
+//   Storage::F32       one float per element (the CPU twin's saved set and workspace): the float
+//                      value of the dtype number;
 //   Storage::Packed16  one raw 16-bit dtype pattern per element, element e at byte 2 e of the
-//                      tensor's region (the CUDA backend; docs/perf-notes.md v5, v6). The region
-//                      is still the one tensors.h carves in floats; the tensor uses its first half.
+//                      tensor's region (the CUDA backend; docs/perf-notes.md v5, v6; every
+//                      backend's caller tensors). A carved region is still the one tensors.h
+//                      carves in floats; the tensor uses its first half.
 // bind_saved / bind_workspace record the storage in every DtypeTensor they carve; the typed
 // accessors refuse the other storage: f32() of a Packed16 tensor and packed16() of an F32 one
 // throw std::invalid_argument. A null tensor is null in every storage (both accessors give
@@ -26,6 +30,12 @@ namespace kcp::kernels {
 enum class Storage : int32_t { F32 = 0, Packed16 = 1 };
 inline const char* to_string(Storage s) { return s == Storage::F32 ? "f32" : "packed16"; }
 inline constexpr int64_t storage_bytes(Storage s) { return s == Storage::F32 ? 4 : 2; }
+// The storages of a backend's phases: `dtype` of the ten saved / workspace dtype tensors
+// (Backend::dtype_storage()), `caller` of the eight caller tensors (Backend::caller_storage()).
+struct PhaseStorage {
+  Storage dtype;
+  Storage caller;
+};
 
 template <bool kConst>
 class BasicDtypeTensor {

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/api/numeric.h"
 #include "vocab/vocabulary.h"
 
 namespace kcp::kernels {
@@ -24,6 +25,9 @@ using kcp::Op;
 using kcp::Package;
 using kcp::SavedKind;
 using kcp::to_string;
+
+// The rounding (numeric.h) of a dtype.
+inline RoundTo rounding_of(DType d) { return d == DType::BF16 ? RoundTo::BF16 : RoundTo::FP16; }
 
 inline constexpr int32_t kChunk = 64;            // chunk size C of this project
 inline constexpr int32_t kMaxK = 256;            // state kernels hold K rows per value head

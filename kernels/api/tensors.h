@@ -3,11 +3,15 @@
 //
 // Memory space: every pointer lives where the backend computes (host for the CPU twin, device
 // for CUDA). Tensors documented as "fp32" hold full fp32 values (float*). Tensors documented as
-// "dtype" hold values already rounded to the input dtype (bf16 or fp16): the caller tensors and
-// the KDA-only kg / Aqk are float*; the ten "dtype" saved / workspace tensors (saved q, k, Phi;
-// W, U, h, v_new, dv_local, dh, dv2) are DtypeTensor (dtype_tensor.h), whose storage (one float
-// or one raw 16-bit pattern per element) is the binding backend's (Backend::dtype_storage) and
-// is read only through the accessor of that storage.
+// "dtype" hold values already rounded to the input dtype (bf16 or fp16), as DtypeTensor
+// (dtype_tensor.h), read only through the accessor of their storage, except the KDA-only kg /
+// Aqk (float*):
+//  * the eight caller tensors q, k, v, dO (inputs) and o, dq, dk, dv (outputs) are stored as
+//    Backend::caller_storage(): Storage::Packed16, one raw 16-bit dtype pattern per element (2
+//    bytes; CUDA and the CPU twin alike), except in the calibration's exact-storage twin
+//    (CpuStorage::Exact, docs/design.md 6), which keeps them F32 like every other dtype point;
+//  * the ten saved / workspace tensors (saved q, k, Phi; W, U, h, v_new, dv_local, dh, dv2) are
+//    stored as Backend::dtype_storage() (F32 for the CPU twin, Packed16 for CUDA).
 // All layouts are row-major, token-major ("BTHD"), with the shapes given beside each field;
 // T = layout.T, NT = layout.n_chunks, S = layout.n_segments, N = layout.n_pieces,
 // gw = problem.gate_width() (1 for GDN, K for KDA), C = 64.
@@ -31,34 +35,36 @@
 namespace kcp::kernels {
 
 // ---------------------------------------------------------------------------------------------
-// Caller tensors. Inputs arrive as floats holding dtype values (gates, A_log, dt_bias and beta
-// may hold any fp32 value; the harness rounds them to the dtype too). The backward reads the
-// same inputs again (v, beta, g, A_log, dt_bias, h0): they must be unchanged since the forward.
+// Caller tensors. q, k, v, dO arrive as dtype tensors in Backend::caller_storage() (16-bit
+// patterns); gates, A_log, dt_bias and beta as floats (any fp32 value; the harness rounds them
+// to the dtype too). o, dq, dk, dv leave as dtype tensors in the same storage. The backward
+// reads the same inputs again (v, beta, g, A_log, dt_bias, h0): they must be unchanged since
+// the forward.
 struct InputTensors {
-  const float* q = nullptr;        // [T, H, K]
-  const float* k = nullptr;        // [T, H, K]
-  const float* v = nullptr;        // [T, HV, V]
+  ConstDtypeTensor q;              // [T, H, K] dtype
+  ConstDtypeTensor k;              // [T, H, K] dtype
+  ConstDtypeTensor v;              // [T, HV, V] dtype
   const float* g = nullptr;        // GDN [T, HV], KDA [T, HV, K]: direct log-decay or raw gate
   const float* beta = nullptr;     // [T, HV]
   const float* A_log = nullptr;    // [HV]            (problem.has_A_log)
   const float* dt_bias = nullptr;  // GDN [HV], KDA [HV, K] (problem.has_dt_bias)
   const float* h0 = nullptr;       // [N, HV, K, V] fp32, read for pieces with starts_sequence
                                    // (problem.has_h0)
-  const float* dO = nullptr;       // [T, HV, V], backward only
+  ConstDtypeTensor dO;             // [T, HV, V] dtype, backward only
   const float* dht = nullptr;      // [N, HV, K, V] fp32, backward only, read for pieces with
                                    // ends_sequence (problem.has_dht)
 };
 
 struct OutputTensors {
-  float* o = nullptr;   // [T, HV, V] dtype
+  DtypeTensor o;        // [T, HV, V] dtype
   float* ht = nullptr;  // [N, HV, K, V] fp32, state at every piece end (meaningful as
                         // a final state for pieces with ends_sequence); may be null
 };
 
 struct GradTensors {
-  float* dq = nullptr;        // [T, H, K] dtype (summed over the G value heads of a group)
-  float* dk = nullptr;        // [T, H, K] dtype
-  float* dv = nullptr;        // [T, HV, V] dtype
+  DtypeTensor dq;             // [T, H, K] dtype (summed over the G value heads of a group)
+  DtypeTensor dk;             // [T, H, K] dtype
+  DtypeTensor dv;             // [T, HV, V] dtype
   float* dg = nullptr;        // shape of g, fp32 (gradient w.r.t. the gate input as given)
   float* dbeta = nullptr;     // [T, HV] fp32
   float* dA_log = nullptr;    // [HV] fp32, this rank's partial sum (engine all-reduces)

@@ -229,7 +229,7 @@ const char* op_name(const PhaseCtx& c, const char* gdn, const char* kda) { retur
 void fwd_summaries(const FwdSummaryArgs& a) {
   const char* ph = op_name(a.ctx, "gdn fwd_summaries", "kda fwd_summaries");
   check_problem_layout(a.ctx, ph);
-  check_fwd_summaries_args(a, ph, Storage::F32);
+  check_fwd_summaries_args(a, ph, twin_storage(a.ctx));
   const Dims d(a.ctx);
   const FwdWalk fw{
       d,      a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k.f32(), a.gcum, a.W.f32(), a.U.f32(), a.kg, nullptr,
@@ -256,7 +256,7 @@ void fwd_summaries(const FwdSummaryArgs& a) {
 void fwd_states(const FwdStateArgs& a) {
   const char* ph = op_name(a.ctx, "gdn fwd_states", "kda fwd_states");
   check_problem_layout(a.ctx, ph);
-  check_fwd_states_args(a, ph, Storage::F32);
+  check_fwd_states_args(a, ph, twin_storage(a.ctx));
   const Dims d(a.ctx);
   const FwdWalk fw{d,
                    a.ctx.problem.op == Op::Kda,
@@ -283,9 +283,10 @@ void fwd_states(const FwdStateArgs& a) {
 void bwd_local_dv(const BwdLocalDvArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_local_dv", "kda bwd_local_dv");
   check_problem_layout(a.ctx, ph);
-  check_bwd_local_dv_args(a, ph, Storage::F32);
+  check_bwd_local_dv_args(a, ph, twin_storage(a.ctx));
   const bool kda = a.ctx.problem.op == Op::Kda;
   const Dims d(a.ctx);
+  const CallerIn dO(a.dO, d.T * d.HV * d.V, d);
   parallel_for(d.NT * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const ChunkDesc& ch = a.ctx.layout.chunks[w / d.HV];
     const int32_t j = static_cast<int32_t>(w % d.HV), i = j / d.G;
@@ -306,7 +307,7 @@ void bwd_local_dv(const BwdLocalDvArgs& a) {
           for (int32_t c = 0; c < d.K; ++c) kq += ks[c] * qr[c];
           p = d.rnd(kq * exp2f_(a.gcum[d.gg(tr, j)] - a.gcum[d.gg(ts, j)]) * d.scale);
         }
-        const float* dOr = a.dO + d.vv(tr, j);
+        const float* dOr = dO.get() + d.vv(tr, j);
         for (int32_t e = 0; e < d.V; ++e) acc[e] += p * dOr[e];
       }
       float* out = a.dv_local.f32() + d.vv(ts, j);
@@ -318,8 +319,9 @@ void bwd_local_dv(const BwdLocalDvArgs& a) {
 void bwd_summaries(const BwdSummaryArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_summaries", "kda bwd_summaries");
   check_problem_layout(a.ctx, ph);
-  check_bwd_summaries_args(a, ph, Storage::F32);
+  check_bwd_summaries_args(a, ph, twin_storage(a.ctx));
   const Dims d(a.ctx);
+  const CallerIn dO(a.dO, d.T * d.HV * d.V, d);
   const BwdWalk bw{d,
                    a.ctx.problem.op == Op::Kda,
                    a.ctx.layout.chunks,
@@ -328,7 +330,7 @@ void bwd_summaries(const BwdSummaryArgs& a) {
                    a.gcum,
                    a.W.f32(),
                    a.kg,
-                   a.dO,
+                   dO.get(),
                    a.dv_local.f32(),
                    nullptr,
                    nullptr};
@@ -348,8 +350,9 @@ void bwd_summaries(const BwdSummaryArgs& a) {
 void bwd_states(const BwdStateArgs& a) {
   const char* ph = op_name(a.ctx, "gdn bwd_states", "kda bwd_states");
   check_problem_layout(a.ctx, ph);
-  check_bwd_states_args(a, ph, Storage::F32);
+  check_bwd_states_args(a, ph, twin_storage(a.ctx));
   const Dims d(a.ctx);
+  const CallerIn dO(a.dO, d.T * d.HV * d.V, d);
   const BwdWalk bw{d,
                    a.ctx.problem.op == Op::Kda,
                    a.ctx.layout.chunks,
@@ -358,7 +361,7 @@ void bwd_states(const BwdStateArgs& a) {
                    a.gcum,
                    a.W.f32(),
                    a.kg,
-                   a.dO,
+                   dO.get(),
                    a.dv_local.f32(),
                    a.dh.f32(),
                    a.dv2.f32()};

@@ -24,8 +24,9 @@ void CpuBackend::prep(const PrepArgs& args) const { cpu::prep(with_storage(args)
 void CpuBackend::wy(const WyArgs& a) const {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn wy" : "kda wy";
   check_problem_layout(a.ctx, ph);
-  check_wy_args(a, ph, Storage::F32);
-  cpu::wy(with_storage(a));
+  const WyArgs b = with_storage(a);
+  check_wy_args(b, ph, cpu::twin_storage(b.ctx));
+  cpu::wy(b);
 }
 
 void CpuBackend::fwd_summaries(const FwdSummaryArgs& args) const { cpu::fwd_summaries(with_storage(args)); }
@@ -36,11 +37,12 @@ void CpuBackend::fwd_output(const FwdOutputArgs& a) const {
   const bool kda = a.ctx.problem.op == Op::Kda;
   const char* ph = kda ? "kda fwd_output" : "gdn fwd_output";
   check_problem_layout(a.ctx, ph);
-  check_fwd_output_args(a, ph, Storage::F32);
+  const FwdOutputArgs b = with_storage(a);
+  check_fwd_output_args(b, ph, cpu::twin_storage(b.ctx));
   if (kda)
-    cpu::kda_output(with_storage(a));
+    cpu::kda_output(b);
   else
-    cpu::gdn_output(with_storage(a));
+    cpu::gdn_output(b);
 }
 
 void CpuBackend::bwd_local_dv(const BwdLocalDvArgs& args) const { cpu::bwd_local_dv(with_storage(args)); }
@@ -51,11 +53,12 @@ void CpuBackend::bwd_grads(const BwdGradArgs& a) const {
   const bool kda = a.ctx.problem.op == Op::Kda;
   const char* ph = kda ? "kda bwd_grads" : "gdn bwd_grads";
   check_problem_layout(a.ctx, ph);
-  check_bwd_grads_args(a, ph, Storage::F32);
+  const BwdGradArgs b = with_storage(a);
+  check_bwd_grads_args(b, ph, cpu::twin_storage(b.ctx));
   if (kda)
-    cpu::kda_bwd_grads(with_storage(a));
+    cpu::kda_bwd_grads(b);
   else
-    cpu::gdn_bwd_grads(with_storage(a));
+    cpu::gdn_bwd_grads(b);
 }
 
 void CpuBackend::bwd_finalize(const BwdFinalizeArgs& args) const { cpu::bwd_finalize(with_storage(args)); }
@@ -73,6 +76,13 @@ void CpuBackend::fill_floats(float* dst, float value, int64_t n, const Exec&) co
   if (n == 0) return;
   need(dst, "fill_floats", "dst");
   for (int64_t i = 0; i < n; ++i) dst[i] = value;
+}
+
+void CpuBackend::fill_16(uint16_t* dst, uint16_t bits, int64_t n, const Exec&) const {
+  if (n < 0) arg_fail("fill_16", "n (" + std::to_string(n) + ") must be >= 0");
+  if (n == 0) return;
+  need(dst, "fill_16", "dst");
+  for (int64_t i = 0; i < n; ++i) dst[i] = bits;
 }
 
 std::unique_ptr<Backend> make_cpu_backend(CpuStorage storage) { return std::make_unique<CpuBackend>(storage); }
@@ -102,6 +112,16 @@ void CpuBackend::upload(float* dst, const float* src, int64_t n, const Exec& exe
 }
 void CpuBackend::download(float* dst, const float* src, int64_t n, const Exec& exec) const {
   copy_floats(dst, src, n, exec);
+}
+// Host to host, as upload / download: a plain copy of the 16-bit elements.
+void CpuBackend::upload_16(uint16_t* dst, const uint16_t* src, int64_t n, const Exec&) const { copy_16(dst, src, n); }
+void CpuBackend::download_16(uint16_t* dst, const uint16_t* src, int64_t n, const Exec&) const { copy_16(dst, src, n); }
+void CpuBackend::copy_16(uint16_t* dst, const uint16_t* src, int64_t n) {
+  if (n < 0) arg_fail("copy_16", "n (" + std::to_string(n) + ") must be >= 0");
+  if (n == 0) return;
+  need(dst, "copy_16", "dst");
+  need(src, "copy_16", "src");
+  std::memmove(dst, src, size_t(n) * sizeof(uint16_t));
 }
 std::unique_ptr<PhaseTimer> CpuBackend::make_timer() const { return std::make_unique<HostTimer>(); }
 std::string CpuBackend::device_name() const { return "cpu (fp32 twin)"; }

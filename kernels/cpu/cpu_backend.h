@@ -24,17 +24,22 @@ class CpuBackend final : public Backend {
   Status can_implement(const Problem& problem) const override;
   // The twin stores the "dtype" tensors as one float per element (dtype_tensor.h).
   Storage dtype_storage() const override { return Storage::F32; }
+  // The caller tensors as 16-bit patterns like the GPU; the exact-storage twin keeps them fp32.
+  Storage caller_storage() const override { return exact_ ? Storage::F32 : Storage::Packed16; }
 
   // Every phase of kernels/api/phases.h (defined in cpu_backend.cpp).
   KCP_BACKEND_PHASES(KCP_PHASE_OVERRIDE)
 
   void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const override;
   void fill_floats(float* dst, float value, int64_t n, const Exec& exec) const override;
+  void fill_16(uint16_t* dst, uint16_t bits, int64_t n, const Exec& exec) const override;
 
   float* alloc_floats(int64_t n) const override;
   void free_floats(float* p) const override;
   void upload(float* dst, const float* host_src, int64_t n, const Exec& exec) const override;
   void download(float* host_dst, const float* src, int64_t n, const Exec& exec) const override;
+  void upload_16(uint16_t* dst, const uint16_t* host_src, int64_t n, const Exec& exec) const override;
+  void download_16(uint16_t* host_dst, const uint16_t* src, int64_t n, const Exec& exec) const override;
   std::unique_ptr<PhaseTimer> make_timer() const override;
   std::string device_name() const override;
 
@@ -46,6 +51,7 @@ class CpuBackend final : public Backend {
     b.ctx.exact_storage = exact_;
     return b;
   }
+  static void copy_16(uint16_t* dst, const uint16_t* src, int64_t n);
   bool exact_ = false;
 };
 

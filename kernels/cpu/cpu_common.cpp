@@ -8,6 +8,38 @@
 
 namespace kcp::kernels::cpu {
 
+namespace {
+std::vector<float> decode16(const uint16_t* bits, int64_t n, RoundTo rt) {
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) out[size_t(e)] = dtype16_value(bits[e], rt);
+  return out;
+}
+}  // namespace
+
+CallerIn::CallerIn(ConstDtypeTensor t, int64_t n, const Dims& d) {
+  if (t.storage() == Storage::F32) {
+    p_ = t.f32();
+    return;
+  }
+  decoded_ = decode16(t.packed16(), n, d.rt);
+  p_ = decoded_.data();
+}
+
+CallerOut::CallerOut(DtypeTensor t, int64_t n, const Dims& d) : t_(t), rt_(d.rt) {
+  if (t.storage() == Storage::F32) {
+    p_ = t.f32();
+    return;
+  }
+  buf_ = decode16(t.packed16(), n, rt_);
+  p_ = buf_.data();
+}
+
+void CallerOut::store() const {
+  if (t_.storage() == Storage::F32) return;
+  uint16_t* bits = t_.packed16();
+  for (size_t e = 0; e < buf_.size(); ++e) bits[e] = dtype16_bits(buf_[e], rt_);
+}
+
 void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn) {
   if (n <= 0) return;
   const int64_t workers = std::min<int64_t>(threads < 1 ? 1 : threads, n);

@@ -38,7 +38,7 @@ struct Dims {
         gw(c.problem.gate_width()),
         C(c.problem.chunk),
         scale(c.problem.resolved_scale()),
-        rt(c.problem.dtype == DType::BF16 ? RoundTo::BF16 : RoundTo::FP16),
+        rt(rounding_of(c.problem.dtype)),
         exact(c.exact_storage) {}
   // Round to the input dtype (every "stored in dtype" point and every bf16 tensor-core operand),
   // or keep fp32 in the exact-storage twin.
@@ -52,6 +52,40 @@ struct Dims {
   int64_t cc(int64_t t, int32_t j) const { return (t * HV + j) * C; }               // [T, HV, C]
   int64_t kv(int64_t n, int32_t j) const { return (n * HV + j) * int64_t(K) * V; }  // [*, HV, K, V]
   int64_t kk(int64_t n, int32_t j) const { return (n * HV + j) * int64_t(K) * K; }  // [*, HV, K, K]
+};
+
+// The twin's storages (CpuBackend::dtype_storage / caller_storage): saved set and workspace in
+// fp32; caller tensors as 16-bit patterns, or fp32 in the exact-storage twin.
+inline PhaseStorage twin_storage(const PhaseCtx& c) {
+  return {Storage::F32, c.exact_storage ? Storage::F32 : Storage::Packed16};
+}
+
+// A caller input (q, k, v, dO; tensors.h) as floats for one phase: its first n elements,
+// decoded from their 16-bit patterns once (F32 storage: the tensor itself, no copy).
+class CallerIn {
+ public:
+  CallerIn(ConstDtypeTensor t, int64_t n, const Dims& d);
+  const float* get() const { return p_; }
+
+ private:
+  std::vector<float> decoded_;
+  const float* p_ = nullptr;
+};
+// A caller output (o, dq, dk, dv) written as floats by one phase: a buffer of its first n
+// elements as they are (what the phase leaves unwritten, e.g. NaN poison, stays so), encoded
+// back to 16-bit patterns by store() (F32 storage: the tensor itself; store() does nothing).
+// The phase writes values already rounded by Dims::rnd, so the encoding is exact.
+class CallerOut {
+ public:
+  CallerOut(DtypeTensor t, int64_t n, const Dims& d);
+  float* get() { return p_; }
+  void store() const;
+
+ private:
+  DtypeTensor t_;
+  RoundTo rt_;
+  std::vector<float> buf_;
+  float* p_ = nullptr;
 };
 
 // Runs fn(i) for i in [0, n) on `threads` workers. Every i writes disjoint memory, so results

@@ -19,11 +19,12 @@ namespace kcp::kernels::cpu {
 void bwd_finalize(const BwdFinalizeArgs& a) {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn bwd_finalize" : "kda bwd_finalize";
   check_problem_layout(a.ctx, ph);
-  check_bwd_finalize_args(a, ph, Storage::F32);
+  check_bwd_finalize_args(a, ph, twin_storage(a.ctx));
   const Problem& p = a.ctx.problem;
   const Dims d(a.ctx);
 
   // [F1]
+  CallerOut dq(a.dq, d.T * d.H * d.K, d), dk(a.dk, d.T * d.H * d.K, d);
   parallel_for(d.T, a.ctx.exec.threads, [&](int64_t t) {
     std::vector<float> sum(d.K);
     for (int32_t i = 0; i < d.H; ++i)
@@ -34,7 +35,7 @@ void bwd_finalize(const BwdFinalizeArgs& a) {
           const float* x = src + d.hk(t, i * d.G + gi);
           for (int32_t c = 0; c < d.K; ++c) sum[c] += x[c];
         }
-        float* out = (pass == 0 ? a.dq : a.dk) + d.qk(t, i);
+        float* out = (pass == 0 ? dq.get() : dk.get()) + d.qk(t, i);
         if (p.qk_l2norm) {
           const float* y = (pass == 0 ? a.q.f32() : a.k.f32()) + d.qk(t, i);
           const float r = (pass == 0 ? a.rstd_q : a.rstd_k)[t * d.H + i];
@@ -46,6 +47,8 @@ void bwd_finalize(const BwdFinalizeArgs& a) {
         }
       }
   });
+  dq.store();
+  dk.store();
 
   // [F2] + [F3], per value head (the partial sums of a head are one fixed-order chain).
   parallel_for(d.HV, a.ctx.exec.threads, [&](int64_t jj) {

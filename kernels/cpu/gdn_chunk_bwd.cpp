@@ -23,6 +23,8 @@ namespace kcp::kernels::cpu {
 void gdn_bwd_grads(const BwdGradArgs& a) {
   const Dims d(a.ctx);
   const int32_t K = d.K, V = d.V;
+  const CallerIn dOin(a.dO, d.T * d.HV * V, d), v(a.v, d.T * d.HV * V, d);
+  CallerOut dvout(a.dv, d.T * d.HV * V, d);
   parallel_for(d.NT * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t n = w / d.HV;
     const ChunkDesc& ch = a.ctx.layout.chunks[n];
@@ -35,8 +37,8 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
     auto k = [&](int32_t r) { return a.k.f32() + d.qk(t0 + r, i); };
     auto vn = [&](int32_t r) { return a.v_new.f32() + d.vv(t0 + r, j); };
     auto dvn = [&](int32_t r) { return a.dv2.f32() + d.vv(t0 + r, j); };
-    auto dO = [&](int32_t r) { return a.dO + d.vv(t0 + r, j); };
-    auto vin = [&](int32_t r) { return a.v + d.vv(t0 + r, j); };
+    auto dO = [&](int32_t r) { return dOin.get() + d.vv(t0 + r, j); };
+    auto vin = [&](int32_t r) { return v.get() + d.vv(t0 + r, j); };
     std::vector<float> g(L), beta(L);
     for (int32_t r = 0; r < L; ++r) {
       g[r] = a.gcum[d.gg(t0 + r, j)];
@@ -133,7 +135,7 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
         db += dX[x] * (k(r)[x] * eg);
         dl += dX[x] * X(r, x);
       }
-      float* dv = a.dv + d.vv(t0 + r, j);
+      float* dv = dvout.get() + d.vv(t0 + r, j);
       for (int32_t e = 0; e < V; ++e) {
         dv[e] = d.rnd(beta[r] * dY[e]);  // [D7]
         db += dY[e] * vin(r)[e];
@@ -191,6 +193,7 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
       a.dlam[d.gg(t, j)] = dlam[r];
     }
   });
+  dvout.store();
 }
 
 }  // namespace kcp::kernels::cpu

@@ -47,6 +47,7 @@ void gdn_intra(const PrepArgs& a) {
 
 void gdn_output(const FwdOutputArgs& a) {
   const Dims d(a.ctx);
+  CallerOut out(a.o, d.T * d.HV * d.V, d);
   parallel_for(d.NT * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t n = w / d.HV;
     const ChunkDesc& ch = a.ctx.layout.chunks[n];
@@ -76,10 +77,11 @@ void gdn_output(const FwdOutputArgs& a) {
         for (int32_t e = 0; e < d.V; ++e) intra[e] += P[s] * vn[e];
       }
       const float eg = exp2f_(gr);
-      float* o = a.o + d.vv(tr, j);
+      float* o = out.get() + d.vv(tr, j);
       for (int32_t e = 0; e < d.V; ++e) o[e] = d.rnd(inter[e] * eg * d.scale + intra[e] * d.scale);
     }
   });
+  out.store();
 }
 
 }  // namespace kcp::kernels::cpu

@@ -58,6 +58,7 @@ void kda_intra(const PrepArgs& a) {
 
 void kda_output(const FwdOutputArgs& a) {
   const Dims d(a.ctx);
+  CallerOut out(a.o, d.T * d.HV * d.V, d);
   parallel_for(d.NT * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t n = w / d.HV;
     const ChunkDesc& ch = a.ctx.layout.chunks[n];
@@ -81,10 +82,11 @@ void kda_output(const FwdOutputArgs& a) {
         const float as = arow[s];
         for (int32_t e = 0; e < d.V; ++e) intra[e] += as * vn[e];
       }
-      float* o = a.o + d.vv(tr, j);
+      float* o = out.get() + d.vv(tr, j);
       for (int32_t e = 0; e < d.V; ++e) o[e] = d.rnd(inter[e] * d.scale + intra[e]);
     }
   });
+  out.store();
 }
 
 }  // namespace kcp::kernels::cpu

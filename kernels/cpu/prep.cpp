@@ -33,16 +33,17 @@ float activate(const Problem& p, float graw, float A_log, float bias) {
 void prep(const PrepArgs& a) {
   const char* ph = a.ctx.problem.op == Op::Gdn ? "gdn prep" : "kda prep";
   check_problem_layout(a.ctx, ph);
-  check_prep_args(a, ph, Storage::F32);
+  check_prep_args(a, ph, twin_storage(a.ctx));
   const Problem& p = a.ctx.problem;
   const Dims d(a.ctx);
 
   // [P1] q/k after prep, per (t, i) row of length K.
+  const CallerIn q(a.q, d.T * d.H * d.K, d), k(a.k, d.T * d.H * d.K, d);
   parallel_for(d.T, a.ctx.exec.threads, [&](int64_t t) {
     for (int32_t i = 0; i < d.H; ++i) {
       const int64_t o = d.qk(t, i);
       for (int pass = 0; pass < 2; ++pass) {
-        const float* x = (pass == 0 ? a.q : a.k) + o;
+        const float* x = (pass == 0 ? q.get() : k.get()) + o;
         float* y = (pass == 0 ? a.q_out.f32() : a.k_out.f32()) + o;
         if (!p.qk_l2norm) {
           for (int32_t c = 0; c < d.K; ++c) y[c] = x[c];

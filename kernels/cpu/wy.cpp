@@ -14,6 +14,7 @@ namespace kcp::kernels::cpu {
 void wy(const WyArgs& a) {
   const Dims d(a.ctx);
   const bool kda = a.ctx.problem.op == Op::Kda;
+  const CallerIn v(a.v, d.T * d.HV * d.V, d);
   parallel_for(d.NT * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const ChunkDesc& ch = a.ctx.layout.chunks[w / d.HV];
     const int32_t j = static_cast<int32_t>(w % d.HV), i = j / d.G;
@@ -23,7 +24,7 @@ void wy(const WyArgs& a) {
     for (int32_t s = 0; s < L; ++s) {
       const int64_t ts = ch.begin + s;
       const float* ks = a.k.f32() + d.qk(ts, i);
-      const float* vs = a.v + d.vv(ts, j);
+      const float* vs = v.get() + d.vv(ts, j);
       const float* gs = a.gcum + d.gg(ts, j);
       const float bs = a.beta[d.th(ts, j)];
       for (int32_t c = 0; c < d.K; ++c)

@@ -25,10 +25,14 @@
 // and bwd_grads passes dW [T, HV, K] in 16-bit storage between its two kernels through the
 // backend's scratch (extra_workspace_floats). The values were already rounded to the dtype before
 // they were stored, so the conversion is exact and every output is the same as with fp32
-// storage. Every other tensor (inputs, outputs, gradients, rstd, gcum, incoming, dq_hv / dk_hv /
-// dlam, the fp32 seg_* tensors) is float as tensors.h says. A caller that reads one of the
-// ten back takes packed16() and converts (tests/gpu/gpu_harness.h, unpack16); one that supplies
-// them (the phase tests) packs.
+// storage. caller_storage() is Packed16 too (tensors.h): the kernels read q, k (prep), v (wy,
+// bwd_grads) and dO (bwd_local_dv, the backward walks, bwd_grads) as 16-bit patterns and write
+// o (fwd_output), dv (bwd_grads), dq and dk (bwd_finalize) as 16-bit patterns, rounded at the
+// same points as before (a 16-bit store of the value that was rounded to dtype and stored as a
+// float). Every other tensor (g, beta, h0, dht, ht, dg, dbeta, dA_log, ddt_bias, dh0, rstd,
+// gcum, incoming, dq_hv / dk_hv / dlam, the fp32 seg_* tensors) is float as tensors.h says. A
+// caller that reads a 16-bit tensor back takes packed16() and converts (tests/kcp/twin_harness.h,
+// unpack16; core/kcp/device_array.h, DtypeArray); one that supplies them packs.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -148,16 +152,19 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return "cuda"; }
   Status can_implement(const Problem& problem) const override { return support(problem); }
-  // The ten "dtype" saved / workspace tensors are raw 16-bit dtype values (see the top).
-  Storage dtype_storage() const override { return Storage::Packed16; }
+  // The ten "dtype" saved / workspace tensors and the eight caller tensors are raw 16-bit dtype
+  // values (see the top).
+  static constexpr PhaseStorage kStorage{Storage::Packed16, Storage::Packed16};
+  Storage dtype_storage() const override { return kStorage.dtype; }
+  Storage caller_storage() const override { return kStorage.caller; }
 
   // Scratch (backend-private workspace floats, each part 256-byte aligned):
   //   [NT, HV, 2] fp32   per-chunk gate partials of finalize;
   //   [T, HV] fp32       dlam_hi (K > 64): the second K slice's gate part, written by
   //                      gdn_bwd_dqk_kernel and added by gdn_bwd_wy_kernel;
   //   [T, HV, K] 16-bit  dW between the two bwd_grads kernels.
-  // dW cannot pass through the dv output in 16-bit storage: a block of the second kernel that
-  // writes its fp32 dv rows would overwrite the packed dW rows of other chunks.
+  // dW has its own scratch rather than passing through the dv output (since dv is 16-bit too, a
+  // block's dv rows are where its own dW rows would lie; a possible saving, not measured).
   struct ScratchParts {
     int64_t partials = 0, dlam_hi = 0, dW16 = 0, total = 0;  // offsets in floats; total size
   };
@@ -182,21 +189,21 @@ class CudaBackend final : public Backend {
   void prep(const PrepArgs& a) const override {
     const char* ph = "gdn prep";
     check_ctx(a.ctx, ph);
-    check_prep_args(a, ph, Storage::Packed16);
+    check_prep_args(a, ph, kStorage);
     cuda::launch_prep(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void wy(const WyArgs& a) const override {
     const char* ph = "gdn wy";
     check_ctx(a.ctx, ph);
-    check_wy_args(a, ph, Storage::Packed16);
+    check_wy_args(a, ph, kStorage);
     cuda::launch_wy(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void fwd_summaries(const FwdSummaryArgs& a) const override {
     const char* ph = "gdn fwd_summaries";
     check_ctx(a.ctx, ph);
-    check_fwd_summaries_args(a, ph, Storage::Packed16);
+    check_fwd_summaries_args(a, ph, kStorage);
     cuda::launch_fwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
@@ -213,42 +220,42 @@ class CudaBackend final : public Backend {
   void fwd_states(const FwdStateArgs& a) const override {
     const char* ph = "gdn fwd_states";
     check_ctx(a.ctx, ph);
-    check_fwd_states_args(a, ph, Storage::Packed16);
+    check_fwd_states_args(a, ph, kStorage);
     cuda::launch_fwd_states(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void fwd_output(const FwdOutputArgs& a) const override {
     const char* ph = "gdn fwd_output";
     check_ctx(a.ctx, ph);
-    check_fwd_output_args(a, ph, Storage::Packed16);
+    check_fwd_output_args(a, ph, kStorage);
     cuda::launch_fwd_output(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_local_dv(const BwdLocalDvArgs& a) const override {
     const char* ph = "gdn bwd_local_dv";
     check_ctx(a.ctx, ph);
-    check_bwd_local_dv_args(a, ph, Storage::Packed16);
+    check_bwd_local_dv_args(a, ph, kStorage);
     cuda::launch_bwd_local_dv(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_summaries(const BwdSummaryArgs& a) const override {
     const char* ph = "gdn bwd_summaries";
     check_ctx(a.ctx, ph);
-    check_bwd_summaries_args(a, ph, Storage::Packed16);
+    check_bwd_summaries_args(a, ph, kStorage);
     cuda::launch_bwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_states(const BwdStateArgs& a) const override {
     const char* ph = "gdn bwd_states";
     check_ctx(a.ctx, ph);
-    check_bwd_states_args(a, ph, Storage::Packed16);
+    check_bwd_states_args(a, ph, kStorage);
     cuda::launch_bwd_states(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_grads(const BwdGradArgs& a) const override {
     const char* ph = "gdn bwd_grads";
     check_ctx(a.ctx, ph);
-    check_bwd_grads_args(a, ph, Storage::Packed16);
+    check_bwd_grads_args(a, ph, kStorage);
     need_scratch(a.ctx, ph);
     const ScratchParts sp = scratch_parts(a.ctx.problem, a.ctx.layout);
     float* dlam_hi = a.ctx.problem.K > 64 ? a.ctx.scratch + sp.dlam_hi : nullptr;
@@ -259,7 +266,7 @@ class CudaBackend final : public Backend {
   void bwd_finalize(const BwdFinalizeArgs& a) const override {
     const char* ph = "gdn bwd_finalize";
     check_ctx(a.ctx, ph);
-    check_bwd_finalize_args(a, ph, Storage::Packed16);
+    check_bwd_finalize_args(a, ph, kStorage);
     need_scratch(a.ctx, ph);
     cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec));
   }
@@ -279,6 +286,13 @@ class CudaBackend final : public Backend {
     bind();
     cuda::launch_fill(dst, value, n, stream(exec));
   }
+  void fill_16(uint16_t* dst, uint16_t bits, int64_t n, const Exec& exec) const override {
+    if (n < 0) arg_fail("fill_16", "n (" + std::to_string(n) + ") must be >= 0");
+    if (n == 0) return;
+    need(dst, "fill_16", "dst");
+    bind();
+    cuda::launch_fill(dst, bits, n, stream(exec));
+  }
   void synchronize(const Exec& exec) const override {
     bind();
     KCP_CUDA_CHECK(cudaStreamSynchronize(stream(exec)));
@@ -297,16 +311,16 @@ class CudaBackend final : public Backend {
     KCP_CUDA_CHECK(cudaFree(p));
   }
   void upload(float* dst, const float* host_src, int64_t n, const Exec& exec) const override {
-    if (n <= 0) return;
-    bind();
-    KCP_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, stream(exec)));
-    KCP_CUDA_CHECK(cudaStreamSynchronize(stream(exec)));
+    copy_sync(dst, host_src, n * int64_t(sizeof(float)), cudaMemcpyHostToDevice, exec);
   }
   void download(float* host_dst, const float* src, int64_t n, const Exec& exec) const override {
-    if (n <= 0) return;
-    bind();
-    KCP_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream(exec)));
-    KCP_CUDA_CHECK(cudaStreamSynchronize(stream(exec)));
+    copy_sync(host_dst, src, n * int64_t(sizeof(float)), cudaMemcpyDeviceToHost, exec);
+  }
+  void upload_16(uint16_t* dst, const uint16_t* host_src, int64_t n, const Exec& exec) const override {
+    copy_sync(dst, host_src, n * int64_t(sizeof(uint16_t)), cudaMemcpyHostToDevice, exec);
+  }
+  void download_16(uint16_t* host_dst, const uint16_t* src, int64_t n, const Exec& exec) const override {
+    copy_sync(host_dst, src, n * int64_t(sizeof(uint16_t)), cudaMemcpyDeviceToHost, exec);
   }
   std::unique_ptr<PhaseTimer> make_timer() const override { return std::make_unique<CudaTimer>(device_); }
   std::string device_name() const override { return name_; }
@@ -329,6 +343,13 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxCached = 64;
 
   void bind() const { KCP_CUDA_CHECK(cudaSetDevice(device_)); }
+  // A host <-> device copy of `bytes` bytes on exec's stream, complete when it returns.
+  void copy_sync(void* dst, const void* src, int64_t bytes, cudaMemcpyKind kind, const Exec& exec) const {
+    if (bytes <= 0) return;
+    bind();
+    KCP_CUDA_CHECK(cudaMemcpyAsync(dst, src, size_t(bytes), kind, stream(exec)));
+    KCP_CUDA_CHECK(cudaStreamSynchronize(stream(exec)));
+  }
   static cudaStream_t stream(const Exec& e) { return static_cast<cudaStream_t>(e.stream); }
 
   // The device copy of ctx.layout (uploaded on first use, then found by its contents).

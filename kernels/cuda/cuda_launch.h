@@ -105,7 +105,8 @@ void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, 
 void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st);
 // The fp32 fold chain (fold.cu).
 void launch_fold(const FoldArgs& a, cudaStream_t st);
-// dst[0..n) = value (fold.cu).
+// dst[0..n) = value (fold.cu); the uint16_t form fills 16-bit dtype patterns.
 void launch_fill(float* dst, float value, int64_t n, cudaStream_t st);
+void launch_fill(uint16_t* dst, uint16_t value, int64_t n, cudaStream_t st);
 
 }  // namespace kcp::kernels::cuda

@@ -30,11 +30,17 @@ void launch_fold(const FoldArgs& a, cudaStream_t st) {
   KCP_CUDA_LAUNCH_CHECK(st);
 }
 
-void launch_fill(float* dst, float value, int64_t n, cudaStream_t st) {
+namespace {
+template <class T>
+void fill(T* dst, T value, int64_t n, cudaStream_t st) {
   if (n <= 0) return;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
-  fill_kernel<<<unsigned(blocks), 256, 0, st>>>(dst, value, n);
+  fill_kernel<T><<<unsigned(blocks), 256, 0, st>>>(dst, value, n);
   KCP_CUDA_LAUNCH_CHECK(st);
 }
+}  // namespace
+
+void launch_fill(float* dst, float value, int64_t n, cudaStream_t st) { fill(dst, value, n, st); }
+void launch_fill(uint16_t* dst, uint16_t value, int64_t n, cudaStream_t st) { fill(dst, value, n, st); }
 
 }  // namespace kcp::kernels::cuda

@@ -103,7 +103,8 @@ __global__ void __launch_bounds__(256) fold_kernel(FoldParams p) {
     for (int r = rg; r < K; r += 8) out[int64_t(r) * W + c0 + c] = sX[r * 33 + c];
 }
 
-__global__ void fill_kernel(float* dst, float value, int64_t n) {
+template <class T>
+__global__ void fill_kernel(T* dst, T value, int64_t n) {
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x)
     dst[e] = value;
 }

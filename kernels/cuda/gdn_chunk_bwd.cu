@@ -25,7 +25,7 @@ void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, 
   p.chunks = L.chunks;
   p.q = a.q.packed16();
   p.k = a.k.packed16();
-  p.v = a.v;
+  p.v = a.v.packed16();
   p.beta = a.beta;
   p.gcum = a.gcum;
   p.Phi = a.Phi.packed16();
@@ -33,10 +33,10 @@ void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, 
   p.v_new = a.v_new.packed16();
   p.dh = a.dh.packed16();
   p.dv2 = a.dv2.packed16();
-  p.dO = a.dO;
+  p.dO = a.dO.packed16();
   p.dq_hv = a.dq_hv;
   p.dk_hv = a.dk_hv;
-  p.dv = a.dv;
+  p.dv = a.dv.packed16();
   p.dbeta = a.dbeta;
   p.dlam = a.dlam;
   p.dlam_hi = dlam_hi;

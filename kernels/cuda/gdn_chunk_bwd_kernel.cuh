@@ -27,7 +27,7 @@ struct GradParams {
   const ChunkDesc* chunks;
   const uint16_t* q;      // [T, H, K] dtype, 16-bit storage
   const uint16_t* k;      // [T, H, K] dtype, 16-bit storage
-  const float* v;         // [T, HV, V] dtype
+  const uint16_t* v;      // [T, HV, V] dtype, 16-bit (caller storage)
   const float* beta;      // [T, HV]
   const float* gcum;      // [T, HV] fp32 log2
   const uint16_t* Phi;    // [T, HV, 64] dtype, 16-bit storage
@@ -35,10 +35,10 @@ struct GradParams {
   const uint16_t* v_new;  // [T, HV, V] dtype, 16-bit storage
   const uint16_t* dh;     // [NT, HV, K, V] dtype, 16-bit storage
   const uint16_t* dv2;    // [T, HV, V] dtype, 16-bit storage
-  const float* dO;        // [T, HV, V] dtype
+  const uint16_t* dO;     // [T, HV, V] dtype, 16-bit (caller storage)
   float* dq_hv;           // [T, HV, K] fp32
   float* dk_hv;           // [T, HV, K] fp32
-  float* dv;              // [T, HV, V] dtype
+  uint16_t* dv;           // [T, HV, V] dtype, 16-bit (caller storage)
   float* dbeta;           // [T, HV] fp32
   float* dlam;            // [T, HV] fp32
   float* dlam_hi;         // [T, HV] fp32, backend scratch: the second K slice's gate part (K = 128)
@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
   if (tid < kC) sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
   {  // two memory round trips for the seven tiles
     Tile16<kKS, V> tS, tdS;
-    Tile<kC, V> tO;
+    Tile16<kC, V> tO;
     tS.load(p.h + kv0, V, kKS);
     tdS.load(p.dh + kv0, V, kKS);
     tO.load(p.dO + vv0, vvs, L);
@@ -287,8 +287,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
   }
   {
     Tile16<kC, K> tk, tW;
-    Tile16<kC, V> tD;
-    Tile<kC, V> tv;
+    Tile16<kC, V> tD, tv;
     Tile16<kC, kC> tP;
     tk.load(p.k + qk0, qks, L);
     tW.load(p.dW16 + (t0 * HV + j) * K, int64_t(HV) * K, L);  // dW from gdn_bwd_dqk_kernel
@@ -343,9 +342,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     TV::pairs(a, [&](int r, int c, float& d0, float& d1) {
       if (r >= L) return;
       const float b = sBeta[r];
-      *reinterpret_cast<float2*>(p.dv + ((t0 + r) * HV + j) * V + c) = make_float2(DT::rnd(b * d0), DT::rnd(b * d1));
-      const float2 vv = __ldg(reinterpret_cast<const float2*>(p.v + vv0 + int64_t(r) * vvs + c));
-      rdb.add(r, d0 * vv.x + d1 * vv.y);
+      st16x2<DT>(p.dv + ((t0 + r) * HV + j) * V + c, b * d0, b * d1);
+      const uint32_t vv = __ldg(reinterpret_cast<const unsigned int*>(p.v + vv0 + int64_t(r) * vvs + c));
+      rdb.add(r, d0 * DT::from_raw(uint16_t(vv & 0xffffu)) + d1 * DT::from_raw(uint16_t(vv >> 16)));
     });
   }
   __syncthreads();  // dPhi visible; Xb, Yb, dW free

@@ -36,7 +36,7 @@ void launch_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t 
   p.gcum = a.gcum;
   p.h = a.h.packed16();
   p.v_new = a.v_new.packed16();
-  p.o = a.o;
+  p.o = a.o.packed16();
   dispatch<true>(a.ctx.problem, p, st);
 }
 
@@ -47,7 +47,7 @@ void launch_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream
   p.q = a.q.packed16();
   p.k = a.k.packed16();
   p.gcum = a.gcum;
-  p.dO = a.dO;
+  p.dO = a.dO.packed16();
   p.dv_local = a.dv_local.packed16();
   dispatch<false>(a.ctx.problem, p, st);
 }

@@ -23,8 +23,8 @@ struct ChunkParams {
   const float* gcum;      // [T, HV] fp32 log2
   const uint16_t* h;      // [NT, HV, K, V] dtype, 16-bit storage (output only)
   const uint16_t* v_new;  // [T, HV, V] dtype, 16-bit storage (output only)
-  float* o;               // [T, HV, V] dtype (output only)
-  const float* dO;        // [T, HV, V] dtype (local dv only)
+  uint16_t* o;            // [T, HV, V] dtype, 16-bit (caller storage; output only)
+  const uint16_t* dO;     // [T, HV, V] dtype, 16-bit (caller storage; local dv only)
   uint16_t* dv_local;     // [T, HV, V] dtype, 16-bit storage (local dv only)
 };
 
@@ -92,8 +92,7 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
   TO::zip_pairs(inter, intra, [&](int r, int c, float& a0, float& a1, float& b0, float& b1) {
     if (r >= L) return;
     const float eg = exp2f(sG[r]);
-    *reinterpret_cast<float2*>(p.o + ((t0 + r) * HV + j) * V + c) =
-        make_float2(DT::rnd(a0 * eg * scale + b0 * scale), DT::rnd(a1 * eg * scale + b1 * scale));
+    st16x2<DT>(p.o + ((t0 + r) * HV + j) * V + c, a0 * eg * scale + b0 * scale, a1 * eg * scale + b1 * scale);
   });
 }
 
@@ -122,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
   const float scale = p.sh.scale;
 
   stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
-  stage_rows<DT, kC, V>(sdO, Sm::kVld, p.dO + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  stage_rows16<DT, kC, V>(sdO, Sm::kVld, p.dO + (t0 * HV + j) * V, int64_t(HV) * V, L);
   __syncthreads();
   {
     using T64 = Tiling<kC, kC>;

@@ -62,7 +62,7 @@ template <class Args>
 BwdWalkParams bwd_params(const Args& a, const DevLayout& L) {
   BwdWalkParams p = walk_params<BwdWalkParams>(a, L);
   p.q = a.q.packed16();
-  p.dO = a.dO;
+  p.dO = a.dO.packed16();
   p.dv_local = a.dv_local.packed16();
   return p;
 }

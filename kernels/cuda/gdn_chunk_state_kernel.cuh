@@ -223,7 +223,7 @@ struct BwdWalkParams {
   const uint16_t* k;         // [T, H, K] dtype, 16-bit storage
   const float* gcum;         // [T, HV] fp32 log2
   const uint16_t* W;         // [T, HV, K] dtype, 16-bit storage
-  const float* dO;           // [T, HV, V] dtype
+  const uint16_t* dO;        // [T, HV, V] dtype, 16-bit (caller storage)
   const uint16_t* dv_local;  // [T, HV, V] dtype, 16-bit storage
   const float* seg_exit;     // [S, HV, K, V] fp32 (STATES)
   uint16_t* dh;              // [NT, HV, K, V] dtype, 16-bit storage (STATES)
@@ -282,8 +282,7 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_
 
   // Register prefetch: the previous chunk's tiles are loaded while this chunk computes.
   Tile16<kC, K> tK, tQ, tW;
-  Tile<kC, kBV> tO;
-  Tile16<kC, kBV> tD;
+  Tile16<kC, kBV> tO, tD;
   float gpre = 0.0f;
   // The gates of the rows this thread stages of q: qs is formed while q is stored to shared
   // memory (one exp2 per row and thread, no extra pass or barrier).

@@ -22,8 +22,8 @@ void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* pa
     q.y[1] = a.k.packed16();
     q.rstd[0] = a.rstd_q;
     q.rstd[1] = a.rstd_k;
-    q.out[0] = a.dq;
-    q.out[1] = a.dk;
+    q.out[0] = a.dq.packed16();
+    q.out[1] = a.dk.packed16();
     q.rows = L.T * pb.H;
     q.H = pb.H;
     q.G = pb.group();

@@ -20,7 +20,7 @@ struct FinalizeQkParams {
   const float* dhv[2];   // dq_hv, dk_hv [T, HV, K] fp32
   const uint16_t* y[2];  // saved q, k [T, H, K] dtype, 16-bit storage (L2 norm)
   const float* rstd[2];  // [T, H] fp32 (L2 norm)
-  float* out[2];         // dq, dk [T, H, K] dtype
+  uint16_t* out[2];      // dq, dk [T, H, K] dtype, 16-bit (caller storage)
   int64_t rows;          // T * H
   int H, G, l2norm;
 };
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(256) finalize_qk_kernel(FinalizeQkParams p) {
 #pragma unroll
     for (int e = 0; e < E; ++e) sum[e] += x[e];
   }
-  float* o = (kside ? p.out[1] : p.out[0]) + row * K + lane_id() * E;
+  uint16_t* o = (kside ? p.out[1] : p.out[0]) + row * K + lane_id() * E;
   if (p.l2norm) {
     const uint16_t* ys = (kside ? p.y[1] : p.y[0]) + row * K + lane_id() * E;
     float y[E];
@@ -53,10 +53,10 @@ __global__ void __launch_bounds__(256) finalize_qk_kernel(FinalizeQkParams p) {
     dot = warp_sum(dot);
     const float r = (kside ? p.rstd[1] : p.rstd[0])[row];
 #pragma unroll
-    for (int e = 0; e < E; ++e) o[e] = DT::rnd(r * (sum[e] - dot * y[e]));
+    for (int e = 0; e < E; ++e) o[e] = DT::raw(r * (sum[e] - dot * y[e]));
   } else {
 #pragma unroll
-    for (int e = 0; e < E; ++e) o[e] = DT::rnd(sum[e]);
+    for (int e = 0; e < E; ++e) o[e] = DT::raw(sum[e]);
   }
 }
 

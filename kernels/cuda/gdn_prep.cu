@@ -10,8 +10,8 @@ void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
   const Shape sh = shape_of(pb, L);
   if (sh.T > 0) {
     PrepQkParams q{};
-    q.x[0] = a.q;
-    q.x[1] = a.k;
+    q.x[0] = a.q.packed16();
+    q.x[1] = a.k.packed16();
     q.y[0] = a.q_out.packed16();
     q.y[1] = a.k_out.packed16();
     q.rstd[0] = a.rstd_q;

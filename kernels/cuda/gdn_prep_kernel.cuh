@@ -1,8 +1,9 @@
 // GDN prep kernels (docs/algorithm.md 1.2, 1.3, F0-F2). Included only by gdn_prep.cu.
 //
 // prep_qk_kernel: grid (ceil(T*H / 8), 2): one warp per (token, q/k head) row, blockIdx.y picks
-//   q or k. L2 norm in fp32 (sum of squares by a warp reduction), stored rounded to dtype in the
-//   CUDA-internal 16-bit storage (cuda_backend.cu), rstd fp32; without L2 norm a plain copy.
+//   q or k, read as 16-bit patterns (caller storage). L2 norm in fp32 (sum of squares by a warp
+//   reduction), stored rounded to dtype in the CUDA-internal 16-bit storage (cuda_backend.cu),
+//   rstd fp32; without L2 norm a plain copy.
 // gdn_intra_kernel: grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), 256 threads.
 //   Gate activation in fp32, chunk-local inclusive cumsum by one thread in token order (the
 //   twin's order), times kRcpLn2; K K^T on tensor cores (dtype k, fp32 accumulation); Pi gated
@@ -19,10 +20,10 @@
 namespace kcp::kernels::cuda {
 
 struct PrepQkParams {
-  const float* x[2];  // q, k: [T, H, K] dtype
-  uint16_t* y[2];     // q_out, k_out: [T, H, K] dtype, 16-bit storage
-  float* rstd[2];     // [T, H] fp32 (l2norm only)
-  int64_t rows;       // T * H
+  const uint16_t* x[2];  // q, k: [T, H, K] dtype, 16-bit (caller storage)
+  uint16_t* y[2];        // q_out, k_out: [T, H, K] dtype, 16-bit storage
+  float* rstd[2];        // [T, H] fp32 (l2norm only)
+  int64_t rows;          // T * H
   int l2norm;
 };
 
@@ -31,20 +32,20 @@ __global__ void __launch_bounds__(256) prep_qk_kernel(PrepQkParams p) {
   const int64_t row = int64_t(blockIdx.x) * 8 + warp_id();
   if (row >= p.rows) return;
   const bool kside = blockIdx.y != 0;  // (selects, not indexes, the parameter arrays)
-  const float* x = (kside ? p.x[1] : p.x[0]) + row * K;
+  const uint16_t* x = (kside ? p.x[1] : p.x[0]) + row * K;
   uint16_t* y = (kside ? p.y[1] : p.y[0]) + row * K;
-  constexpr int E = K / 32;  // 2 or 4 floats per lane
+  constexpr int E = K / 32;  // 2 or 4 values per lane
   float v[E];
   if constexpr (E == 4) {
-    const float4 f = __ldg(reinterpret_cast<const float4*>(x) + lane_id());
-    v[0] = f.x;
-    v[1] = f.y;
-    v[2] = f.z;
-    v[3] = f.w;
+    const uint2 f = __ldg(reinterpret_cast<const uint2*>(x) + lane_id());
+    v[0] = DT::from_raw(uint16_t(f.x & 0xffffu));
+    v[1] = DT::from_raw(uint16_t(f.x >> 16));
+    v[2] = DT::from_raw(uint16_t(f.y & 0xffffu));
+    v[3] = DT::from_raw(uint16_t(f.y >> 16));
   } else {
-    const float2 f = __ldg(reinterpret_cast<const float2*>(x) + lane_id());
-    v[0] = f.x;
-    v[1] = f.y;
+    const uint32_t f = __ldg(reinterpret_cast<const unsigned int*>(x) + lane_id());
+    v[0] = DT::from_raw(uint16_t(f & 0xffffu));
+    v[1] = DT::from_raw(uint16_t(f >> 16));
   }
   if (p.l2norm) {
     float ss = 0.0f;

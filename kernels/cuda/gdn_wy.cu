@@ -12,7 +12,7 @@ void run_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
   p.sh = sh;
   p.chunks = L.chunks;
   p.k = a.k.packed16();
-  p.v = a.v;
+  p.v = a.v.packed16();
   p.beta = a.beta;
   p.gcum = a.gcum;
   p.Phi = a.Phi.packed16();

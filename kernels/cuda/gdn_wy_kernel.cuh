@@ -16,7 +16,7 @@ struct WyParams {
   Shape sh;
   const ChunkDesc* chunks;
   const uint16_t* k;    // [T, H, K] dtype, 16-bit storage
-  const float* v;       // [T, HV, V] dtype
+  const uint16_t* v;    // [T, HV, V] dtype, 16-bit (caller storage)
   const float* beta;    // [T, HV]
   const float* gcum;    // [T, HV] fp32 log2
   const uint16_t* Phi;  // [T, HV, 64] dtype, 16-bit storage
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
   {  // one memory round trip: Phi, k, v
     Tile16<kC, kC> tP;
     Tile16<kC, K> tk;
-    Tile<kC, V> tv;
+    Tile16<kC, V> tv;
     tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
     tk.load(p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
     tv.load(p.v + (t0 * HV + j) * V, int64_t(HV) * V, L);

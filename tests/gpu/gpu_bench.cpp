@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/kcp/device_array.h"
 #include "core/kcp/phase_timing_backend.h"
 #include "core/kcp/rank_driver.h"
 #include "kernels/api/numeric.h"
@@ -85,20 +86,20 @@ int main(int argc, char** argv) {
     be.upload(d, h.data(), int64_t(h.size()), ex);
     return d;
   };
-  float* q = up(gen(T * H * K, -1.f, 1.f));
-  float* k = up(gen(T * H * K, -1.f, 1.f));
-  float* v = up(gen(T * HV * K, -1.f, 1.f));
+  // The caller dtype tensors cross the API as 16-bit patterns (kernels/api/tensors.h).
+  auto up16 = [&](const std::vector<float>& h) { return kcp::DtypeArray(be, h, p.dtype, ex); };
+  const kcp::DtypeArray q = up16(gen(T * H * K, -1.f, 1.f));
+  const kcp::DtypeArray k = up16(gen(T * H * K, -1.f, 1.f));
+  const kcp::DtypeArray v = up16(gen(T * HV * K, -1.f, 1.f));
   float* g = up(gen(T * HV, -0.7f, -0.05f));
   float* beta = up(gen(T * HV, 0.05f, 0.95f));
-  float* dO = up(gen(T * HV * K, -1.f, 1.f));
+  const kcp::DtypeArray dO = up16(gen(T * HV * K, -1.f, 1.f));
   const int64_t saved_n = be.saved_floats(p, L, kk::SavedKind::Full), ws_n = be.workspace_floats(p, L);
   float* saved = be.alloc_floats(saved_n);
   float* ws = be.alloc_floats(ws_n);
-  float* o = be.alloc_floats(T * HV * K);
+  const kcp::DtypeArray o(be, T * HV * K, p.dtype);
   float* ht = be.alloc_floats(int64_t(HV) * K * K);
-  float* dq = be.alloc_floats(T * H * K);
-  float* dk = be.alloc_floats(T * H * K);
-  float* dv = be.alloc_floats(T * HV * K);
+  const kcp::DtypeArray dq(be, T * H * K, p.dtype), dk(be, T * H * K, p.dtype), dv(be, T * HV * K, p.dtype);
   float* dg = be.alloc_floats(T * HV);
   float* dbeta = be.alloc_floats(T * HV);
   float* dh0 = be.alloc_floats(int64_t(HV) * K * K);
@@ -108,16 +109,16 @@ int main(int argc, char** argv) {
   run.layout = L;
   run.exec = ex;
   run.kind = kk::SavedKind::Full;
-  run.in.q = q;
-  run.in.k = k;
-  run.in.v = v;
+  run.in.q = q.tensor();
+  run.in.k = k.tensor();
+  run.in.v = v.tensor();
   run.in.g = g;
   run.in.beta = beta;
-  run.in.dO = dO;
+  run.in.dO = dO.tensor();
   run.saved = be.bind_saved_for(saved, saved_n, p, L, kk::SavedKind::Full, ex.package);
   run.ws = be.bind_workspace_for(ws, ws_n, p, L, ex.package);
-  const kk::OutputTensors out{o, ht};
-  const kk::GradTensors gr{dq, dk, dv, dg, dbeta, nullptr, nullptr, dh0};
+  const kk::OutputTensors out{o.tensor(), ht};
+  const kk::GradTensors gr{dq.tensor(), dk.tensor(), dv.tensor(), dg, dbeta, nullptr, nullptr, dh0};
 
   std::vector<double> fwd_ms, bwd_ms;
   std::map<std::string, double> phase_ms;
@@ -139,8 +140,7 @@ int main(int argc, char** argv) {
     }
   }
   // Check the last results are finite (a cheap guard; accuracy is the tests' job).
-  std::vector<float> host(size_t(T * H * K));
-  be.download(host.data(), dq, T * H * K, ex);
+  const std::vector<float> host = dq.to_host(ex);
   int64_t bad = 0;
   for (float x : host) bad += std::isfinite(x) ? 0 : 1;
 
@@ -167,17 +167,22 @@ int main(int argc, char** argv) {
   }
   std::printf("RESULT T=%lld P=%d fwd_ms=%.3f bwd_ms=%.3f total_ms=%.3f\n", (long long)T, P, median(fwd_ms),
               median(bwd_ms), median(fwd_ms) + median(bwd_ms));
-  // FNV-1a of the bits of every output and gradient: two builds that must give the same bits (a
-  // storage change, docs/perf-notes.md v5) print the same line.
+  // FNV-1a of the bits of every output and gradient as floats (o, dq, dk, dv decoded from their
+  // 16-bit patterns): two builds that must give the same bits (a storage change,
+  // docs/perf-notes.md v5; the 16-bit caller tensors) print the same line.
   {
     std::printf("OUTHASH T=%lld", (long long)T);
-    const std::pair<const char*, std::pair<float*, int64_t>> outs[] = {
-        {"o", {o, T * HV * K}},     {"ht", {ht, int64_t(HV) * K * K}},  {"dq", {dq, T * H * K}},
-        {"dk", {dk, T * H * K}},    {"dv", {dv, T * HV * K}},           {"dg", {dg, T * HV}},
-        {"dbeta", {dbeta, T * HV}}, {"dh0", {dh0, int64_t(HV) * K * K}}};
-    for (const auto& [name, t] : outs) {
-      std::vector<float> hb(size_t(t.second));
-      be.download(hb.data(), t.first, t.second, ex);
+    auto down = [&](float* src, int64_t n) {
+      std::vector<float> hb(static_cast<size_t>(n));
+      be.download(hb.data(), src, n, ex);
+      return hb;
+    };
+    const std::pair<const char*, std::vector<float>> outs[] = {
+        {"o", o.to_host(ex)},           {"ht", down(ht, int64_t(HV) * K * K)},
+        {"dq", dq.to_host(ex)},         {"dk", dk.to_host(ex)},
+        {"dv", dv.to_host(ex)},         {"dg", down(dg, T * HV)},
+        {"dbeta", down(dbeta, T * HV)}, {"dh0", down(dh0, int64_t(HV) * K * K)}};
+    for (const auto& [name, hb] : outs) {
       uint64_t hsh = 1469598103934665603ull;
       const unsigned char* bytes = reinterpret_cast<const unsigned char*>(hb.data());
       for (size_t i = 0; i < hb.size() * sizeof(float); ++i) {
@@ -188,6 +193,6 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
-  for (float* ptr : {q, k, v, g, beta, dO, saved, ws, o, ht, dq, dk, dv, dg, dbeta, dh0}) be.free_floats(ptr);
+  for (float* ptr : {g, beta, saved, ws, ht, dg, dbeta, dh0}) be.free_floats(ptr);
   return bad == 0 ? 0 : 1;
 }

@@ -32,14 +32,7 @@ struct Region16 {
 };
 std::vector<Region16> cuda_16bit_tensors(const kk::WorkspaceTensors& w, const kk::Problem& p, const kk::LayoutView& L);
 std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Problem& p, const kk::LayoutView& L);
-// n floats holding exact dtype values -> n raw 16-bit dtype values; throws std::logic_error if a
-// value is not exactly representable (NaN is kept as a NaN).
-std::vector<uint16_t> pack16(const float* x, int64_t n, kk::DType dt);
-// n raw 16-bit dtype values -> n floats (exact).
-std::vector<float> unpack16(const uint16_t* packed, int64_t n, kk::DType dt);
-// All bits set: NaN as a float and as each of its 16-bit halves (bf16 and fp16), so poison for
-// 16-bit storage.
-float poison16();
+// pack16 / unpack16 (twin_harness.h) convert between floats and raw 16-bit dtype values.
 
 // Unit roundoff of the case's dtype (2^-8 bf16, 2^-11 fp16): one ulp at 1.0 is 2u.
 double unit_roundoff(const Case& c);

@@ -6,8 +6,9 @@
 // poisoned with NaN, the GPU phase runs, and its outputs are compared with the twin's. The CUDA
 // backend stores the "dtype" saved / workspace tensors (q, k, Phi, W, U, h, v_new, dv_local, dh,
 // dv2) as Storage::Packed16 (kernels/api/dtype_tensor.h), the twin as F32: the device image packs
-// them, and they are unpacked (exactly) before the comparison; their poison is NaN in every
-// 16-bit half.
+// them, and they are unpacked (exactly) before the comparison; their poison is the dtype's NaN
+// pattern. The caller tensors q, k, v, dO, o, dq, dk, dv are 16-bit on both backends
+// (Backend::caller_storage(); core/kcp/device_array.h, DtypeArray).
 //
 // Tolerance: both sides use the same dtype operands and the same rounding points; they differ
 // only in the order of fp32 accumulation (tensor-core fragments vs sequential loops) and, in the
@@ -92,11 +93,16 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
         cpu_->bind_saved_for(h_saved_.data(), int64_t(h_saved_.size()), p_, L_, kk::SavedKind::Full, kk::Package::Det);
     hw_ = kk::bind_workspace(h_ws_.data(), int64_t(h_ws_.size()), p_, L_, kk::Package::Det,
                              gpu_->extra_workspace_floats(p_, L_), cpu_->dtype_storage());
-    h_o_.assign(size_t(T) * c_.HV * c_.V, kNaN);
+    h_o_ = kcp::DtypeArray(*cpu_, T * c_.HV * c_.V, c_.dtype);
     h_ht_.assign(size_t(N * S), kNaN);
-    h_dq_.assign(size_t(T) * c_.H * c_.K, kNaN);
-    h_dk_ = h_dq_;
-    h_dv_.assign(size_t(T) * c_.HV * c_.V, kNaN);
+    h_dq_ = kcp::DtypeArray(*cpu_, T * c_.H * c_.K, c_.dtype);
+    h_dk_ = kcp::DtypeArray(*cpu_, T * c_.H * c_.K, c_.dtype);
+    h_dv_ = kcp::DtypeArray(*cpu_, T * c_.HV * c_.V, c_.dtype);
+    for (const kcp::DtypeArray* a : {&h_o_, &h_dq_, &h_dk_, &h_dv_}) a->poison();
+    hq_ = kcp::DtypeArray(*cpu_, d_.q, c_.dtype);
+    hk_ = kcp::DtypeArray(*cpu_, d_.k, c_.dtype);
+    hv_ = kcp::DtypeArray(*cpu_, d_.v, c_.dtype);
+    hdO_ = kcp::DtypeArray(*cpu_, d_.dO, c_.dtype);
     h_dg_.assign(size_t(T) * c_.HV, kNaN);
     h_dbeta_ = h_dg_;
     h_dA_.assign(size_t(c_.HV), kNaN);
@@ -106,14 +112,14 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     run.problem = p_;
     run.layout = L_;
     run.kind = kk::SavedKind::Full;
-    run.in = inputs(d_.q.data(), d_.k.data(), d_.v.data(), d_.g.data(), d_.beta.data(), d_.A_log.data(),
-                    d_.dt_bias.data(), d_.h0.data(), d_.dO.data(), d_.dht.data());
+    run.in = inputs(hq_.tensor(), hk_.tensor(), hv_.tensor(), d_.g.data(), d_.beta.data(), d_.A_log.data(),
+                    d_.dt_bias.data(), d_.h0.data(), hdO_.tensor(), d_.dht.data());
     run.saved = hs_;
     run.ws = hw_;
-    kcp::run_rank_forward(*cpu_, run, nullptr, kk::OutputTensors{h_o_.data(), h_ht_.data()});
-    kk::GradTensors g{h_dq_.data(),
-                      h_dk_.data(),
-                      h_dv_.data(),
+    kcp::run_rank_forward(*cpu_, run, nullptr, kk::OutputTensors{h_o_.tensor(), h_ht_.data()});
+    kk::GradTensors g{h_dq_.tensor(),
+                      h_dk_.tensor(),
+                      h_dv_.tensor(),
                       h_dg_.data(),
                       h_dbeta_.data(),
                       c_.A_log ? h_dA_.data() : nullptr,
@@ -131,19 +137,19 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     d_ws_ = Buf(*gpu_, int64_t(h_ws_.size()));
     ds_ = gpu_->bind_saved_for(d_saved_.get(), d_saved_.size(), p_, L_, kk::SavedKind::Full, kk::Package::Det);
     dw_ = gpu_->bind_workspace_for(d_ws_.get(), d_ws_.size(), p_, L_, kk::Package::Det);
-    for (auto* pr : {&q_, &k_, &v_, &g_, &beta_, &A_log_, &dt_bias_, &h0_, &dO_, &dht_}) *pr = Buf();
-    q_ = Buf(*gpu_, d_.q);
-    k_ = Buf(*gpu_, d_.k);
-    v_ = Buf(*gpu_, d_.v);
+    for (auto* pr : {&g_, &beta_, &A_log_, &dt_bias_, &h0_, &dht_}) *pr = Buf();
+    q_ = kcp::DtypeArray(*gpu_, d_.q, c_.dtype);
+    k_ = kcp::DtypeArray(*gpu_, d_.k, c_.dtype);
+    v_ = kcp::DtypeArray(*gpu_, d_.v, c_.dtype);
     g_ = Buf(*gpu_, d_.g);
     beta_ = Buf(*gpu_, d_.beta);
     A_log_ = Buf(*gpu_, d_.A_log);
     dt_bias_ = Buf(*gpu_, d_.dt_bias);
     h0_ = Buf(*gpu_, d_.h0);
-    dO_ = Buf(*gpu_, d_.dO);
+    dO_ = kcp::DtypeArray(*gpu_, d_.dO, c_.dtype);
     dht_ = Buf(*gpu_, d_.dht);
-    din_ = inputs(q_.get(), k_.get(), v_.get(), g_.get(), beta_.get(), A_log_.get(), dt_bias_.get(), h0_.get(),
-                  dO_.get(), dht_.get());
+    din_ = inputs(q_.tensor(), k_.tensor(), v_.tensor(), g_.get(), beta_.get(), A_log_.get(), dt_bias_.get(), h0_.get(),
+                  dO_.tensor(), dht_.get());
   }
 
   // Writes the twin tensor r (F32, in harena) packed into the same place of the device image
@@ -153,9 +159,9 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     std::memcpy(image.data() + (r.t.f32() - harena.data()), pk.data(), pk.size() * sizeof(uint16_t));
   }
 
-  kk::InputTensors inputs(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                          const float* A_log, const float* dt_bias, const float* h0, const float* dO,
-                          const float* dht) const {
+  kk::InputTensors inputs(kk::ConstDtypeTensor q, kk::ConstDtypeTensor k, kk::ConstDtypeTensor v, const float* g,
+                          const float* beta, const float* A_log, const float* dt_bias, const float* h0,
+                          kk::ConstDtypeTensor dO, const float* dht) const {
     kk::InputTensors in;
     in.q = q;
     in.k = k;
@@ -177,26 +183,31 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   }
   // Poisons n floats at a device pointer.
   void poison(float* p, int64_t n) const { gpu_->fill_floats(p, kNaN, n, kk::Exec{}); }
-  // Poisons a tensor in the CUDA backend's 16-bit storage (every 16-bit element NaN): the region's
-  // first ceil(n / 2) floats, filled as floats whose halves are each a 16-bit NaN.
-  void poison16(kk::DtypeTensor t, int64_t n) const {
-    gpu_->fill_floats(reinterpret_cast<float*>(t.packed16()), kcp::test::poison16(), (n + 1) / 2, kk::Exec{});
-  }
+  // Poisons a tensor in the CUDA backend's 16-bit storage: every element the dtype's NaN pattern.
+  void poison16(kk::DtypeTensor t, int64_t n) const { kcp::poison_dtype(*gpu_, t, n, kk::rounding_of(c_.dtype)); }
   std::vector<float> down(const float* p, int64_t n) const {
     std::vector<float> h(static_cast<size_t>(n));
     gpu_->download(h.data(), p, n, kk::Exec{});
     return h;
   }
-  // Compares n floats of the device tensor with the host tensor at the same offset in its arena.
-  void expect_close(const char* phase, const char* name, const float* dev, const float* host, int64_t n) {
-    const std::vector<float> a = down(dev, n), b(host, host + n);
+  // Compares the GPU's values a with the twin's b (note: how the GPU stored them).
+  void expect_near(const char* phase, const char* name, const std::vector<float>& a, const std::vector<float>& b,
+                   const char* note) {
     const Diff df = diff(a, b);
     const double u = unit_roundoff(c_);
-    std::printf("[ phase    ] %-22s %-17s %-10s rel_rms %.2e (<= %.1e)  rel_max %.2e (<= %.1e)\n", c_.name.c_str(),
-                phase, name, df.rel_rms, u, df.rel_max, 4 * u);
+    std::printf("[ phase    ] %-22s %-17s %-10s rel_rms %.2e (<= %.1e)  rel_max %.2e (<= %.1e)%s\n", c_.name.c_str(),
+                phase, name, df.rel_rms, u, df.rel_max, 4 * u, note);
     EXPECT_EQ(df.bad, 0) << phase << " " << name << ": non-finite values (unwritten or NaN)";
     EXPECT_LE(df.rel_rms, u) << phase << " " << name;
     EXPECT_LE(df.rel_max, 4 * u) << phase << " " << name;
+  }
+  // Compares n floats of the device tensor with the host tensor at the same offset in its arena.
+  void expect_close(const char* phase, const char* name, const float* dev, const float* host, int64_t n) {
+    expect_near(phase, name, down(dev, n), std::vector<float>(host, host + n), "");
+  }
+  // A caller dtype tensor of the GPU (16-bit) against the twin's (16-bit).
+  void expect_caller(const char* phase, const char* name, const kcp::DtypeArray& dev, const kcp::DtypeArray& host) {
+    expect_near(phase, name, dev.to_host(), host.to_host(), "  (16-bit caller tensor)");
   }
   // Device / host pointer of the same arena tensor.
   const float* host_of(const float* dev_ptr, const Buf& darena, const std::vector<float>& harena) const {
@@ -225,14 +236,7 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     const std::vector<float> a = unpack16(raw.data(), n, c_.dtype);
     const float* dev_region = static_cast<const float*>(static_cast<const void*>(dev.packed16()));
     const float* host = host_of(dev_region, darena, harena);
-    const std::vector<float> b(host, host + n);
-    const Diff df = diff(a, b);
-    const double u = unit_roundoff(c_);
-    std::printf("[ phase    ] %-22s %-17s %-10s rel_rms %.2e (<= %.1e)  rel_max %.2e (<= %.1e)  (16-bit storage)\n",
-                c_.name.c_str(), phase, name, df.rel_rms, u, df.rel_max, 4 * u);
-    EXPECT_EQ(df.bad, 0) << phase << " " << name << ": non-finite values (unwritten or NaN)";
-    EXPECT_LE(df.rel_rms, u) << phase << " " << name;
-    EXPECT_LE(df.rel_max, 4 * u) << phase << " " << name;
+    expect_near(phase, name, a, std::vector<float>(host, host + n), "  (16-bit storage)");
   }
 
   std::unique_ptr<kk::Backend> gpu_, cpu_;
@@ -241,11 +245,12 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   kk::Problem p_;
   kk::RankLayout layout_;
   kk::LayoutView L_;
-  std::vector<float> h_saved_, h_saved_dev_, h_ws_, h_ws_dev_, h_o_, h_ht_, h_dq_, h_dk_, h_dv_, h_dg_, h_dbeta_, h_dA_,
-      h_ddt_, h_dh0_;
+  std::vector<float> h_saved_, h_saved_dev_, h_ws_, h_ws_dev_, h_ht_, h_dg_, h_dbeta_, h_dA_, h_ddt_, h_dh0_;
+  kcp::DtypeArray h_o_, h_dq_, h_dk_, h_dv_, hq_, hk_, hv_, hdO_;  // the twin's caller tensors (host)
   kk::SavedTensors hs_, ds_;
   kk::WorkspaceTensors hw_, dw_;
-  Buf d_saved_, d_ws_, q_, k_, v_, g_, beta_, A_log_, dt_bias_, h0_, dO_, dht_;
+  Buf d_saved_, d_ws_, g_, beta_, A_log_, dt_bias_, h0_, dht_;
+  kcp::DtypeArray q_, k_, v_, dO_;  // the GPU's caller inputs
   kk::InputTensors din_;
 };
 
@@ -400,8 +405,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   // fwd_output
   refresh();
   {
-    const Buf o(*gpu_, T * HV * V);
-    o.fill(kNaN);
+    const kcp::DtypeArray o(*gpu_, T * HV * V, c_.dtype);
+    o.poison();
     kk::FwdOutputArgs a;
     a.ctx = ctx();
     a.q = ds_.q;
@@ -409,9 +414,9 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.gcum = ds_.gcum;
     a.h = dw_.h;
     a.v_new = dw_.v_new;
-    a.o = o.get();
+    a.o = o.tensor();
     gpu_->fwd_output(a);
-    expect_close("fwd_output", "o", o.get(), h_o_.data(), T * HV * V);
+    expect_caller("fwd_output", "o", o, h_o_);
   }
 
   // bwd_local_dv
@@ -479,8 +484,9 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   poison(dw_.dk_hv, T * HV * K);
   poison(dw_.dlam, T * HV);
   {
-    const Buf dv(*gpu_, T * HV * V), dbeta(*gpu_, T * HV);
-    dv.fill(kNaN);
+    const kcp::DtypeArray dv(*gpu_, T * HV * V, c_.dtype);
+    const Buf dbeta(*gpu_, T * HV);
+    dv.poison();
     dbeta.fill(kNaN);
     kk::BwdGradArgs a;
     a.ctx = ctx();
@@ -497,22 +503,25 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.dO = din_.dO;
     a.dq_hv = dw_.dq_hv;
     a.dk_hv = dw_.dk_hv;
-    a.dv = dv.get();
+    a.dv = dv.tensor();
     a.dbeta = dbeta.get();
     a.dlam = dw_.dlam;
     gpu_->bwd_grads(a);
     expect_ws("bwd_grads", "dq_hv", dw_.dq_hv, T * HV * K);
     expect_ws("bwd_grads", "dk_hv", dw_.dk_hv, T * HV * K);
     expect_ws("bwd_grads", "dlam", dw_.dlam, T * HV);
-    expect_close("bwd_grads", "dv", dv.get(), h_dv_.data(), T * HV * V);
+    expect_caller("bwd_grads", "dv", dv, h_dv_);
     expect_close("bwd_grads", "dbeta", dbeta.get(), h_dbeta_.data(), T * HV);
   }
 
   // bwd_finalize
   refresh();
   {
-    const Buf dq(*gpu_, T * H * K), dk(*gpu_, T * H * K), dg(*gpu_, T * HV), dA(*gpu_, HV), ddt(*gpu_, HV);
-    for (const Buf* b : {&dq, &dk, &dg, &dA, &ddt}) b->fill(kNaN);
+    const kcp::DtypeArray dq(*gpu_, T * H * K, c_.dtype), dk(*gpu_, T * H * K, c_.dtype);
+    const Buf dg(*gpu_, T * HV), dA(*gpu_, HV), ddt(*gpu_, HV);
+    for (const Buf* b : {&dg, &dA, &ddt}) b->fill(kNaN);
+    dq.poison();
+    dk.poison();
     kk::BwdFinalizeArgs a;
     a.ctx = ctx();
     a.dq_hv = dw_.dq_hv;
@@ -525,14 +534,14 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.g = din_.g;
     a.A_log = din_.A_log;
     a.dt_bias = din_.dt_bias;
-    a.dq = dq.get();
-    a.dk = dk.get();
+    a.dq = dq.tensor();
+    a.dk = dk.tensor();
     a.dg = dg.get();
     a.dA_log = c_.A_log ? dA.get() : nullptr;
     a.ddt_bias = c_.dt_bias ? ddt.get() : nullptr;
     gpu_->bwd_finalize(a);
-    expect_close("bwd_finalize", "dq", dq.get(), h_dq_.data(), T * H * K);
-    expect_close("bwd_finalize", "dk", dk.get(), h_dk_.data(), T * H * K);
+    expect_caller("bwd_finalize", "dq", dq, h_dq_);
+    expect_caller("bwd_finalize", "dk", dk, h_dk_);
     expect_close("bwd_finalize", "dg", dg.get(), h_dg_.data(), T * HV);
     if (c_.A_log) expect_close("bwd_finalize", "dA_log", dA.get(), h_dA_.data(), HV);
     if (c_.dt_bias) expect_close("bwd_finalize", "ddt_bias", ddt.get(), h_ddt_.data(), HV);

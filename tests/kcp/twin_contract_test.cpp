@@ -160,6 +160,7 @@ struct Fixture {
   kk::RankLayout layout;
   std::unique_ptr<kk::Backend> be = kk::make_cpu_backend();
   std::vector<float> saved, ws, o, out;
+  std::vector<uint16_t> q16, k16, v16, dO16, o16;  // the caller dtype tensors, 16-bit (the twin's caller storage)
   kcp::RankRun run;
   explicit Fixture(kk::Package pkg = kk::Package::Det) {
     c = gdn_varlen();
@@ -175,18 +176,27 @@ struct Fixture {
     run.layout = layout.view();
     run.exec.package = pkg;
     run.kind = kk::SavedKind::Full;
-    run.in = {d.q.data(), d.k.data(), d.v.data(), d.g.data(),  d.beta.data(),
-              nullptr,    nullptr,    nullptr,    d.dO.data(), nullptr};
+    q16 = pack16(d.q.data(), int64_t(d.q.size()), c.dtype);
+    k16 = pack16(d.k.data(), int64_t(d.k.size()), c.dtype);
+    v16 = pack16(d.v.data(), int64_t(d.v.size()), c.dtype);
+    dO16 = pack16(d.dO.data(), int64_t(d.dO.size()), c.dtype);
+    o16.assign(o.size(), 0);
+    run.in = {in16(q16), in16(k16), in16(v16), d.g.data(), d.beta.data(),
+              nullptr,   nullptr,   nullptr,   in16(dO16), nullptr};
     run.saved = be->bind_saved_for(saved.data(), int64_t(saved.size()), p, run.layout, kk::SavedKind::Full, pkg);
     run.ws = be->bind_workspace_for(ws.data(), int64_t(ws.size()), p, run.layout, pkg);
   }
+  static kk::ConstDtypeTensor in16(const std::vector<uint16_t>& x) {
+    return kk::ConstDtypeTensor::of_packed16(x.data());
+  }
+  kk::DtypeTensor o_tensor() { return kk::DtypeTensor::of_packed16(o16.data()); }
   kk::PhaseCtx ctx() const { return {run.problem, run.layout, run.exec}; }
   // Well-formed GDN wy Args on the bound saved set and workspace.
   kk::WyArgs wy_args() const {
     kk::WyArgs w;
     w.ctx = ctx();
     w.k = run.saved.k;
-    w.v = d.v.data();
+    w.v = in16(v16);
     w.beta = d.beta.data();
     w.gcum = run.saved.gcum;
     w.Phi = run.saved.Phi;
@@ -200,7 +210,7 @@ TEST(BadArgs, NullTensorsAreNamed) {
   Fixture f;
   kk::PrepArgs a;
   a.ctx = f.ctx();
-  a.k = f.d.k.data();
+  a.k = f.in16(f.k16);
   EXPECT_MESSAGE_HAS(f.be->prep(a), "gdn prep: args.q is null");
   kk::FwdStateArgs s;
   s.ctx = f.ctx();
@@ -221,8 +231,8 @@ TEST(BadArgs, NullTensorsAreNamed) {
   kk::BwdFinalizeArgs fin;
   fin.ctx = f.ctx();
   fin.dq_hv = fin.dk_hv = fin.dlam = f.run.ws.dq_hv;
-  fin.dq = fin.dk = fin.dg = f.o.data();
-  fin.dA_log = f.o.data();
+  fin.dq = fin.dk = f.o_tensor();
+  fin.dg = fin.dA_log = f.o.data();
   EXPECT_MESSAGE_HAS(f.be->bwd_finalize(fin), "args.dA_log must be null (problem.has_A_log is false)");
   // a phase with a malformed problem names the problem field
   kk::PhaseCtx bad = f.ctx();
@@ -249,9 +259,35 @@ TEST(BadArgs, DtypeTensorsOfAnotherStorageAreRefused) {
   EXPECT_EQ(std::memcmp(before.data(), f.ws.data(), before.size() * sizeof(float)), 0) << "wrote before refusing";
 }
 
+// The caller tensors cross as 16-bit patterns (tensors.h): the twin refuses a float caller tensor,
+// and the exact-storage twin (fp32 everywhere) a 16-bit one, before writing anything.
+TEST(BadArgs, CallerTensorsOfAnotherStorageAreRefused) {
+  Fixture f;
+  EXPECT_EQ(f.be->caller_storage(), kk::Storage::Packed16);
+  EXPECT_EQ(f.run.in.q.storage(), kk::Storage::Packed16);
+  kk::WyArgs w = f.wy_args();
+  w.v = kk::ConstDtypeTensor::of_f32(f.d.v.data());
+  const std::vector<float> before(f.ws.begin(), f.ws.end());
+  EXPECT_MESSAGE_HAS(f.be->wy(w), "gdn wy: args.v is stored as f32, this backend takes caller tensors as packed16");
+  EXPECT_EQ(std::memcmp(before.data(), f.ws.data(), before.size() * sizeof(float)), 0) << "wrote before refusing";
+  kk::FwdOutputArgs o;
+  o.ctx = f.ctx();
+  o.q = f.run.saved.q;
+  o.k = f.run.saved.k;
+  o.gcum = f.run.saved.gcum;
+  o.h = f.run.ws.h;
+  o.v_new = f.run.ws.v_new;
+  o.o = kk::DtypeTensor::of_f32(f.o.data());
+  EXPECT_MESSAGE_HAS(f.be->fwd_output(o), "gdn fwd_output: args.o is stored as f32, this backend takes caller tensors");
+  const auto exact = kk::make_cpu_backend(kk::CpuStorage::Exact);
+  EXPECT_EQ(exact->caller_storage(), kk::Storage::F32);
+  EXPECT_MESSAGE_HAS(exact->wy(f.wy_args()),
+                     "gdn wy: args.v is stored as packed16, this backend takes caller tensors as f32");
+}
+
 TEST(BadArgs, DriverRulesAndTags) {
   Fixture f;
-  kk::OutputTensors out{f.o.data(), nullptr};
+  kk::OutputTensors out{f.o_tensor(), nullptr};
   std::vector<float> incoming(size_t(f.c.HV) * f.c.K * f.c.V, 0.0f);
   // a rank summary where nothing is sent (the one piece starts and ends its sequence)
   std::vector<float> summary(size_t(f.c.HV) * f.c.K * f.c.K, 0.0f);

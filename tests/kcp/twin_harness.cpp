@@ -30,9 +30,7 @@ struct Rng {  // splitmix64 + Box-Muller: deterministic across platforms
   }
 };
 
-float rnd(const Case& c, double x) {
-  return kcp::round_to(static_cast<float>(x), c.dtype == kk::DType::BF16 ? kcp::RoundTo::BF16 : kcp::RoundTo::FP16);
-}
+float rnd(const Case& c, double x) { return kcp::round_to(static_cast<float>(x), kk::rounding_of(c.dtype)); }
 
 std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
 
@@ -183,7 +181,8 @@ struct Rank {
   int64_t g0 = 0, g1 = 0;      // global token range
   std::vector<int> piece_seq;  // global sequence of each local piece
   kk::RankLayout layout;
-  Buf saved, ws, h0, dht, o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0;
+  Buf saved, ws, h0, dht, ht, dg, dbeta, dA_log, ddt_bias, dh0;
+  kcp::DtypeArray o, dq, dk, dv;  // caller dtype tensors (16-bit patterns on every backend but the exact twin)
   kcp::RankRun run;
 };
 
@@ -203,7 +202,8 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
   const kk::Exec ex{opt.package, opt.threads, nullptr};
 
   // Global inputs in the backend's memory.
-  const Buf q(be, d.q), k(be, d.k), v(be, d.v), g(be, d.g), beta(be, d.beta), dO(be, d.dO);
+  const kcp::DtypeArray q(be, d.q, p.dtype), k(be, d.k, p.dtype), v(be, d.v, p.dtype), dO(be, d.dO, p.dtype);
+  const Buf g(be, d.g), beta(be, d.beta);
   const Buf A_log = c.A_log ? Buf(be, d.A_log) : Buf(), dt_bias = c.dt_bias ? Buf(be, d.dt_bias) : Buf();
   const Buf h0_all = c.h0 ? Buf(be, d.h0) : Buf(), dht_all = c.dht ? Buf(be, d.dht) : Buf();
 
@@ -242,34 +242,34 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
     }
     rs.h0 = Buf(be, h0);
     rs.dht = Buf(be, dht);
-    rs.o = Buf(be, Tl * c.HV * c.V);
+    rs.o = kcp::DtypeArray(be, Tl * c.HV * c.V, p.dtype);
     rs.ht = Buf(be, N * S);
-    rs.dq = Buf(be, Tl * c.H * c.K);
-    rs.dk = Buf(be, Tl * c.H * c.K);
-    rs.dv = Buf(be, Tl * c.HV * c.V);
+    rs.dq = kcp::DtypeArray(be, Tl * c.H * c.K, p.dtype);
+    rs.dk = kcp::DtypeArray(be, Tl * c.H * c.K, p.dtype);
+    rs.dv = kcp::DtypeArray(be, Tl * c.HV * c.V, p.dtype);
     rs.dg = Buf(be, Tl * c.HV * gw);
     rs.dbeta = Buf(be, Tl * c.HV);
     rs.dA_log = Buf(be, c.HV);
     rs.ddt_bias = Buf(be, int64_t(c.HV) * gw);
     rs.dh0 = Buf(be, N * S);
-    for (const Buf* b : {&rs.saved, &rs.ws, &rs.o, &rs.ht, &rs.dq, &rs.dk, &rs.dv, &rs.dg, &rs.dbeta, &rs.dA_log,
-                         &rs.ddt_bias, &rs.dh0})
+    for (const Buf* b : {&rs.saved, &rs.ws, &rs.ht, &rs.dg, &rs.dbeta, &rs.dA_log, &rs.ddt_bias, &rs.dh0})
       b->fill(kNaN);
+    for (const kcp::DtypeArray* b : {&rs.o, &rs.dq, &rs.dk, &rs.dv}) b->poison();
 
     kcp::RankRun& run = rs.run;
     run.problem = p;
     run.layout = L;
     run.exec = ex;
     run.kind = opt.kind;
-    run.in.q = q.get() + rs.g0 * c.H * c.K;
-    run.in.k = k.get() + rs.g0 * c.H * c.K;
-    run.in.v = v.get() + rs.g0 * c.HV * c.V;
+    run.in.q = q.tensor().at(rs.g0 * c.H * c.K);
+    run.in.k = k.tensor().at(rs.g0 * c.H * c.K);
+    run.in.v = v.tensor().at(rs.g0 * c.HV * c.V);
     run.in.g = g.get() + rs.g0 * c.HV * gw;
     run.in.beta = beta.get() + rs.g0 * c.HV;
     run.in.A_log = c.A_log ? A_log.get() : nullptr;
     run.in.dt_bias = c.dt_bias ? dt_bias.get() : nullptr;
     run.in.h0 = c.h0 ? rs.h0.get() : nullptr;
-    run.in.dO = dO.get() + rs.g0 * c.HV * c.V;
+    run.in.dO = dO.tensor().at(rs.g0 * c.HV * c.V);
     run.in.dht = c.dht ? rs.dht.get() : nullptr;
     run.saved = be.bind_saved_for(rs.saved.get(), rs.saved.size(), p, L, opt.kind, opt.package);
     run.ws = be.bind_workspace_for(rs.ws.get(), rs.ws.size(), p, L, opt.package);
@@ -303,7 +303,7 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
       fold_earlier_ranks(be, ex, p, gathered_fwd.get(), r, r - r0, c.h0 ? h0_all.get() + s * S : nullptr,
                          incoming.get());
     }
-    kk::OutputTensors out{rs.o.get(), rs.ht.get()};
+    kk::OutputTensors out{rs.o.tensor(), rs.ht.get()};
     kcp::rank_forward_end(be, rs.run, incoming.get(), out);
     be.synchronize(ex);
     if (opt.repoison_between) rs.ws.fill(kNaN);
@@ -326,9 +326,9 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
                        exit_grad.get());
     }
     kk::GradTensors gr;
-    gr.dq = rs.dq.get();
-    gr.dk = rs.dk.get();
-    gr.dv = rs.dv.get();
+    gr.dq = rs.dq.tensor();
+    gr.dk = rs.dk.tensor();
+    gr.dv = rs.dv.tensor();
     gr.dg = rs.dg.get();
     gr.dbeta = rs.dbeta.get();
     gr.dA_log = c.A_log ? rs.dA_log.get() : nullptr;
@@ -340,11 +340,11 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
 
   TwinResults res;
   auto& t = res.t;
-  auto gather_tok = [&](const char* name, int per_token, Buf Rank::*field) {
+  auto gather_tok = [&](const char* name, int per_token, auto Rank::*field) {
     auto& dst = t[name];
     dst.assign(size_t(T) * per_token, kNaN);
     for (auto& rs : R) {
-      const std::vector<float> h = ((*rs).*field).host();
+      const std::vector<float> h = ((*rs).*field).to_host();
       std::copy(h.begin(), h.end(), dst.begin() + rs->g0 * per_token);
     }
   };
@@ -387,6 +387,27 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
 TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt) {
   const std::unique_ptr<kk::Backend> own = opt.backend ? nullptr : kk::make_cpu_backend();
   return run_backend(opt.backend ? *opt.backend : *own, c, d, opt);
+}
+
+std::vector<uint16_t> pack16(const float* x, int64_t n, kk::DType dt) {
+  std::vector<uint16_t> out(static_cast<size_t>(n), 0);
+  uint16_t* o = out.data();
+  for (int64_t e = 0; e < n; ++e) {
+    const uint16_t h = kcp::dtype16_bits(x[e], kk::rounding_of(dt));
+    const float back = kcp::dtype16_value(h, kk::rounding_of(dt));
+    if (!(std::isnan(x[e]) && std::isnan(back)) && std::memcmp(&back, &x[e], 4) != 0)
+      throw std::logic_error("pack16: element " + std::to_string(e) + " (" + std::to_string(x[e]) +
+                             ") is not exactly representable in the dtype");
+    o[e] = h;
+  }
+  return out;
+}
+
+std::vector<float> unpack16(const uint16_t* packed, int64_t n, kk::DType dt) {
+  const uint16_t* s = packed;
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t e = 0; e < n; ++e) out[size_t(e)] = kcp::dtype16_value(s[e], kk::rounding_of(dt));
+  return out;
 }
 
 double rel_rms(const std::vector<double>& ref, const std::vector<float>& a) {

@@ -92,6 +92,13 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
 // run_backend on opt.backend, or on a fresh CPU twin.
 TwinResults run_twin(const Case& c, const Data& d, const TwinOptions& opt);
 
+// n floats holding exact dtype values -> n raw 16-bit dtype values (the Packed16 storage of the
+// caller tensors and of CUDA's saved set / workspace); throws std::logic_error if a value is not
+// exactly representable (NaN is kept as a NaN).
+std::vector<uint16_t> pack16(const float* x, int64_t n, kk::DType dt);
+// n raw 16-bit dtype values -> n floats (exact).
+std::vector<float> unpack16(const uint16_t* packed, int64_t n, kk::DType dt);
+
 // rel-RMS = RMS(a - ref) / RMS(ref) (RMS(a - ref) when RMS(ref) == 0).
 double rel_rms(const std::vector<double>& ref, const std::vector<float>& a);
 double rel_rms(const std::vector<float>& ref, const std::vector<float>& a);

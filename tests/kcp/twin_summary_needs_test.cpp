@@ -90,6 +90,7 @@ class EverySummaryBackend final : public kk::Backend {
   const char* name() const override { return "cpu-every-summary"; }
   kk::Status can_implement(const kk::Problem& p) const override { return in_->can_implement(p); }
   kk::Storage dtype_storage() const override { return in_->dtype_storage(); }
+  kk::Storage caller_storage() const override { return in_->caller_storage(); }
   void prep(const kk::PrepArgs& a) const override { in_->prep(a); }
   void wy(const kk::WyArgs& a) const override { in_->wy(a); }
   void fwd_summaries(const kk::FwdSummaryArgs& a) const override {
@@ -109,7 +110,7 @@ class EverySummaryBackend final : public kk::Backend {
     const kk::Problem& p = a.ctx.problem;
     for_each_piece(a, [&](kk::BwdSummaryArgs& b, int64_t t0, int64_t s0) {
       b.q = a.q.at(t0 * p.H * p.K);
-      b.dO = a.dO + t0 * p.HV * p.V;
+      b.dO = a.dO.at(t0 * p.HV * p.V);
       b.dv_local = a.dv_local.at(t0 * p.HV * p.V);
       b.seg_dh_ext = a.seg_dh_ext + s0 * p.HV * p.K * p.V;
       in_->bwd_summaries(b);
@@ -122,10 +123,17 @@ class EverySummaryBackend final : public kk::Backend {
     in_->copy_floats(d, s, n, e);
   }
   void fill_floats(float* d, float v, int64_t n, const kk::Exec& e) const override { in_->fill_floats(d, v, n, e); }
+  void fill_16(uint16_t* d, uint16_t bits, int64_t n, const kk::Exec& e) const override { in_->fill_16(d, bits, n, e); }
   float* alloc_floats(int64_t n) const override { return in_->alloc_floats(n); }
   void free_floats(float* p) const override { in_->free_floats(p); }
   void upload(float* d, const float* s, int64_t n, const kk::Exec& e) const override { in_->upload(d, s, n, e); }
   void download(float* d, const float* s, int64_t n, const kk::Exec& e) const override { in_->download(d, s, n, e); }
+  void upload_16(uint16_t* d, const uint16_t* s, int64_t n, const kk::Exec& e) const override {
+    in_->upload_16(d, s, n, e);
+  }
+  void download_16(uint16_t* d, const uint16_t* s, int64_t n, const kk::Exec& e) const override {
+    in_->download_16(d, s, n, e);
+  }
   std::unique_ptr<kk::PhaseTimer> make_timer() const override { return in_->make_timer(); }
   std::string device_name() const override { return in_->device_name(); }
 

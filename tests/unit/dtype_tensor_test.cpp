@@ -1,17 +1,22 @@
 // The typed "dtype" tensors of the saved set and the workspace (kernels/api/dtype_tensor.h,
 // tensors.h): the accessor of the other storage throws, null is null in every storage, at()
 // steps by the storage's element size, and bind_saved / bind_workspace tag every dtype tensor
-// with the storage they are given (and only those ten) without moving any tensor.
+// with the storage they are given (and only those ten) without moving any tensor. The caller
+// tensors' 16-bit patterns: exact conversions and DtypeArray.
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "core/kcp/device_array.h"
 #include "kernels/api/dtype_tensor.h"
 #include "kernels/api/layout.h"
+#include "kernels/api/numeric.h"
 #include "kernels/api/tensors.h"
+#include "kernels/cpu/cpu_backend.h"
 
 namespace kk = kcp::kernels;
 
@@ -99,3 +104,65 @@ TEST(DtypeTensor, BindGivesTheDeclaredStorage) {
 }
 
 }  // namespace
+
+// ---- 16-bit patterns of the caller tensors (kernels/api/numeric.h, core/kcp/device_array.h) ----
+
+// Every pattern decodes to a value that encodes back to the same pattern (NaN to a NaN), and the
+// pattern of a float is the pattern of its round_to value: the conversions the twin and
+// FormBuffers use are exact on dtype values and round like the twin.
+TEST(Dtype16, PatternsRoundTripAndRoundLikeRoundTo) {
+  for (kcp::RoundTo rt : {kcp::RoundTo::BF16, kcp::RoundTo::FP16}) {
+    for (uint32_t b = 0; b < 0x10000u; ++b) {
+      const float x = kcp::dtype16_value(uint16_t(b), rt);
+      if (x != x) {
+        const float y = kcp::dtype16_value(kcp::dtype16_bits(x, rt), rt);
+        EXPECT_NE(y, y) << std::hex << b;
+        continue;
+      }
+      EXPECT_EQ(kcp::dtype16_bits(x, rt), b) << std::hex << b;
+    }
+    uint32_t s = 12345u;
+    for (int i = 0; i < 100000; ++i) {
+      s = s * 1664525u + 1013904223u;
+      float x;
+      const uint32_t u = (s & 0x8fffffffu) | 0x30000000u;  // magnitudes around 2^-31 .. 2^33
+      std::memcpy(&x, &u, 4);
+      const float r = kcp::round_to(x, rt), back = kcp::dtype16_value(kcp::dtype16_bits(x, rt), rt);
+      EXPECT_EQ(std::memcmp(&r, &back, 4), 0) << x;
+    }
+    const float nan = kcp::dtype16_value(kcp::nan16(rt), rt);
+    EXPECT_NE(nan, nan);
+  }
+  EXPECT_EQ(kcp::kNaNBf16, 0x7FC0u);
+  EXPECT_EQ(kcp::kNaNFp16, 0x7E00u);
+}
+
+// A caller tensor in the twin's memory: 16-bit patterns in half the bytes, values kept exactly,
+// NaN poison as the dtype's NaN pattern; the exact-storage twin keeps floats; a value the dtype
+// cannot hold is refused on upload.
+TEST(Dtype16, DtypeArrayHoldsCallerTensorsAs16Bit) {
+  const auto twin = kk::make_cpu_backend();
+  const auto exact = kk::make_cpu_backend(kk::CpuStorage::Exact);
+  EXPECT_EQ(twin->caller_storage(), kk::Storage::Packed16);
+  EXPECT_EQ(exact->caller_storage(), kk::Storage::F32);
+  const std::vector<float> x = {1.0f, -2.5f, 0.0f, 65504.0f, 3.0e-5f, 0.09375f, -0.0f};
+  for (kk::DType dt : {kk::DType::BF16, kk::DType::FP16}) {
+    std::vector<float> v(x.size());
+    for (size_t i = 0; i < x.size(); ++i) v[i] = kcp::round_to(x[i], kk::rounding_of(dt));
+    const kcp::DtypeArray a(*twin, v, dt), f(*exact, v, dt);
+    EXPECT_EQ(a.tensor().storage(), kk::Storage::Packed16);
+    EXPECT_EQ(f.tensor().storage(), kk::Storage::F32);
+    EXPECT_EQ(a.bytes(), 16) << "7 16-bit elements in 4 floats";
+    EXPECT_EQ(f.bytes(), 28);
+    const std::vector<float> back = a.to_host(), fb = f.to_host();
+    EXPECT_EQ(std::memcmp(back.data(), v.data(), v.size() * 4), 0);
+    EXPECT_EQ(std::memcmp(fb.data(), v.data(), v.size() * 4), 0);
+    a.poison();
+    EXPECT_EQ(a.tensor().packed16()[3], kcp::nan16(kk::rounding_of(dt)));
+    for (float y : a.to_host()) EXPECT_NE(y, y);
+  }
+  EXPECT_NE(message_of([&] {
+              kcp::DtypeArray(*twin, std::vector<float>{1.0f, 1.0f + 1.0f / 4096}, kk::DType::BF16);
+            }).find("element 1"),
+            std::string::npos);
+}

@@ -74,6 +74,30 @@ TEST(MemoryEstimate, FormArraysAreWhatFormBuffersAllocatesForEveryInt1Row) {
   }
 }
 
+// The caller tensors q, k, v, dO, o, dq, dk, dv cross the kernel API as 16-bit patterns: on the
+// twin that `run` uses they take half the bytes they take on the exact-storage twin (floats), and
+// every other array is the same.
+TEST(MemoryEstimate, CallerTensorsTakeHalfTheBytes) {
+  const RowSet set = load_row_set(std::string(KCP_TEST_SOURCE_DIR) + "/configs/rows/int1.json");
+  const auto twin = kernels::make_cpu_backend();
+  const auto exact = kernels::make_cpu_backend(kernels::CpuStorage::Exact);
+  for (const RowConfig& row : set.rows) {
+    const SegmentPlan plan = make_plan(row, request(row).plan);
+    const RankPlan& rp = plan.ranks[0];
+    const RowInputs shard = make_inputs(row, set.row_digests[row.index], rp.global_begin, rp.global_end);
+    const kernels::RankLayout layout = kernel_layout(rp);
+    auto bytes = [&](const kernels::Backend& be) {
+      return FormBuffers(be, row, rp, plan.world, shard, kernel_problem(row), layout.view(), SavedKind::Full, {})
+          .bytes();
+    };
+    const int64_t T = rp.tokens(), qk = T * row.H * row.K, vo = T * row.HV * row.V;
+    int64_t halved = 0;  // bytes saved per array of n elements: 4 n floats -> ceil(n / 2) floats
+    for (int64_t n : {qk, qk, vo, vo, vo, qk, qk, vo}) halved += 4 * n - 4 * ((n + 1) / 2);
+    EXPECT_GT(halved, 0) << row.name;
+    EXPECT_EQ(bytes(*exact) - bytes(*twin), halved) << row.name;
+  }
+}
+
 // The host terms by hand for one small row: 1000 tokens of GDN, H 2, HV 4, K 64, V 32, W 1.
 TEST(MemoryEstimate, HostTermsFollowTheShapes) {
   const RowConfig row = gdn_row({600, 400}, 1);
