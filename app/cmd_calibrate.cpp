@@ -16,6 +16,7 @@
 
 #include "app/cli_checks.h"
 #include "app/commands.h"
+#include "app/run_guard.h"
 #include "core/comm/mpi_communicator.h"
 #include "core/compare/budget.h"
 #include "core/report/results.h"
@@ -28,7 +29,7 @@ namespace kcp::app {
 namespace {
 
 struct CalibrateCli {
-  std::string rows = "int1", device = "h200", cache, seeds = "1:8", inject = "none";
+  std::string rows = "int1", device = "h200", cache, seeds = "1:8", inject = "none", max_host_mem = "auto";
   std::vector<std::string> row;
   double k = 2.0;
   bool write = false, check = false;
@@ -246,6 +247,10 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
   sub->add_option("--inject", o->inject,
                   "Run both twins with an engine fault (as run --inject) to see calibrate refuse a broken twin")
       ->capture_default_str();
+  sub->add_option("--max-host-mem", o->max_host_mem,
+                  "Host memory this process may use (as run --max-host-mem): a row whose estimate (kcpbench plan) "
+                  "is larger is refused before anything runs (exit 2)")
+      ->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     KCP_REQUIRE(!(o->write && o->check), "calibrate: --write and --check exclude each other");
@@ -266,6 +271,12 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     KCP_REQUIRE(opt.fault.kind != FaultKind::Hang && !is_package_mismatch(opt.fault.kind),
                 "calibrate --inject: {} does not change the twin's numbers; give a fault that does", o->inject);
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
+    {  // the twins hold what run holds for the same forms (core/plan/memory_estimate.h)
+      RunGuard guard;
+      guard.max_host_mem = o->max_host_mem;
+      guard.threads = o->threads;
+      check_memory(rows, opt, *kernels::make_cpu_backend(kernels::CpuStorage::Rounded), guard);
+    }
     log::info0("{}", table_header());
     std::vector<RowWorst> worst(rows.size());
     std::vector<std::string> violations, differences;

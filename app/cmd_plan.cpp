@@ -16,41 +16,75 @@ namespace kcp::app {
 
 namespace {
 
-nlohmann::json memory_json(const MemoryEstimate& m, int64_t available) {
+int64_t largest(const MemoryEstimate& m, int64_t RankMemory::*field) {
+  int64_t most = 0;
+  for (const RankMemory& r : m.ranks) most = std::max(most, r.*field);
+  return most;
+}
+
+nlohmann::json ranks_json(const MemoryEstimate& m) {
   nlohmann::json ranks = nlohmann::json::array();
   for (const RankMemory& r : m.ranks)
     ranks.push_back({{"rank", r.rank},
                      {"inputs", r.inputs},
                      {"reference", r.reference},
+                     {"reference_spilled", r.reference_spilled},
+                     {"probes", r.probes},
                      {"form_arrays", r.form_arrays},
+                     {"form_inputs", r.form_inputs},
                      {"saved_set", r.saved_set},
                      {"workspace", r.workspace},
-                     {"host_results", r.host_results}});
-  return {{"what",
-           "estimated bytes of a threads launch (all ranks in one process) on the CPU twin: host_bytes is the "
-           "process's peak; form_arrays per rank are device memory on a GPU (backend scratch excluded)"},
-          {"host_bytes", m.host_bytes},
-          {"host_available", available},
-          {"fits", available <= 0 || m.host_bytes <= available},
-          {"phase_prepare", m.phase_prepare},
-          {"phase_forms", m.phase_forms},
-          {"sequences", m.sequences},
-          {"reference_work", m.reference_work},
-          {"fixed", m.fixed},
-          {"ranks", ranks}};
+                     {"host_results", r.host_results},
+                     {"kept", r.kept},
+                     {"upload", r.upload},
+                     {"run", r.run},
+                     {"judge", r.judge},
+                     {"host_peak", r.host_peak},
+                     {"prepare", r.prepare}});
+  return ranks;
 }
 
-std::string describe_memory(const MemoryEstimate& m, int64_t available) {
-  int64_t form = 0;
-  for (const RankMemory& r : m.ranks) form = std::max(form, r.form_arrays);
+// cpu: the CPU twin (run and calibrate), gpu: run on a GPU (form arrays in device memory).
+nlohmann::json memory_json(const MemoryEstimate& cpu, const MemoryEstimate& gpu, int64_t available) {
+  return {{"what",
+           "estimated bytes of a threads launch (all ranks in one process) on the CPU twin, for run and calibrate "
+           "alike: host_bytes is the process's peak; host_per_rank the largest rank's share of the forms' peak; "
+           "gpu: the same run on a GPU (device_per_rank: the largest rank's form arrays, backend scratch excluded)"},
+          {"host_bytes", cpu.host_bytes},
+          {"host_per_rank", largest(cpu, &RankMemory::host_peak)},
+          {"host_available", available},
+          {"fits", available <= 0 || cpu.host_bytes <= available},
+          {"phase_prepare", cpu.phase_prepare},
+          {"phase_forms", cpu.phase_forms},
+          {"sequences", cpu.sequences},
+          {"reference_work", cpu.reference_work},
+          {"fixed", cpu.fixed},
+          {"ranks", ranks_json(cpu)},
+          {"gpu",
+           {{"host_bytes", gpu.host_bytes},
+            {"host_per_rank", largest(gpu, &RankMemory::host_peak)},
+            {"device_bytes", gpu.device_bytes},
+            {"device_per_rank", largest(gpu, &RankMemory::form_arrays)}}}};
+}
+
+std::string describe_memory(const MemoryEstimate& cpu, const MemoryEstimate& gpu, int64_t available) {
+  const size_t W = cpu.ranks.size();
+  int spilled = 0;
+  for (const RankMemory& r : cpu.ranks) spilled += r.reference_spilled ? 1 : 0;
   std::string s = fmt::format(
-      "  memory: host {} ({} bytes; FP64 reference {} + its working set {}, then forms {}), "
-      "largest rank's form arrays {} (device memory on a GPU)",
-      human_bytes(m.host_bytes), m.host_bytes, human_bytes(m.sequences), human_bytes(m.reference_work),
-      human_bytes(m.phase_forms), human_bytes(form));
-  if (available > 0 && m.host_bytes > available)
+      "  memory: host {} ({} bytes) for run and calibrate on the CPU twin ({} ranks as threads, up to {} a rank; "
+      "FP64 reference {} + its working set {} while prepared, then forms {}{})",
+      human_bytes(cpu.host_bytes), cpu.host_bytes, W, human_bytes(largest(cpu, &RankMemory::host_peak)),
+      human_bytes(cpu.sequences), human_bytes(cpu.reference_work), human_bytes(cpu.phase_forms),
+      spilled ? fmt::format("; {} rank slices spilled to $TMPDIR, {}", spilled,
+                            human_bytes(largest(cpu, &RankMemory::reference) * int64_t(spilled)))
+              : std::string());
+  if (available > 0 && cpu.host_bytes > available)
     s += fmt::format(": more than the {} available here, `run` refuses it", human_bytes(available));
-  return s + "\n";
+  s += fmt::format("\n  memory on a GPU: device {} a rank, {} in all; host {} ({} ranks as threads, up to {} a rank)\n",
+                   human_bytes(largest(gpu, &RankMemory::form_arrays)), human_bytes(gpu.device_bytes),
+                   human_bytes(gpu.host_bytes), W, human_bytes(largest(gpu, &RankMemory::host_peak)));
+  return s;
 }
 
 }  // namespace
@@ -106,13 +140,15 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
       mreq.forced_P = row->forms.forced_P;
       mreq.reference_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       const MemoryEstimate mem = estimate_memory(*row, mreq);
+      mreq.device_is_host = false;
+      const MemoryEstimate gpu = estimate_memory(*row, mreq);
       if (o->json) {
         nlohmann::json j = plan_json(plan, o->segments);
-        j["memory"] = memory_json(mem, available);
+        j["memory"] = memory_json(mem, gpu, available);
         out.push_back(j);
       } else {
         std::fputs(describe(plan).c_str(), stdout);
-        std::fputs(describe_memory(mem, available).c_str(), stdout);
+        std::fputs(describe_memory(mem, gpu, available).c_str(), stdout);
       }
     }
     if (o->json) std::printf("%s\n", out.dump(2).c_str());

@@ -119,7 +119,7 @@ struct RunCli {
   std::string rows = "int1";
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
-  std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir;
+  std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir, reference_spill = "auto";
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
@@ -367,6 +367,11 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                   "Device memory the ranks of one device may use (BYTES, or auto: the GPU's total memory; the CPU "
                   "twin keeps its arrays in host memory). A row that needs more is refused (exit 2); 0: no check")
       ->capture_default_str();
+  sub->add_option("--reference-spill", o->reference_spill,
+                  "Where a rank's FP64 reference slice waits while the forms run: a slice of at least BYTES is "
+                  "written to an unlinked file in $TMPDIR and read back to judge each form (auto: 64MiB; 0: "
+                  "always; never: kept in memory). The values are the same either way")
+      ->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
@@ -425,6 +430,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.repeats = o->bench && sub->count("--repeats") == 0 ? 20 : o->repeats;
     opt.phase_times = o->bench || o->phase_times;
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
+    opt.reference_spill_bytes = o->reference_spill == "never"  ? int64_t(-1)
+                                : o->reference_spill == "auto" ? kReferenceSpillBytes
+                                                               : parse_bytes(o->reference_spill, "--reference-spill");
     KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi" || o->comm == "nccl",
                 "--comm: expected local, mpi, nccl or auto, got \"{}\"", o->comm);
     KCP_REQUIRE(o->comm != "mpi" || launched,

@@ -69,6 +69,8 @@ void check_hang(const RunOptions& opt, const RunGuard& guard) {
             guard.deadline, guard.deadline_given ? "" : " (the default; --deadline SECONDS shortens it)");
 }
 
+}  // namespace
+
 void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
                   const RunGuard& guard) {
   const int64_t host_flag = parse_bytes(guard.max_host_mem, "--max-host-mem");
@@ -95,6 +97,7 @@ void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, c
     req.device_is_host = device_is_host;
     req.backend = &backend;
     req.spare_workspace = opt.fault.kind == FaultKind::WorkspaceOfOtherPackage;
+    req.reference_spill_bytes = opt.reference_spill_bytes;
     if (guard.use_mpi) {
       if (row.world != mpi_world_size()) continue;  // recorded as skipped by the run
       req.ranks = {mpi_world_rank()};
@@ -118,8 +121,6 @@ void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, c
                 device_source);
   }
 }
-
-}  // namespace
 
 void check_output_path(const std::string& path, const char* flag, bool folder) {
   namespace fs = std::filesystem;

@@ -26,6 +26,12 @@ struct RunGuard {
 void check_before_run(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
                       const RunGuard& guard);
 
+// Refuses (ConfigError, exit 2) a row whose estimated host or device memory
+// (core/plan/memory_estimate.h) is more than there is; `run` calls it through check_before_run,
+// `calibrate` directly (its twins need what `run` needs for the same forms).
+void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
+                  const RunGuard& guard);
+
 // Refuses (ConfigError, exit 2) an output that cannot be written, naming the flag, the path and
 // why: a file path that is a folder (folder = false) or a folder path that is a file, a parent
 // that cannot be made (a part of it is a file), or a folder this process cannot write in (a

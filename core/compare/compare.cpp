@@ -78,14 +78,15 @@ std::vector<std::shared_ptr<const SequenceReference>> rank_references(const Rank
   return refs;
 }
 
-RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
-                                 const std::vector<std::shared_ptr<const SequenceReference>>& refs) {
+std::vector<double> reference_tensor_for_rank(const RowConfig& row, const RankPlan& rp,
+                                              const std::vector<std::shared_ptr<const SequenceReference>>& refs,
+                                              ResultTensor t) {
   const int64_t T = rp.tokens(), N = static_cast<int64_t>(rp.pieces.size()), state = int64_t(row.HV) * row.K * row.V;
-  RankReference rr;
-  // Token tensors: each local token reads its own sequence's reference at its place in the sequence.
-  auto gather = [&](ResultTensor t) {
+  std::vector<double> out;
+  if (!row_has(row, t)) return out;
+  if (place_of(t) == TensorPlace::Token) {
+    // Each local token reads its own sequence's reference at its place in the sequence.
     const int64_t per_token = result_elements(row, t, 1, 0, 0);
-    std::vector<double>& out = rr[t];
     out.assign(static_cast<size_t>(T * per_token), 0.0);
     for (int64_t p = 0; p < N; ++p) {
       const Piece& pc = rp.pieces[p];
@@ -93,21 +94,23 @@ RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
       std::copy_n(ref.begin() + pc.seq_offset * per_token, pc.length() * per_token,
                   out.begin() + pc.local_begin * per_token);
     }
-  };
+  }
   // States per piece: NaN where the piece has no final state (it continues) or no dh0.
-  auto states = [&](ResultTensor t, bool Piece::*continues) {
-    std::vector<double>& out = rr[t];
+  auto states = [&](bool Piece::*continues) {
     out.assign(static_cast<size_t>(N * state), std::nan(""));
     for (int64_t p = 0; p < N; ++p)
       if (!(rp.pieces[p].*continues)) std::copy_n((*refs[p])[t].begin(), state, out.begin() + p * state);
   };
-  for (int i = 0; i < kResultTensorCount; ++i) {
-    const ResultTensor t = result_tensor(i);
-    if (!row_has(row, t)) continue;
-    if (place_of(t) == TensorPlace::Token) gather(t);
-    if (t == ResultTensor::ht) states(t, &Piece::to_next_rank);
-    if (t == ResultTensor::dh0) states(t, &Piece::from_prev_rank);
-  }
+  if (t == ResultTensor::ht) states(&Piece::to_next_rank);
+  if (t == ResultTensor::dh0) states(&Piece::from_prev_rank);
+  return out;
+}
+
+RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
+                                 const std::vector<std::shared_ptr<const SequenceReference>>& refs) {
+  RankReference rr;
+  for (int i = 0; i < kResultTensorCount; ++i)
+    rr.tensors[i] = reference_tensor_for_rank(row, rp, refs, result_tensor(i));
   return rr;
 }
 

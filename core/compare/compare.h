@@ -41,6 +41,11 @@ struct RankReference {
 };
 RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
                                  const std::vector<std::shared_ptr<const SequenceReference>>& refs);
+// One tensor of reference_for_rank (a Token or State tensor the row has), so a rank can build
+// and put away its slice one tensor at a time (core/compare/reference_spill.h).
+std::vector<double> reference_tensor_for_rank(const RowConfig& row, const RankPlan& rp,
+                                              const std::vector<std::shared_ptr<const SequenceReference>>& refs,
+                                              ResultTensor t);
 
 // What a rank keeps of its sequences' references after the row's preparation, per piece: dA_log,
 // ddt_bias, and the probes inside the piece (seq_offset <= p <= seq_offset + length) with their

@@ -26,7 +26,13 @@
 namespace kcp {
 
 namespace {
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+// The values as double; the float array is freed at once, so the sequence's inputs exist about
+// once in double, not also whole in float (core/plan/memory_estimate.cpp reference_work_bytes).
+std::vector<double> take_double(std::vector<float>& v) {
+  std::vector<double> d(v.begin(), v.end());
+  std::vector<float>().swap(v);
+  return d;
+}
 
 ref::Problem ref_problem(const RowConfig& row, int64_t len) {
   ref::Problem p;
@@ -53,11 +59,11 @@ SequenceReference compute_sequence(const RowConfig& row, const std::string& dige
   int64_t t0 = 0;
   for (int s = 0; s < seq; ++s) t0 += row.seqlens[s];
   const int64_t len = row.seqlens[seq];
-  const RowInputs in = make_inputs(row, digest, t0, t0 + len);
+  RowInputs in = make_inputs(row, digest, t0, t0 + len);
   const int64_t state = int64_t(row.HV) * row.K * row.V;
-  const auto q = to_double(in.q), k = to_double(in.k), v = to_double(in.v), g = to_double(in.g),
-             beta = to_double(in.beta), dO = to_double(in.dO), A_log = to_double(in.A_log),
-             dt_bias = to_double(in.dt_bias);
+  const auto q = take_double(in.q), k = take_double(in.k), v = take_double(in.v), g = take_double(in.g),
+             beta = take_double(in.beta), dO = take_double(in.dO), A_log = take_double(in.A_log),
+             dt_bias = take_double(in.dt_bias);
   std::vector<double> h0, dht;
   if (row.initial_state) h0.assign(in.h0.begin() + seq * state, in.h0.begin() + (seq + 1) * state);
   if (row.dht) dht.assign(in.dht.begin() + seq * state, in.dht.begin() + (seq + 1) * state);

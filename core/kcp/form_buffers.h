@@ -56,6 +56,12 @@ class FormBuffers {
   // The result tensors the row has, to the host (the Param tensors are this rank's partial sums;
   // the Boundary tensors are left to the caller, who knows where the bound sets put them).
   RankResult download(const RowConfig& row, const kernels::Exec& exec) const;
+  // The end of a form (once the Boundary tensors are downloaded): every array but the results is
+  // freed, then each result comes to the host and its array is freed at once, so the form's
+  // arrays and its downloaded results never exist whole at the same time (core/plan/
+  // memory_estimate.h counts the larger of the two). The buffers are empty afterwards.
+  void release_all_but_results();
+  RankResult take_results(const RowConfig& row, const kernels::Exec& exec);
 
  private:
   const kernels::Backend& be_;

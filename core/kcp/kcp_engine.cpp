@@ -235,16 +235,22 @@ void FormRun::record_phases() {
 }
 
 RankResult FormRun::finish() {
-  RankResult out = buf_.download(row_, exec_);
   // The boundary states as the run left them (core/config/result_tensors.h): the entry states
-  // after every fold, and the exit gradients of the backward.
+  // after every fold, and the exit gradients of the backward; they live in the saved set and the
+  // workspace, which go next.
   const int64_t n = int64_t(layout_.view().n_segments) * summary_block(problem_).b;
-  auto boundary = [&](ResultTensor t, const float* src) {
-    out[t].resize(static_cast<size_t>(n));
-    if (n > 0) backend_.download(out[t].data(), src, n, run_.exec);
-  };
-  boundary(ResultTensor::h_entry, segment_entry_states(run_));
-  boundary(ResultTensor::dh_exit, run_.ws.seg_exit);
+  std::vector<float> h_entry(static_cast<size_t>(n)), dh_exit(static_cast<size_t>(n));
+  if (n > 0) backend_.download(h_entry.data(), segment_entry_states(run_), n, run_.exec);
+  if (n > 0) backend_.download(dh_exit.data(), run_.ws.seg_exit, n, run_.exec);
+  // Then the results, each array freed as it arrives: the form's arrays and its results on the
+  // host never exist whole at once (core/plan/memory_estimate.h).
+  run_.saved = {};
+  run_.ws = {};
+  run_.in = {};
+  buf_.release_all_but_results();
+  RankResult out = buf_.take_results(row_, exec_);
+  out[ResultTensor::h_entry] = std::move(h_entry);
+  out[ResultTensor::dh_exit] = std::move(dh_exit);
   out.forward_kernel_ms = std::move(res_.forward_kernel_ms);
   out.backward_kernel_ms = std::move(res_.backward_kernel_ms);
   out.forward_wall_ms = std::move(res_.forward_wall_ms);
@@ -298,8 +304,11 @@ kernels::RankLayout kernel_layout(const RankPlan& rp) {
   return kernels::RankLayout(pieces, segs);
 }
 
-RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& form, const RowInputs& shard,
-                    Communicator& comm, const kernels::Backend& backend, const EngineOptions& opt) {
+namespace {
+// run_form; `drop` (the shard itself, or null) is freed once the form's buffers hold its values.
+RankResult run_form_impl(const RowConfig& row, const SegmentPlan& plan, const Form& form, const RowInputs& shard,
+                         RowInputs* drop, Communicator& comm, const kernels::Backend& backend,
+                         const EngineOptions& opt) {
   const int r = comm.rank();
   KCP_CHECK(comm.size() == plan.world, "world size {} differs from the plan's {}", comm.size(), plan.world);
   const RankPlan& rp = plan.ranks[r];
@@ -309,12 +318,24 @@ RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& f
   if (!st.ok) KCP_THROW(ConfigError, "backend {} cannot run row {}: {}", backend.name(), row.name, st.reason);
 
   FormRun fr(row, plan, form, shard, comm, backend, opt);
+  if (drop) *drop = RowInputs();  // uploaded: the form reads only its own arrays from here on
   // Warm-up, timed (forward / backward totals), then with phase_times as many again with a timer
   // pair around each phase call (separate runs: those timers add gaps between launches).
   const int timed_end = std::max(1, opt.warmup + opt.repeats);
   const int runs = timed_end + (opt.phase_times ? opt.repeats : 0);
   for (int rep = 0; rep < runs; ++rep) fr.run_once(rep >= opt.warmup && rep < timed_end, rep >= timed_end);
   return fr.finish();
+}
+}  // namespace
+
+RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& form, const RowInputs& shard,
+                    Communicator& comm, const kernels::Backend& backend, const EngineOptions& opt) {
+  return run_form_impl(row, plan, form, shard, nullptr, comm, backend, opt);
+}
+
+RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& form, RowInputs&& shard,
+                    Communicator& comm, const kernels::Backend& backend, const EngineOptions& opt) {
+  return run_form_impl(row, plan, form, shard, &shard, comm, backend, opt);
 }
 
 }  // namespace kcp

@@ -49,6 +49,11 @@ struct EngineOptions {
 // P already applied); `shard` this rank's inputs (make_inputs over its token range).
 RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& form, const RowInputs& shard,
                     Communicator& comm, const kernels::Backend& backend, const EngineOptions& opt);
+// The same, taking the shard over: it is freed once uploaded, before the form's arrays are
+// first written, so a rank holds its shard or the form's arrays, not both whole (the shard is
+// made again for the next form; core/plan/memory_estimate.h).
+RankResult run_form(const RowConfig& row, const SegmentPlan& plan, const Form& form, RowInputs&& shard,
+                    Communicator& comm, const kernels::Backend& backend, const EngineOptions& opt);
 
 // The kernel-level problem of a row (shared with calibrate and tests).
 kernels::Problem kernel_problem(const RowConfig& row);

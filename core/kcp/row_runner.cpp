@@ -31,7 +31,18 @@ ReferenceCache& ReferenceStore::for_row(const RowConfig& row, const std::string&
 
 void ReferenceStore::release(const std::string& digest) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!keep_) caches_.erase(digest);
+  caches_.erase(digest);
+}
+
+std::shared_ptr<const RankPrepared> ReferenceStore::kept(const std::string& digest, int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = prepared_.find({digest, rank});
+  return it == prepared_.end() ? nullptr : it->second;
+}
+
+void ReferenceStore::keep(const std::string& digest, int rank, std::shared_ptr<const RankPrepared> prepared) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (keep_) prepared_[{digest, rank}] = std::move(prepared);
 }
 
 std::vector<Form> expand_forms(const RowConfig& row, const RunOptions& opt) {
@@ -269,13 +280,14 @@ struct RowContext {
   const SelectedRow& sel;
   PlanRequest req;
   SegmentPlan planned;
+  // The rank's inputs: only with an external command (which reads them once); the forms make
+  // their shard afresh (form_shard) and free it once uploaded (run_form).
   RowInputs shard;
   kernels::Status backend_status;
   std::vector<Form> forms;  // every form the row runs (expand_forms, with an automatic sweep's P)
-  RankReference ref;        // Token and State tensors
-  // Per piece: dA_log, ddt_bias and the probes inside the piece (piece_slice).
-  std::vector<std::shared_ptr<const SequenceReference>> piece_refs;
-  ParamScales param_scales;  // the cancellation-aware scales of dA_log, ddt_bias
+  // The rank's FP64 reference slice (Token and State tensors, in memory or spilled); per piece
+  // dA_log, ddt_bias and the probes inside the piece (piece_slice); the cancellation-aware scales.
+  std::shared_ptr<const RankPrepared> prep;
   double ref_seconds = 0;
   bool announce = false;  // long rows print their steps
   size_t row_no = 0, row_total = 0;
@@ -309,8 +321,49 @@ ProbePositions probe_positions(const RowContext& c, const RunOptions& opt) {
   return probes;
 }
 
-// The planned schedule, the shard and the reference slice of one row on this rank (collective:
-// the row's reference cache is released once every rank of the process has its slice).
+// This rank's shard of the row's inputs (make_inputs: the same values every time).
+RowInputs form_shard(const RowContext& c, int r) {
+  const RankPlan& my = c.planned.ranks[r];
+  return make_inputs(c.row, c.sel.digest, my.global_begin, my.global_end);
+}
+
+// The reference slice a form is judged against: the one in memory, or read back into `loaded`.
+const RankReference& judged_reference(const RowContext& c, RankReference& loaded) {
+  if (c.prep->ref) return *c.prep->ref;
+  loaded = c.prep->spill->load();
+  return loaded;
+}
+
+// This rank's slice of the row's FP64 reference, built one tensor at a time from the sequences'
+// whole references (and put away tensor by tensor when it is large), the scales from the
+// shard's gates, and per piece the Param gradients and probes. Collective (the scales).
+std::shared_ptr<const RankPrepared> prepare_reference(const RowContext& c, const RunOptions& opt, Communicator& comm,
+                                                      ReferenceCache& cache) {
+  const RowConfig& row = c.row;
+  const RankPlan& my = c.planned.ranks[comm.rank()];
+  auto prep = std::make_shared<RankPrepared>();
+  const auto my_refs = rank_references(my, cache);
+  for (size_t p = 0; p < my_refs.size(); ++p) prep->piece_refs.push_back(piece_slice(*my_refs[p], my.pieces[p]));
+  const bool spill = opt.reference_spill_bytes >= 0 && reference_slice_bytes(row, my) >= opt.reference_spill_bytes;
+  std::shared_ptr<ReferenceSpill> file = spill ? std::make_shared<ReferenceSpill>() : nullptr;
+  auto ref = spill ? nullptr : std::make_shared<RankReference>();
+  for (int i = 0; i < kResultTensorCount; ++i) {
+    const ResultTensor t = result_tensor(i);
+    std::vector<double> v = reference_tensor_for_rank(row, my, my_refs, t);
+    if (t == ResultTensor::dg) prep->param_scales = param_grad_scales(row, form_shard(c, comm.rank()), v, comm);
+    if (v.empty()) continue;
+    if (file)
+      file->put(t, v);
+    else
+      (*ref)[t] = std::move(v);
+  }
+  prep->ref = ref;
+  prep->spill = file;
+  return prep;
+}  // this rank's hold on the sequences' full FP64 results ends here
+
+// The planned schedule and the reference slice of one row on this rank (collective: the row's
+// reference cache is released once every rank of the process has its slice).
 RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicator& comm,
                        const kernels::Backend& backend, ReferenceStore& refs, size_t row_no, size_t row_total) {
   const RowConfig& row = *sel.row;
@@ -318,7 +371,7 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
   if (W != row.world)
     KCP_THROW(ConfigError, "row {} needs W = {} ranks, this run has {} (launch with mpirun -np {} or without mpirun)",
               row.name, row.world, W, row.world);
-  RowContext c{row, sel, {}, {}, {}, {}, {}, {}, {}, {}};
+  RowContext c{row, sel, {}, {}, {}, {}, {}, {}};
   c.row_no = row_no;
   c.row_total = row_total;
   c.req.world = W;
@@ -330,8 +383,7 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
   if (opt.sweep_auto) row_opt.forced_P = auto_sweep_P(c.planned);
   c.forms = opt.external ? std::vector<Form>{Form{}} : expand_forms(row, row_opt);
   const RankPlan& my = c.planned.ranks[r];
-  c.shard = make_inputs(row, sel.digest, my.global_begin, my.global_end);
-  ReferenceCache& cache = refs.for_row(row, sel.digest, probe_positions(c, opt));
+  if (opt.external) c.shard = form_shard(c, r);
   // A row the backend cannot run is recorded as skipped in every form, with its reason, and
   // needs no reference.
   c.backend_status = opt.external ? kernels::Status::success() : backend.can_implement(kernel_problem(row));
@@ -340,21 +392,27 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
   // announced; int1-sized rows stay one line per entry.
   c.announce = double(row.total_tokens()) * row.HV * row.K * row.V > double(1 << 30);
   const bool runnable = c.backend_status.ok;
-  if (c.announce && runnable)
+  // calibrate's second twin takes the slices its first twin prepared (ReferenceStore keep).
+  c.prep = runnable ? refs.kept(sel.digest, r) : nullptr;
+  const bool compute = runnable && !c.prep;
+  if (c.announce && compute)
     log::progress0("[{}/{}] {}: FP64 reference of {} tokens, {} value heads ...", row_no, row_total, row.name,
                    row.total_tokens(), row.HV);
   const auto t_ref = std::chrono::steady_clock::now();
   set_phase("FP64 reference");
-  if (runnable) {
-    const auto my_refs = rank_references(my, cache);
-    c.ref = reference_for_rank(row, my, my_refs);
-    for (size_t p = 0; p < my_refs.size(); ++p) c.piece_refs.push_back(piece_slice(*my_refs[p], my.pieces[p]));
-    c.param_scales = param_grad_scales(row, c.shard, c.ref[ResultTensor::dg], comm);
-  }  // this rank's hold on the sequences' full FP64 results ends here
+  if (compute) {
+    c.prep = prepare_reference(c, opt, comm, refs.for_row(row, sel.digest, probe_positions(c, opt)));
+    refs.keep(sel.digest, r, c.prep);
+  }
+  if (!c.prep) c.prep = std::make_shared<RankPrepared>();
   c.ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_ref).count();
-  if (c.announce && runnable)
+  if (c.announce && compute)
     log::progress0("[{}/{}] {}: FP64 reference ready ({:.1f} s)", row_no, row_total, row.name, c.ref_seconds);
-  if (opt.dumper && runnable) dump_row(*opt.dumper, row, my, c.shard, c.ref, c.piece_refs, c.param_scales, r);
+  if (opt.dumper && runnable) {
+    RankReference loaded;
+    dump_row(*opt.dumper, row, my, form_shard(c, r), judged_reference(c, loaded), c.prep->piece_refs,
+             c.prep->param_scales, r);
+  }
   comm.barrier();
   refs.release(sel.digest);  // every rank of this process has its slice: the row's cache goes
   return c;
@@ -400,7 +458,7 @@ Determinism det_checks(const RowContext& c, const Form& form, const SegmentPlan&
   Determinism det;
   std::vector<std::string> differ;
   if (form.saved == SavedKind::Full) {
-    const ResultDigest again = digest(run_form(c.row, plan, form, c.shard, comm, backend, eo));
+    const ResultDigest again = digest(run_form(c.row, plan, form, form_shard(c, comm.rank()), comm, backend, eo));
     differ = differing_tensors(comm, bits, again);
     det.rerun_identical = differ.empty();
     if (!differ.empty()) broken = fmt::format("det package: a rerun differs in {}", fmt::join(differ, ", "));
@@ -589,17 +647,21 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
                    checks && form.saved == SavedKind::Full ? " (and a det rerun)" : "");
   RankResult res;
   try {
-    res = run_form(c.row, plan, form, c.shard, comm, backend, eo);
+    res = run_form(c.row, plan, form, form_shard(c, r), comm, backend, eo);
   } catch (const RefusedError& e) {
     if (!is_package_mismatch(opt.fault.kind)) throw;
     record_refusal(c, form, e.what(), std::move(entry), r, outcome);  // every rank refuses in the same phase
     return;
   }
-  const RankReference boundary = boundary_reference(c.row, plan.ranks[r], c.piece_refs);
-  std::vector<TensorMetrics> ms = compare_rank(c.row, plan.ranks[r], res, c.ref, boundary, r);
+  const RankReference boundary = boundary_reference(c.row, plan.ranks[r], c.prep->piece_refs);
+  std::vector<TensorMetrics> ms;
+  {
+    RankReference loaded;  // a spilled slice lives only while this form is judged
+    ms = compare_rank(c.row, plan.ranks[r], res, judged_reference(c, loaded), boundary, r);
+  }
   if (opt.dumper) dump_result(*opt.dumper, c.row, form, plan.ranks[r], res, boundary, r);
   reduce_metrics(ms, comm);
-  for (auto& m : compare_parameter_grads(c.row, plan.ranks[r], res, c.piece_refs, c.param_scales, comm))
+  for (auto& m : compare_parameter_grads(c.row, plan.ranks[r], res, c.prep->piece_refs, c.prep->param_scales, comm))
     ms.push_back(m);
   judge(ms, c.row, form.forced_P);
   const Verdict v = summarize(ms);
@@ -627,10 +689,12 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
 // fail the entry through its reason instead of a metric (docs/external.md).
 std::vector<TensorMetrics> judge_external(const RowContext& c, const ExternalRun& run, Communicator& comm, Verdict& v) {
   const RankPlan& rp = c.planned.ranks[0];
-  const RankReference boundary = boundary_reference(c.row, rp, c.piece_refs);
-  std::vector<TensorMetrics> ms = compare_rank(c.row, rp, run.result, c.ref, boundary, 0);
+  const RankReference boundary = boundary_reference(c.row, rp, c.prep->piece_refs);
+  RankReference loaded;
+  std::vector<TensorMetrics> ms = compare_rank(c.row, rp, run.result, judged_reference(c, loaded), boundary, 0);
   reduce_metrics(ms, comm);
-  for (auto& m : compare_parameter_grads(c.row, rp, run.result, c.piece_refs, c.param_scales, comm)) ms.push_back(m);
+  for (auto& m : compare_parameter_grads(c.row, rp, run.result, c.prep->piece_refs, c.prep->param_scales, comm))
+    ms.push_back(m);
   const auto& missing = run.not_provided;
   ms.erase(std::remove_if(ms.begin(), ms.end(),
                           [&](const TensorMetrics& m) {

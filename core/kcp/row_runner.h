@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/compare/compare.h"
 #include "core/compare/reference_data.h"
+#include "core/compare/reference_spill.h"
 #include "core/config/row_config.h"
 #include "core/kcp/kcp_engine.h"
+#include "core/plan/memory_estimate.h"
 #include "core/report/results.h"
 #include "kernels/api/backend.h"
 
@@ -48,22 +51,40 @@ struct RunOptions {
   // --backend exec: every row runs once through the external command (core/kcp/external_backend.h)
   // as one form "external" on the W = 1, P = 1 plan; `backend` is then not called.
   const ExternalKernel* external = nullptr;
+  // A rank's FP64 reference slice of at least this many bytes is put away in a temporary file
+  // while the forms run (core/plan/memory_estimate.h kReferenceSpillBytes; 0 = always, < 0 = never).
+  int64_t reference_spill_bytes = kReferenceSpillBytes;
+};
+
+// What one rank keeps of a row's FP64 reference once the row is prepared: its slice (in memory,
+// or put away in a temporary file while the forms run when it is large: core/plan/
+// memory_estimate.h reference_spills), per piece the Param gradients and probes, and the
+// cancellation-aware scales.
+struct RankPrepared {
+  std::shared_ptr<const RankReference> ref;                          // Token and State tensors; null when spilled
+  std::shared_ptr<const ReferenceSpill> spill;                       // null when in memory
+  std::vector<std::shared_ptr<const SequenceReference>> piece_refs;  // piece_slice per piece
+  ParamScales param_scales;
 };
 
 // Shared by the rank threads of one process: one ReferenceCache per row (the first rank to ask
 // creates it with the row's probe positions; every rank asks with the same ones).
 class ReferenceStore {
  public:
-  // keep: release() keeps the references until the store ends, so a second run of the same rows
-  // with another backend (calibrate's exact-storage twin) reuses them instead of recomputing.
+  // keep: the ranks' prepared slices (RankPrepared) are kept until the store ends, so a second run
+  // of the same rows with another backend (calibrate's exact-storage twin) reuses them instead of
+  // recomputing; the whole sequences' FP64 results still go at release().
   ReferenceStore(std::string cache_dir, int threads, bool keep = false)
       : dir_(std::move(cache_dir)), threads_(threads), keep_(keep) {}
   // The row's references; the first caller's probe positions hold for the store's life (a later
   // run may ask for a subset, never for more).
   ReferenceCache& for_row(const RowConfig& row, const std::string& digest, const ProbePositions& probes);
-  // Frees a row's references once every rank of this process has taken its slice (idempotent):
-  // a run of many rows then holds one row's FP64 results at a time, not all of them.
+  // Frees a row's whole-sequence references once every rank of this process has taken its slice
+  // (idempotent): a run of many rows then holds one row's FP64 results at a time, not all of them.
   void release(const std::string& digest);
+  // With keep: a rank's prepared slice of the row, from an earlier run (null when none).
+  std::shared_ptr<const RankPrepared> kept(const std::string& digest, int rank);
+  void keep(const std::string& digest, int rank, std::shared_ptr<const RankPrepared> prepared);
 
  private:
   std::string dir_;
@@ -71,6 +92,7 @@ class ReferenceStore {
   bool keep_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<ReferenceCache>> caches_;
+  std::map<std::pair<std::string, int>, std::shared_ptr<const RankPrepared>> prepared_;
 };
 
 struct RunOutcome {

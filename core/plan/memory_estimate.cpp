@@ -127,10 +127,14 @@ int64_t reference_work_bytes(const RowConfig& row, int64_t len, int threads, con
   const int64_t gw = row.op == Op::Kda ? row.K : 1;
   const int64_t nseq = static_cast<int64_t>(row.seqlens.size());
   const int64_t states = (row.initial_state ? 1 : 0) + (row.dht ? 1 : 0);
-  const int64_t in_f = s.mul({kFloat, s.add({s.mul({len, input_per_token(row)}, "the reference inputs"),
-                                             s.mul({states, nseq, HVKV}, "the reference inputs")},
-                                            "the reference inputs")},
-                             "the reference inputs");
+  // The float inputs are freed one by one as they become double (reference_data.cpp take_double):
+  // besides the double inputs, at most the largest float token tensor (q or v) exists at once.
+  const int64_t widest = std::max(int64_t(row.H) * row.K, int64_t(row.HV) * row.V);
+  const int64_t in_f =
+      s.mul({kFloat,
+             s.add({s.mul({len, widest}, "the reference inputs"), s.mul({states, nseq, HVKV}, "the reference inputs")},
+                   "the reference inputs")},
+            "the reference inputs");
   const int64_t in_d = s.mul({kDouble, s.add({s.mul({len, input_per_token(row)}, "the reference inputs"),
                                               s.mul({states, HVKV}, "the reference inputs")},
                                              "the reference inputs")},
@@ -149,7 +153,7 @@ int64_t reference_work_bytes(const RowConfig& row, int64_t len, int threads, con
 
 // One form's arrays on one rank (core/kcp/form_buffers.cpp), in bytes; saved / ws out.
 int64_t form_bytes(const RowConfig& row, const RankPlan& rp, int world, SavedKind kind, const MemoryRequest& req,
-                   const Sizer& s, int64_t& saved_out, int64_t& ws_out) {
+                   const Sizer& s, int64_t& saved_out, int64_t& ws_out, int64_t& inputs_out) {
   const kernels::Problem p = kernel_problem(row);
   const int64_t T = rp.tokens(), NT = rp.chunks, S = static_cast<int64_t>(rp.segments.size()),
                 N = static_cast<int64_t>(rp.pieces.size());
@@ -195,38 +199,81 @@ int64_t form_bytes(const RowConfig& row, const RankPlan& rp, int world, SavedKin
       s.add({s.mul({int64_t(world) + 1, block.floats()}, "the exchange"), fold_states * HVKV}, "the exchange");
   saved_out = s.mul({kFloat, saved}, "the saved set");
   ws_out = s.mul({kFloat, ws}, "the workspace");
+  inputs_out = s.mul({kFloat, inputs}, "the form's inputs");
   return s.mul({kFloat, s.add({inputs, saved, ws, results, exchange}, "the form's arrays")}, "the form's arrays");
 }
 
-// Host bytes of a rank's reference slice (core/compare/compare.h RankReference) and of its
-// downloaded results, host exchange buffers and comparison scratch.
-void rank_host_bytes(const RowConfig& row, const RankPlan& rp, int world, const Sizer& s, int64_t& reference,
-                     int64_t& results) {
+// Elements of a rank's reference slice (reference_tensor_for_rank: Token tensors, and ht / dh0
+// per piece), the same count as the downloaded results of those tensors; `largest` the largest
+// tensor's.
+int64_t slice_elements(const RowConfig& row, const RankPlan& rp, const Sizer& s, int64_t* largest = nullptr) {
   const int64_t T = rp.tokens(), N = static_cast<int64_t>(rp.pieces.size());
   const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
-  int64_t tok = 0;
-  for (int i = 0; i < kResultTensorCount; ++i)
-    if (place_of(result_tensor(i)) == TensorPlace::Token) tok += per_token(row, result_tensor(i));
-  const int64_t states = (row.final_state ? 1 : 0) + (row.initial_state ? 1 : 0);
-  const int64_t elems = s.add({s.mul({T, tok}, "the reference slice"), s.mul({states, N, HVKV}, "the reference slice")},
-                              "the reference slice");
-  // Boundary tensors (h_entry, dh_exit): the probes kept per piece and a form's judged states;
-  // the downloaded entry states and exit gradients of every segment.
-  int64_t judged = 0;
-  for (size_t q = 0; q < rp.segments.size(); ++q)
-    judged +=
-        (rp.seq_begin(q) > 0 ? 1 : 0) + (rp.seq_end(q) < row.seqlens[rp.pieces[rp.segments[q].piece].seq] ? 1 : 0);
-  const int64_t probes = s.mul({judged, HVKV}, "the reference slice");
-  reference = s.mul({kDouble, s.add({elems, probes}, "the reference slice")}, "the reference slice");
-  const int64_t S = static_cast<int64_t>(rp.segments.size());
+  int64_t elems = 0, most = 0;
+  for (int i = 0; i < kResultTensorCount; ++i) {
+    const ResultTensor t = result_tensor(i);
+    if (!row_has(row, t)) continue;
+    int64_t n = 0;
+    if (place_of(t) == TensorPlace::Token) n = s.mul({T, per_token(row, t)}, "the reference slice");
+    if (place_of(t) == TensorPlace::State) n = s.mul({N, HVKV}, "the reference slice");
+    elems = s.add({elems, n}, "the reference slice");
+    most = std::max(most, n);
+  }
+  if (largest) *largest = most;
+  return elems;
+}
+
+// Host bytes of one rank while a row runs (core/kcp/row_runner.cpp, core/kcp/kcp_engine.cpp).
+// Besides what it keeps for the whole row (`kept`: the probes of its pieces, and its reference
+// slice unless spilled), one of: uploading a form (the shard made for it and the form's inputs),
+// running it (the form's arrays on a host backend, the host exchange, the boundary states
+// downloaded before the arrays go), or judging it (the results downloaded as the arrays were
+// freed, the slice read back when spilled, the boundary reference, the comparison's scratch).
+void rank_host_bytes(const RowConfig& row, const RankPlan& rp, const std::vector<SegmentPlan>& plans,
+                     const std::vector<std::set<int64_t>>& probes, const MemoryRequest& req, const Sizer& s,
+                     RankMemory& m) {
+  const int r = rp.rank, world = plans.front().world;
+  const int64_t T = rp.tokens();
+  const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
+  int64_t largest = 0;
+  const int64_t elems = slice_elements(row, rp, s, &largest);
+  m.reference = s.mul({kDouble, elems}, "the reference slice");
+  m.reference_spilled = req.reference_spill_bytes >= 0 && m.reference >= req.reference_spill_bytes;
+  // piece_slice: S_p and dS_p at every probe inside each piece (over every schedule's probes).
+  int64_t kept_probes = 0;
+  for (const Piece& pc : rp.pieces)
+    for (int64_t p : probes[size_t(pc.seq)])
+      if (p >= pc.seq_offset && p <= pc.seq_offset + pc.length()) ++kept_probes;
+  m.probes = s.mul({kDouble, 2, kept_probes, HVKV}, "the probes");
+  m.kept = s.add({m.probes, m.reference_spilled ? 0 : m.reference}, "the reference slice");
   const int64_t block = int64_t(row.HV) * row.K * (row.K + row.V);
-  results = s.add({s.mul({kFloat, elems}, "the downloaded results"), s.mul({kFloat, 2, S, HVKV}, "the boundary states"),
-                   s.mul({kDouble, probes}, "the boundary states"),
-                   s.mul({kFloat, int64_t(world) + 1, block}, "the exchange"), s.mul({4, T}, "the comparison")},
-                  "the downloaded results");
+  const int64_t exchange = s.mul({kFloat, int64_t(world) + 1, block}, "the exchange");
+  int64_t S = 0;  // the most segments of any schedule
+  for (const SegmentPlan& pl : plans) S = std::max<int64_t>(S, static_cast<int64_t>(pl.ranks[r].segments.size()));
+  const int64_t boundary_f = s.mul({kFloat, 2, S, HVKV}, "the boundary states");
+  const int64_t boundary_d = s.mul({kDouble, 2, S, HVKV}, "the boundary states");
+  const int64_t host_form = req.device_is_host ? m.form_arrays : 0;
+  const int64_t host_inputs = req.device_is_host ? m.form_inputs : 0;
+  m.upload = s.add({m.inputs, host_inputs}, "a form's upload");
+  m.run = s.add({host_form, exchange, boundary_f}, "a form's run");
+  m.judge = s.add({s.mul({kFloat, elems}, "the downloaded results"), boundary_f, m.reference_spilled ? m.reference : 0,
+                   boundary_d, s.mul({4, T}, "the comparison")},
+                  "a form's judging");
+  m.host_results = m.judge;
+  m.host_peak = s.add({m.kept, std::max({m.upload, m.run, m.judge})}, "the rank");
+  // While the row is prepared: the shard (made for the scales) and the slice, or its largest
+  // tensor on its way to the spill file.
+  m.prepare =
+      s.add({m.probes, m.inputs, m.reference_spilled ? s.mul({kDouble, largest}, "the reference slice") : m.reference},
+            "the row's preparation");
 }
 
 }  // namespace
+
+int64_t reference_slice_bytes(const RowConfig& row, const RankPlan& rp) {
+  const Sizer s{row.name};
+  return s.mul({kDouble, slice_elements(row, rp, s)}, "the reference slice");
+}
 
 MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   const Sizer s{row.name};
@@ -248,6 +295,9 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   std::vector<int> ranks = req.ranks;
   if (ranks.empty())
     for (int r = 0; r < planned.world; ++r) ranks.push_back(r);
+  // The probe positions the reference computes (every schedule's segment boundaries).
+  std::vector<std::set<int64_t>> probes(row.seqlens.size());
+  for (const SegmentPlan& pl : plans) add_probe_positions(pl, row.seqlens, probes);
   std::set<int> seqs;
   int64_t prepare = 0, forms = 0, device = 0;
   for (int r : ranks) {
@@ -256,27 +306,27 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
     RankMemory m;
     m.rank = r;
     m.inputs = shard_bytes(row, rp.tokens(), s);
-    rank_host_bytes(row, rp, planned.world, s, m.reference, m.host_results);
+    // One form's arrays at a time: the largest form (FormRun frees them before the next).
     for (const SegmentPlan& pl : plans) {
-      int64_t saved = 0, ws = 0;
-      const int64_t f = form_bytes(row, pl.ranks[r], pl.world, kind, req, s, saved, ws);
+      int64_t saved = 0, ws = 0, in = 0;
+      const int64_t f = form_bytes(row, pl.ranks[r], pl.world, kind, req, s, saved, ws, in);
       if (f > m.form_arrays) {
         m.form_arrays = f;
         m.saved_set = saved;
         m.workspace = ws;
       }
+      m.form_inputs = std::max(m.form_inputs, in);
     }
+    rank_host_bytes(row, rp, plans, probes, req, s, m);
     for (const Piece& pc : rp.pieces) seqs.insert(pc.seq);
-    prepare = s.add({prepare, m.inputs, m.reference}, "the row");
-    forms = s.add({forms, m.inputs, m.reference, m.host_results, req.device_is_host ? m.form_arrays : 0}, "the row");
+    prepare = s.add({prepare, m.prepare}, "the row");
+    forms = s.add({forms, m.host_peak}, "the row");
     device = s.add({device, req.device_is_host ? 0 : m.form_arrays}, "the row");
     e.ranks.push_back(m);
   }
   // The sequences the process's ranks touch are all held until every rank has its slice; as
   // many are computed at once as there are ranks (each at most one), the longest ones counted.
   std::vector<int64_t> lens;
-  std::vector<std::set<int64_t>> probes(row.seqlens.size());  // what the reference computes
-  for (const SegmentPlan& pl : plans) add_probe_positions(pl, row.seqlens, probes);
   for (int q : seqs) {
     const int64_t n_probes = static_cast<int64_t>(probes[size_t(q)].size());
     e.sequences =

@@ -2,29 +2,39 @@
 // allocated (`kcpbench plan` prints it; `kcpbench run` refuses a row that does not fit, exit 2).
 //
 // What a process holds while it runs a row (core/kcp/row_runner.cpp), in two phases:
-//  A. preparing the row: every rank's input shard (core/inputs/inputs.h), the FP64 reference of
-//     every sequence its ranks touch as ReferenceCache holds it (core/compare/reference_data.h:
-//     o, dq, dk, dv, dg, dbeta, ht, dh0 in double), the working set of the sequences being
-//     computed at once (the sequence's inputs in float and double, the reference's prepared
-//     arrays and its checkpointed states), and each rank's slice of the reference (RankReference).
-//  B. running a form: per rank the shard, its reference slice, the arrays of one form
-//     (core/kcp/form_buffers.cpp: uploaded inputs, saved set and workspace arenas of
-//     kernels/api/tensors.h, one array per result tensor, the exchange blocks and fold states), the
-//     results downloaded to the host and the host exchange buffers.
-// The sequences' FP64 results are released between A and B, so the peak is the larger of the two.
+//  A. preparing the row: the FP64 reference of every sequence its ranks touch as ReferenceCache
+//     holds it (core/compare/reference_data.h: o, dq, dk, dv, dg, dbeta, ht, dh0 in double), the
+//     working set of the sequences being computed at once (the sequence's inputs in double and
+//     the largest in float, the reference's prepared arrays and its checkpointed states), and per
+//     rank its input shard (made for the scales of dA_log / ddt_bias) and its slice of the
+//     reference, built one tensor at a time (RankPrepared). The sequences go once every rank of
+//     the process has its slice.
+//  B. running forms: per rank what it keeps for the row (the probes of its pieces, and its
+//     reference slice unless spilled) and the largest of three moments of one form:
+//       upload: the shard, made afresh for the form, and the form's inputs (run_form frees the
+//               shard once uploaded);
+//       run:    the arrays of one form (core/kcp/form_buffers.cpp: uploaded inputs, saved set and
+//               workspace arenas of kernels/api/tensors.h, one array per result tensor, the
+//               exchange blocks and fold states), the host exchange buffers and the boundary
+//               states downloaded before the arrays go;
+//       judge:  the results, downloaded one by one as the form's arrays are freed (FormBuffers::
+//               take_results: never both whole), the slice read back when it was spilled, the
+//               form's boundary reference and the comparison's scratch.
+//     Only one form's arrays exist at a time (FormRun frees them before the next form, and before
+//     the det rerun); counted is the largest form of any schedule the row runs.
+// A rank's reference slice of at least kReferenceSpillBytes is spilled: written to an unlinked
+// temporary file (core/compare/reference_spill.h) while the forms run, read back to judge each.
 // The form arrays are device memory on a GPU and host memory on the CPU twin; the threads of one
-// process (the threads launch: all W ranks) share its host memory and its device.
+// process (the threads launch: all W ranks) share its host memory and its device, and each rank's
+// moments are summed as if they coincided (an upper bound: ranks are not in step).
+// `calibrate` needs what `run` needs for the same rows: it runs the det package with the full
+// saved set (the estimate's largest form) and its exact-storage twin reuses the slices the first
+// twin prepared (ReferenceStore keep), never the whole sequences.
 //
-// Accuracy, against the peak RSS `/usr/bin/time -v` measured for `kcpbench -q run --package nondet
-// --saved full --no-det-checks --cache none` on the CPU twin (threads launch, 2 cores, 2026-12-03):
-//   int1 A1 / B1 / D1 / KA1 / KB1    estimate 69-77 MiB, measured 27-37 MiB (the fixed 48 MiB dominates)
-//   GDN 8192 tokens, HV 9, K=V=128, W 1      estimate 1077 MiB, measured 1051 MiB (+2%)
-//   KDA 4096+12288 tokens, HV 4, K=V=128, W 2  estimate 1573 MiB, measured 1518 MiB (+4%)
-//   GDN 32768 tokens, HV 8, K=V=128, W 4     estimate 4030 MiB, measured 3820 MiB (+6%)
-//   int3 B4                                 estimate 17.9 GB (form arrays 11.04 GB), measured
-//                                           17.7 GB (11.0 GB) earlier on 16 cores (README) (+1%)
-// So the estimate is at most a few percent above the peak of rows whose arrays dominate and never
-// below it in these runs; the reference's checkpoint term (an upper bound) keeps it on that side.
+// Accuracy, against the peak RSS `/usr/bin/time -v` measured (2 cores): see the table in
+// docs/reliability.md (Memory). The estimate is a few percent above the peak of rows whose arrays
+// dominate and never below it in those runs; the reference's checkpoint term (an upper bound)
+// keeps it on that side.
 #pragma once
 
 #include <cstdint>
@@ -37,24 +47,41 @@
 
 namespace kcp {
 
+// A rank's FP64 reference slice of at least this many bytes is written to a temporary file while
+// the forms run and read back to judge each (RunOptions::reference_spill_bytes; int1 rows stay in
+// memory, every int3 row spills).
+inline constexpr int64_t kReferenceSpillBytes = int64_t(64) << 20;
+
+// Bytes of a rank's FP64 reference slice as the runner builds it (Token tensors, ht / dh0 per
+// piece, double): what it spills.
+int64_t reference_slice_bytes(const RowConfig& row, const RankPlan& rp);
+
 struct MemoryRequest {
-  PlanRequest plan;                           // how the row is planned (world 0 = the row's)
-  std::vector<int> forced_P;                  // forced schedules that may run (the largest form counts)
-  bool device_is_host = true;                 // the CPU twin: form arrays live in host memory
-  std::vector<int> ranks;                     // ranks this process runs; empty = all (threads launch)
-  int reference_threads = 1;                  // threads of one FP64 reference computation
-  const kernels::Backend* backend = nullptr;  // for its private workspace scratch (null: none)
-  bool spare_workspace = false;               // the workspace-of-other-package fault allocates a second one
+  PlanRequest plan;                                      // how the row is planned (world 0 = the row's)
+  std::vector<int> forced_P;                             // forced schedules that may run (the largest form counts)
+  bool device_is_host = true;                            // the CPU twin: form arrays live in host memory
+  std::vector<int> ranks;                                // ranks this process runs; empty = all (threads launch)
+  int reference_threads = 1;                             // threads of one FP64 reference computation
+  const kernels::Backend* backend = nullptr;             // for its private workspace scratch (null: none)
+  bool spare_workspace = false;                          // the workspace-of-other-package fault allocates a second one
+  int64_t reference_spill_bytes = kReferenceSpillBytes;  // RunOptions::reference_spill_bytes
 };
 
 struct RankMemory {
   int rank = 0;
-  int64_t inputs = 0;        // host: the rank's input shard (float)
-  int64_t reference = 0;     // host: the rank's slice of the FP64 reference (double)
-  int64_t form_arrays = 0;   // device (host on the CPU twin): one form's arrays, the largest form
-  int64_t saved_set = 0;     //   of which the saved set arena
-  int64_t workspace = 0;     //   of which the workspace arena(s)
-  int64_t host_results = 0;  // host: downloaded results, exchange buffers, comparison scratch
+  int64_t inputs = 0;              // host: the rank's input shard (float)
+  int64_t reference = 0;           // host: the rank's slice of the FP64 reference (double)
+  bool reference_spilled = false;  //   kept in a temporary file while forms run (>= kReferenceSpillBytes)
+  int64_t probes = 0;              // host: S_p, dS_p at the probes of its pieces (kept for the row)
+  int64_t form_arrays = 0;         // device (host on the CPU twin): one form's arrays, the largest form
+  int64_t form_inputs = 0;         //   of which the uploaded inputs
+  int64_t saved_set = 0;           //   of which the saved set arena
+  int64_t workspace = 0;           //   of which the workspace arena(s)
+  int64_t host_results = 0;        // host: judging a form (= judge)
+  // Host moments of one form (memory_estimate.h, phase B) and what the rank keeps for the row.
+  int64_t kept = 0, upload = 0, run = 0, judge = 0;
+  int64_t host_peak = 0;  // kept + max(upload, run, judge): the rank's share of phase B
+  int64_t prepare = 0;    // its share of phase A: shard, probes and its slice (or its largest tensor)
 };
 
 struct MemoryEstimate {

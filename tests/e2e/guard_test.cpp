@@ -3,6 +3,9 @@
 // at hand.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -239,4 +242,96 @@ TEST(Guard, MaxHostMemOverridesTheAvailableMemory) {
   const CmdResult help = run_kcpbench("run --help");
   EXPECT_NE(help.out.find("--max-host-mem"), std::string::npos) << help.out;
   EXPECT_NE(help.out.find("--max-device-mem"), std::string::npos) << help.out;
+}
+
+// A rank's FP64 reference slice spilled to a temporary file while the forms run (--reference-spill
+// 0: every slice) judges every form exactly as the slice kept in memory: the same metrics, bit for
+// bit, on rows with several ranks, sequences, initial states and forced schedules (the det
+// package's rerun included); the file leaves nothing in $TMPDIR.
+TEST(Guard, ASpilledReferenceSliceJudgesExactlyAsOneKeptInMemory) {
+  const std::string dir = tmp("guard_spill_tmp"), kept = tmp("guard_spill_kept.json"),
+                    spilled = tmp("guard_spill_spilled.json");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string rows = "-q run --rows int1 --row A1 --row C2 --row D1 --row KB1 --cache none --json ";
+  const CmdResult a = run_kcpbench(rows + kept + " --reference-spill never");
+  ASSERT_EQ(a.code, 0) << a.out;
+  const CmdResult b = run_command("TMPDIR=" + dir + " " + KCPBENCH_EXE + " " + rows + spilled + " --reference-spill 0");
+  ASSERT_EQ(b.code, 0) << b.out;
+  const nlohmann::json ja = read_json(kept), jb = read_json(spilled);
+  ASSERT_EQ(ja["entries"].size(), jb["entries"].size());
+  ASSERT_GT(ja["entries"].size(), 4u);
+  for (size_t i = 0; i < ja["entries"].size(); ++i) {
+    EXPECT_EQ(ja["entries"][i]["id"], jb["entries"][i]["id"]);
+    EXPECT_EQ(ja["entries"][i]["status"], jb["entries"][i]["status"]);
+    EXPECT_EQ(ja["entries"][i]["tensors"], jb["entries"][i]["tensors"]) << ja["entries"][i]["id"];
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the spill file has no name";
+  const CmdResult bad = run_command(std::string("TMPDIR=/nonexistent/kcp ") + KCPBENCH_EXE +
+                                    " -q run --rows int1 --row A1 --cache none --reference-spill 0");
+  EXPECT_EQ(bad.code, 3) << bad.out;
+  EXPECT_NE(bad.out.find("cannot make a temporary file in /nonexistent/kcp for the FP64 reference slice"),
+            std::string::npos)
+      << bad.out;
+}
+
+// calibrate holds what run holds for the same forms and refuses, before anything runs, a row whose
+// estimate does not fit (as run does), naming the row and the bytes.
+TEST(Guard, CalibrateRefusesARowThatDoesNotFit) {
+  const CmdResult r = run_kcpbench("-q calibrate --rows int1 --row A1 --seeds 1 --cache none --max-host-mem 1M");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("row A1 needs "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("and 1048576 bytes (1.0 MiB) are available (--max-host-mem)"), std::string::npos) << r.out;
+}
+
+namespace {
+// Peak RSS in bytes of one run of `kcpbench args` (its own rusage, by wait4), and its exit code.
+int64_t peak_rss_of(const std::vector<std::string>& args, int& code) {
+  std::vector<char*> argv{const_cast<char*>(KCPBENCH_EXE)};
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execv(KCPBENCH_EXE, argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage ru {};
+  ::wait4(pid, &status, 0, &ru);
+  code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return int64_t(ru.ru_maxrss) * 1024;
+}
+}  // namespace
+
+// The estimate is an upper bound of the measured peak, and a close one, on a row whose arrays
+// and reference dominate (16384 tokens of GDN, K = V = 128, two ranks as threads, each rank's
+// slice over the spill threshold): `run` of its det/full form with the det rerun, and `calibrate`
+// (both twins). On two cores each takes seconds. Known gap: on this row (arrays of 8-50 MiB, below
+// glibc's dynamic mmap threshold, so freed arrays may stay in the allocator's arenas) the peak is
+// up to 6% above the estimate (2 cores: estimate 742 MB, run 786 MB, calibrate 771 MB), hence the
+// 10% allowance; on int3 A4 (arrays past the threshold) the estimate is 4% above the peak.
+TEST(Guard, TheEstimateBoundsTheMeasuredPeakClosely) {
+  const std::string rows = tmp("guard_rss_row.json");
+  std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "rss", "rows": [
+    {"name": "M1", "op": "gdn", "H": 2, "HV": 4, "K": 128, "V": 128, "seqlens": [16384], "world": 2,
+     "plan_device": "cpu", "forms": {"packages": ["det"], "saved": ["full"], "forced_P": [4]}}]})";
+  const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json");
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  const nlohmann::json mem = nlohmann::json::parse(plan.out)[0]["memory"];
+  const int64_t estimate = mem["host_bytes"].get<int64_t>();
+  EXPECT_TRUE(mem["ranks"][0]["reference_spilled"].get<bool>()) << mem.dump();
+  int code = 0;
+  const int64_t run = peak_rss_of({"-q", "run", "--rows", rows, "--cache", "none"}, code);
+  EXPECT_EQ(code, 1) << "no budgets: the row fails, after running";
+  EXPECT_LE(double(run), 1.10 * double(estimate)) << "run: measured " << run << ", estimated " << estimate;
+  EXPECT_GE(double(run), 0.80 * double(estimate)) << "run: measured " << run << ", estimated " << estimate;
+  const int64_t cal = peak_rss_of({"-q", "calibrate", "--rows", rows, "--seeds", "1", "--cache", "none"}, code);
+  EXPECT_EQ(code, 0);
+  EXPECT_LE(double(cal), 1.10 * double(estimate)) << "calibrate: measured " << cal << ", estimated " << estimate;
+  EXPECT_GE(double(cal), 0.80 * double(estimate)) << "calibrate: measured " << cal << ", estimated " << estimate;
+  std::printf("estimate %lld, peak RSS of run %lld, of calibrate %lld\n", static_cast<long long>(estimate),
+              static_cast<long long>(run), static_cast<long long>(cal));
 }

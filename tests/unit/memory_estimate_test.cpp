@@ -114,13 +114,26 @@ TEST(MemoryEstimate, HostTermsFollowTheShapes) {
     judged += (rp.seq_begin(q) > 0 ? 1 : 0) + (rp.seq_end(q) < len ? 1 : 0);
   }
   EXPECT_GT(judged, 0) << "the row plans P > 1 on the cpu device class";
-  EXPECT_EQ(e.ranks[0].reference, 8 * (T * per_token_out + judged * 4 * 64 * 32));
+  EXPECT_EQ(e.ranks[0].reference, 8 * T * per_token_out);
+  EXPECT_FALSE(e.ranks[0].reference_spilled) << "4 MB stay in memory";
   // Both sequences' FP64 results (plus ht of each, and S_p, dS_p at each probe: on one rank every
   // cut inside a sequence is one probe, judged twice, as an entry and as an exit) are held while
-  // the rank takes its slice.
+  // the rank takes its slice; the rank keeps S_p and dS_p of each probe inside its pieces.
   EXPECT_EQ(e.sequences, 8 * (T * per_token_out + 2 * (4 * 64 * 32 + 4 * 2) + 2 * (judged / 2) * 4 * 64 * 32));
+  EXPECT_EQ(e.ranks[0].probes, 8 * 2 * (judged / 2) * 4 * 64 * 32);
   EXPECT_EQ(e.host_bytes, e.fixed + std::max(e.phase_prepare, e.phase_forms));
-  EXPECT_EQ(e.phase_forms, e.ranks[0].inputs + e.ranks[0].reference + e.ranks[0].host_results + e.ranks[0].form_arrays);
+  // One form's arrays at a time, and on a host backend never both the arrays and the downloaded
+  // results whole: the rank's peak is what it keeps plus the largest of upload, run and judge.
+  const RankMemory& m = e.ranks[0];
+  EXPECT_EQ(e.phase_forms, m.host_peak);
+  EXPECT_EQ(m.kept, m.probes + m.reference);
+  EXPECT_EQ(m.host_peak, m.kept + std::max({m.upload, m.run, m.judge}));
+  EXPECT_EQ(m.upload, m.inputs + m.form_inputs);
+  EXPECT_GE(m.run, m.form_arrays);
+  EXPECT_LT(m.run, m.form_arrays + m.form_arrays / 8) << "the form's arrays, counted once";
+  EXPECT_LT(m.judge, m.form_arrays) << "judging holds the results, not the arrays";
+  EXPECT_LT(e.phase_forms, m.inputs + m.reference + m.form_arrays + 4 * T * per_token_out)
+      << "the shard, the arrays and the downloaded results are never all whole at once";
   EXPECT_EQ(e.device_bytes, 0) << "the CPU twin's arrays are host memory";
 
   // On a GPU the form arrays move to the device; one rank of an mpirun holds only its own.
@@ -128,7 +141,8 @@ TEST(MemoryEstimate, HostTermsFollowTheShapes) {
   gpu.device_is_host = false;
   const MemoryEstimate g = estimate_memory(row, gpu);
   EXPECT_EQ(g.device_bytes, e.ranks[0].form_arrays);
-  EXPECT_EQ(g.phase_forms, e.phase_forms - e.ranks[0].form_arrays);
+  EXPECT_EQ(g.ranks[0].upload, m.inputs);
+  EXPECT_LT(g.phase_forms, e.phase_forms);
   const RowConfig two = gdn_row({600, 400}, 2);
   MemoryRequest one_rank = request(two);
   one_rank.ranks = {1};
@@ -136,6 +150,41 @@ TEST(MemoryEstimate, HostTermsFollowTheShapes) {
   ASSERT_EQ(mine.ranks.size(), 1u);
   EXPECT_EQ(mine.ranks[0].rank, 1);
   EXPECT_LT(mine.host_bytes, all.host_bytes);
+}
+
+// A slice at or above the spill threshold waits in a file while forms run: the rank keeps only
+// its probes, and judging reads the slice back; the runner decides on the same bytes.
+TEST(MemoryEstimate, ASpilledSliceIsCountedWhileJudgingOnly) {
+  const RowConfig row = gdn_row({600, 400}, 1);
+  MemoryRequest req = request(row);
+  const MemoryEstimate kept = estimate_memory(row, req);
+  req.reference_spill_bytes = 0;
+  const MemoryEstimate spilled = estimate_memory(row, req);
+  const RankMemory &a = kept.ranks[0], &b = spilled.ranks[0];
+  EXPECT_TRUE(b.reference_spilled);
+  EXPECT_EQ(b.kept, b.probes);
+  EXPECT_EQ(b.judge, a.judge + a.reference);
+  EXPECT_LE(spilled.phase_forms, kept.phase_forms);
+  EXPECT_EQ(reference_slice_bytes(row, make_plan(row, req.plan).ranks[0]), a.reference);
+  req.reference_spill_bytes = a.reference + 1;
+  EXPECT_FALSE(estimate_memory(row, req).ranks[0].reference_spilled);
+}
+
+// A forced schedule with more segments than the planned one: the estimate's form is the larger
+// of the two (one form's arrays at a time), not their sum.
+TEST(MemoryEstimate, TheLargestFormCountsOnce) {
+  const RowConfig row = gdn_row({4096}, 1);
+  MemoryRequest planned = request(row), forced = request(row);
+  planned.plan.forced_P = 1;
+  forced.plan.forced_P = 1;
+  forced.forced_P = {1, 16};
+  const MemoryEstimate p1 = estimate_memory(row, planned), both = estimate_memory(row, forced);
+  MemoryRequest only16 = request(row);
+  only16.plan.forced_P = 16;
+  const MemoryEstimate p16 = estimate_memory(row, only16);
+  EXPECT_GT(p16.ranks[0].form_arrays, p1.ranks[0].form_arrays);
+  EXPECT_EQ(both.ranks[0].form_arrays, p16.ranks[0].form_arrays);
+  EXPECT_LT(both.phase_forms, p1.phase_forms + p16.ranks[0].form_arrays);
 }
 
 // Doubling every sequence about doubles the need (the token terms dominate).
