@@ -1,4 +1,5 @@
-// Launcher of the GDN backward finalize: GVA + L2-norm backward of dq/dk, gate backward.
+// Launchers of the GDN backward finalize: GVA + L2-norm backward of dq/dk (launch_finalize_qk,
+// operator-independent, also used by the KDA finalize), gate backward.
 #include "kernels/cuda/gdn_finalize_kernel.cuh"
 
 namespace kcp::kernels::cuda {
@@ -12,7 +13,7 @@ void run_qk(const FinalizeQkParams& p, cudaStream_t st) {
 }
 }  // namespace
 
-void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st) {
+void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream_t st) {
   const Problem& pb = a.ctx.problem;
   if (L.T > 0) {
     FinalizeQkParams q{};
@@ -31,6 +32,11 @@ void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* pa
     dispatch_dtype_kdim<Bf16, Fp16>(
         pb, [&](auto dt, auto kdim) { run_qk<typename decltype(dt)::type, decltype(kdim)::value>(q, st); });
   }
+}
+
+void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st) {
+  const Problem& pb = a.ctx.problem;
+  launch_finalize_qk(a, L, st);
   FinalizeGateParams g{};
   g.chunks = L.chunks;
   g.NT = L.n_chunks;

@@ -1,0 +1,54 @@
+// Launchers of the KDA output (F5) and of the backward's local dv (3.2 step 2), both chunk-local.
+#include "kernels/cuda/kda_chunk_fwd_kernel.cuh"
+
+namespace kcp::kernels::cuda {
+
+namespace {
+template <class DT, int K, bool OUTPUT>
+void run_kda_chunk(const KdaChunkParams& p, cudaStream_t st) {
+  if (p.sh.NT == 0) return;
+  constexpr int V = K;
+  const unsigned grid = unsigned(p.sh.NT * p.sh.HV * (V / kKdaOutBV));
+  if constexpr (OUTPUT) {
+    const size_t smem = KdaOutputSmem<K>::bytes;
+    allow_smem(kda_output_kernel<DT, K, V>, smem);
+    kda_output_kernel<DT, K, V><<<grid, kThreads, smem, st>>>(p);
+  } else {
+    const size_t smem = KdaLocalDvSmem<K>::bytes;
+    allow_smem(kda_local_dv_kernel<DT, K, V>, smem);
+    kda_local_dv_kernel<DT, K, V><<<grid, kThreads, smem, st>>>(p);
+  }
+  KCP_CUDA_LAUNCH_CHECK(st);
+}
+template <bool OUTPUT>
+void dispatch(const Problem& pb, const KdaChunkParams& p, cudaStream_t st) {
+  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
+    run_kda_chunk<typename decltype(dt)::type, decltype(kdim)::value, OUTPUT>(p, st);
+  });
+}
+}  // namespace
+
+void launch_kda_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st) {
+  KdaChunkParams p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.q = a.q.packed16();
+  p.gcum = a.gcum;
+  p.Aqk = a.Aqk;
+  p.h = a.h.packed16();
+  p.v_new = a.v_new.packed16();
+  p.o = a.o;
+  dispatch<true>(a.ctx.problem, p, st);
+}
+
+void launch_kda_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st) {
+  KdaChunkParams p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.Aqk = a.Aqk;
+  p.dO = a.dO;
+  p.dv_local = a.dv_local.packed16();
+  dispatch<false>(a.ctx.problem, p, st);
+}
+
+}  // namespace kcp::kernels::cuda
