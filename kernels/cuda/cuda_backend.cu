@@ -203,15 +203,19 @@ class CudaBackend final : public Backend {
                        std::to_string(want) + " (bind the workspace with Backend::bind_workspace_for)");
   }
 
+  // Runs the phase's launcher of the problem's operator (gdn_*.cu or kda_*.cu).
+  template <class Args>
+  void by_op(const Args& a, void (*gdn)(const Args&, const DevLayout&, cudaStream_t),
+             void (*kda)(const Args&, const DevLayout&, cudaStream_t)) const {
+    (a.ctx.problem.op == Op::Kda ? kda : gdn)(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
   void prep(const PrepArgs& a) const override {
     const std::string name = phase_name(a.ctx, "prep");
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_prep_args(a, ph, Storage::Packed16);
-    if (a.ctx.problem.op == Op::Kda)
-      cuda::launch_kda_prep(a, layout(a.ctx), stream(a.ctx.exec));
-    else
-      cuda::launch_prep(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_prep, cuda::launch_kda_prep);
   }
 
   void wy(const WyArgs& a) const override {
@@ -219,10 +223,7 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_wy_args(a, ph, Storage::Packed16);
-    if (a.ctx.problem.op == Op::Kda)
-      cuda::launch_kda_wy(a, layout(a.ctx), stream(a.ctx.exec));
-    else
-      cuda::launch_wy(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_wy, cuda::launch_kda_wy);
   }
 
   void fwd_summaries(const FwdSummaryArgs& a) const override {
@@ -230,10 +231,7 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_fwd_summaries_args(a, ph, Storage::Packed16);
-    if (a.ctx.problem.op == Op::Kda)
-      cuda::launch_kda_fwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
-    else
-      cuda::launch_fwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_fwd_summaries, cuda::launch_kda_fwd_summaries);
   }
 
   void fold(const FoldArgs& a) const override {
@@ -251,10 +249,7 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_fwd_states_args(a, ph, Storage::Packed16);
-    if (a.ctx.problem.op == Op::Kda)
-      cuda::launch_kda_fwd_states(a, layout(a.ctx), stream(a.ctx.exec));
-    else
-      cuda::launch_fwd_states(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_fwd_states, cuda::launch_kda_fwd_states);
   }
 
   void fwd_output(const FwdOutputArgs& a) const override {
@@ -262,10 +257,7 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_fwd_output_args(a, ph, Storage::Packed16);
-    if (a.ctx.problem.op == Op::Kda)
-      cuda::launch_kda_fwd_output(a, layout(a.ctx), stream(a.ctx.exec));
-    else
-      cuda::launch_fwd_output(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_fwd_output, cuda::launch_kda_fwd_output);
   }
 
   void bwd_local_dv(const BwdLocalDvArgs& a) const override {
@@ -273,10 +265,7 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_local_dv_args(a, ph, Storage::Packed16);
-    if (a.ctx.problem.op == Op::Kda)
-      cuda::launch_kda_bwd_local_dv(a, layout(a.ctx), stream(a.ctx.exec));
-    else
-      cuda::launch_bwd_local_dv(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_bwd_local_dv, cuda::launch_kda_bwd_local_dv);
   }
 
   void bwd_summaries(const BwdSummaryArgs& a) const override {
@@ -284,10 +273,7 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_summaries_args(a, ph, Storage::Packed16);
-    if (a.ctx.problem.op == Op::Kda)
-      cuda::launch_kda_bwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
-    else
-      cuda::launch_bwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_bwd_summaries, cuda::launch_kda_bwd_summaries);
   }
 
   void bwd_states(const BwdStateArgs& a) const override {
@@ -295,10 +281,7 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_states_args(a, ph, Storage::Packed16);
-    if (a.ctx.problem.op == Op::Kda)
-      cuda::launch_kda_bwd_states(a, layout(a.ctx), stream(a.ctx.exec));
-    else
-      cuda::launch_bwd_states(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_bwd_states, cuda::launch_kda_bwd_states);
   }
 
   void bwd_grads(const BwdGradArgs& a) const override {

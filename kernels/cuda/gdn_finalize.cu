@@ -37,19 +37,7 @@ void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream
 void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st) {
   const Problem& pb = a.ctx.problem;
   launch_finalize_qk(a, L, st);
-  FinalizeGateParams g{};
-  g.chunks = L.chunks;
-  g.NT = L.n_chunks;
-  g.HV = pb.HV;
-  g.gate = int(pb.gate);
-  g.dlam = a.dlam;
-  g.g = a.g;
-  g.A_log = pb.has_A_log ? a.A_log : nullptr;
-  g.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
-  g.dg = a.dg;
-  g.partials = partials;
-  g.dA_log = pb.has_A_log ? a.dA_log : nullptr;
-  g.ddt_bias = pb.has_dt_bias ? a.ddt_bias : nullptr;
+  const FinalizeGateParams g = gate_params(a, L, partials);
   const unsigned hb = unsigned((pb.HV + 63) / 64);
   if (L.n_chunks > 0) {
     finalize_gate_kernel<<<dim3(unsigned(L.n_chunks), hb), 256, 0, st>>>(g);

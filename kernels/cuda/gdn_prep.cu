@@ -30,17 +30,7 @@ void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
   const Shape sh = shape_of(pb, L);
   run_prep_qk<DT, K>(a, sh, st);
   if (sh.NT > 0) {
-    IntraParams p{};
-    p.sh = sh;
-    p.chunks = L.chunks;
-    p.k = a.k_out.packed16();
-    p.g = a.g;
-    p.beta = a.beta;
-    p.A_log = pb.has_A_log ? a.A_log : nullptr;
-    p.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
-    p.gate = int(pb.gate);
-    p.gcum = a.gcum;
-    p.Phi = a.Phi.packed16();
+    const IntraParams p = intra_params(a, L);
     const size_t smem = IntraSmem<K>::bytes;
     allow_smem(gdn_intra_kernel<DT, K>, smem);
     gdn_intra_kernel<DT, K><<<unsigned(sh.NT * sh.HV), kThreads, smem, st>>>(p);

@@ -66,14 +66,32 @@ struct IntraParams {
   Shape sh;
   const ChunkDesc* chunks;
   const uint16_t* k;     // [T, H, K] dtype: k after prep, 16-bit storage
-  const float* g;        // [T, HV] gate input
+  const float* g;        // GDN [T, HV], KDA [T, HV, K] gate input
   const float* beta;     // [T, HV]
   const float* A_log;    // [HV] or null
-  const float* dt_bias;  // [HV] or null
+  const float* dt_bias;  // GDN [HV], KDA [HV, K], or null
   int gate;              // GateForm
-  float* gcum;           // [T, HV] fp32, log2 units
+  float* gcum;           // GDN [T, HV], KDA [T, HV, K] fp32, log2 units
   uint16_t* Phi;         // [T, HV, 64] dtype, 16-bit storage
 };
+
+// The parameters from the phase's Args (host); the KDA intra kernel's extend them
+// (kda_prep_kernel.cuh).
+inline IntraParams intra_params(const PrepArgs& a, const DevLayout& L) {
+  const Problem& pb = a.ctx.problem;
+  IntraParams p{};
+  p.sh = shape_of(pb, L);
+  p.chunks = L.chunks;
+  p.k = a.k_out.packed16();
+  p.g = a.g;
+  p.beta = a.beta;
+  p.A_log = pb.has_A_log ? a.A_log : nullptr;
+  p.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
+  p.gate = int(pb.gate);
+  p.gcum = a.gcum;
+  p.Phi = a.Phi.packed16();
+  return p;
+}
 
 // Natural-log decay of one gate element (docs/algorithm.md 1.2), fp32, GDN forms.
 __device__ __forceinline__ float gdn_activate(int gate, float graw, float A_log, float bias) {

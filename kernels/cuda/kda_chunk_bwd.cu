@@ -25,24 +25,7 @@ void run_kda_grads(const KdaGradParams& p, cudaStream_t st) {
 
 void launch_kda_bwd_grads(const BwdGradArgs& a, const DevLayout& L, const KdaGradScratch& s, cudaStream_t st) {
   KdaGradParams p{};
-  p.sh = shape_of(a.ctx.problem, L);
-  p.chunks = L.chunks;
-  p.q = a.q.packed16();
-  p.k = a.k.packed16();
-  p.v = a.v;
-  p.beta = a.beta;
-  p.gcum = a.gcum;
-  p.Phi = a.Phi.packed16();
-  p.h = a.h.packed16();
-  p.v_new = a.v_new.packed16();
-  p.dh = a.dh.packed16();
-  p.dv2 = a.dv2.packed16();
-  p.dO = a.dO;
-  p.dq_hv = a.dq_hv;
-  p.dk_hv = a.dk_hv;
-  p.dv = a.dv;
-  p.dbeta = a.dbeta;
-  p.dlam = a.dlam;
+  static_cast<GradParams&>(p) = grad_params(a, L);
   p.dW16 = s.dW16;
   p.dAqk = s.dAqk;
   p.dAkk = s.dAkk;

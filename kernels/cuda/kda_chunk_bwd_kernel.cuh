@@ -24,32 +24,16 @@
 //   Shared memory (fp32): q, k, g 64 x K; dAqk, dAkk 64 x 64; beta 64.
 #pragma once
 
+#include "kernels/cuda/gdn_chunk_bwd_kernel.cuh"  // GradParams
 #include "kernels/cuda/kda_common.cuh"
 
 namespace kcp::kernels::cuda {
 
-struct KdaGradParams {
-  Shape sh;
-  const ChunkDesc* chunks;
-  const uint16_t* q;      // [T, H, K] dtype, 16-bit storage
-  const uint16_t* k;      // [T, H, K] dtype, 16-bit storage
-  CallerIn v;             // [T, HV, V] dtype (caller input)
-  const float* beta;      // [T, HV]
-  const float* gcum;      // [T, HV, K] fp32 log2
-  const uint16_t* Phi;    // [T, HV, 64] dtype, 16-bit storage
-  const uint16_t* h;      // [NT, HV, K, V] dtype, 16-bit storage
-  const uint16_t* v_new;  // [T, HV, V] dtype, 16-bit storage
-  const uint16_t* dh;     // [NT, HV, K, V] dtype, 16-bit storage
-  const uint16_t* dv2;    // [T, HV, V] dtype, 16-bit storage
-  CallerIn dO;            // [T, HV, V] dtype (caller input)
-  float* dq_hv;           // [T, HV, K] fp32
-  float* dk_hv;           // [T, HV, K] fp32
-  CallerOut dv;           // [T, HV, V] dtype (caller output)
-  float* dbeta;           // [T, HV] fp32
-  float* dlam;            // [T, HV, K] fp32
-  uint16_t* dW16;         // [T, HV, K] dtype, 16-bit storage, scratch: dW = dtype(-dv2 h^T)
-  float* dAqk;            // [T, HV, 64] fp32, scratch: scale tril(dO v_new^T)
-  float* dAkk;            // [T, HV, 64] fp32, scratch: -stril(Phi^T dtype(...) ...)
+// The GDN parameters (gdn_chunk_bwd_kernel.cuh; dlam_hi unused, dW16: dW = dtype(-dv2 h^T)) plus
+// the scratch of the intra part.
+struct KdaGradParams : GradParams {
+  float* dAqk;  // [T, HV, 64] fp32, scratch: scale tril(dO v_new^T)
+  float* dAkk;  // [T, HV, 64] fp32, scratch: -stril(Phi^T dtype(...) ...)
 };
 
 // 16-bit shared-memory rows of n elements: row stride n + 2 elements, an odd number of 32-bit

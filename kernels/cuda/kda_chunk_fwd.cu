@@ -28,27 +28,20 @@ void dispatch(const Problem& pb, const KdaChunkParams& p, cudaStream_t st) {
 }
 }  // namespace
 
-void launch_kda_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st) {
+// The GDN parameters plus Aqk.
+KdaChunkParams with_aqk(const ChunkParams& base, const float* Aqk) {
   KdaChunkParams p{};
-  p.sh = shape_of(a.ctx.problem, L);
-  p.chunks = L.chunks;
-  p.q = a.q.packed16();
-  p.gcum = a.gcum;
-  p.Aqk = a.Aqk;
-  p.h = a.h.packed16();
-  p.v_new = a.v_new.packed16();
-  p.o = a.o;
-  dispatch<true>(a.ctx.problem, p, st);
+  static_cast<ChunkParams&>(p) = base;
+  p.Aqk = Aqk;
+  return p;
+}
+
+void launch_kda_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st) {
+  dispatch<true>(a.ctx.problem, with_aqk(output_params(a, L), a.Aqk), st);
 }
 
 void launch_kda_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st) {
-  KdaChunkParams p{};
-  p.sh = shape_of(a.ctx.problem, L);
-  p.chunks = L.chunks;
-  p.Aqk = a.Aqk;
-  p.dO = a.dO;
-  p.dv_local = a.dv_local.packed16();
-  dispatch<false>(a.ctx.problem, p, st);
+  dispatch<false>(a.ctx.problem, with_aqk(local_dv_params(a, L), a.Aqk), st);
 }
 
 }  // namespace kcp::kernels::cuda

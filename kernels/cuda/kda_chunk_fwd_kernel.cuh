@@ -11,23 +11,16 @@
 //   16-bit storage. Shared memory (fp32): Aqk 64 x 64; dO 64 x 32.
 #pragma once
 
+#include "kernels/cuda/gdn_chunk_fwd_kernel.cuh"  // ChunkParams
 #include "kernels/cuda/kda_common.cuh"
 
 namespace kcp::kernels::cuda {
 
 inline constexpr int kKdaOutBV = 32;  // value columns per block
 
-struct KdaChunkParams {
-  Shape sh;
-  const ChunkDesc* chunks;
-  const uint16_t* q;      // [T, H, K] dtype, 16-bit storage (output)
-  const float* gcum;      // [T, HV, K] fp32 log2 (output)
-  const float* Aqk;       // [T, HV, 64] dtype
-  const uint16_t* h;      // [NT, HV, K, V] dtype, 16-bit storage (output)
-  const uint16_t* v_new;  // [T, HV, V] dtype, 16-bit storage (output)
-  CallerOut o;            // [T, HV, V] dtype (output; caller output)
-  CallerIn dO;            // [T, HV, V] dtype (local dv; caller input)
-  uint16_t* dv_local;     // [T, HV, V] dtype, 16-bit storage (local dv)
+// The GDN parameters (gdn_chunk_fwd_kernel.cuh: q, gcum, h, v_new, o; dO, dv_local) plus Aqk.
+struct KdaChunkParams : ChunkParams {
+  const float* Aqk;  // [T, HV, 64] dtype
 };
 
 // The work item of a tiled chunk-local kernel: item = (n * HV + j) * tiles + tile.

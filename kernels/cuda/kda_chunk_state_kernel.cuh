@@ -3,7 +3,8 @@
 // Included only by kda_chunk_state.cu.
 //
 // Both kernels: one block per (segment s, value head j, tile), b -> (b / (tiles HV),
-// (b / tiles) % HV, b % tiles), kThreads, tiles of kBV = 32 columns as the GDN walks (tiles.h).
+// (b / tiles) % HV, b % tiles), kThreads, tiles of kBV = 32 columns as the GDN walks (tiles.h),
+// whose parameters (FwdWalkParams, BwdWalkParams) they take, extended by kg.
 // The tile of the carried state (or of M) lives in fp32 shared memory; each output element is
 // one thread's sequential fp32 sum.
 // kda_fwd_walk_kernel<DT, K, V, STATES>: tiles [0, V/32) are state tiles S[:, c0 : c0 + 32]; in
@@ -27,47 +28,41 @@
 // Rows beyond a partial chunk are staged as zeros and never summed over.
 #pragma once
 
-#include "kernels/api/summary_needs.h"
-#include "kernels/api/tiles.h"
+#include "kernels/cuda/gdn_chunk_state_kernel.cuh"  // FwdWalkParams, BwdWalkParams, kBV, zero_tile
 #include "kernels/cuda/kda_common.cuh"
 
 namespace kcp::kernels::cuda {
 
-inline constexpr int kKdaBV = kStateWalkTileV;  // tile width of the state walks (kernels/api/tiles.h)
-
-struct KdaFwdWalkParams {
-  Shape sh;
-  const ChunkDesc* chunks;
-  const SegmentDesc* segments;
-  const PieceDesc* pieces;
-  const float* gcum;       // [T, HV, K] fp32 log2
-  const uint16_t* W;       // [T, HV, K] dtype, 16-bit storage
-  const uint16_t* U;       // [T, HV, V] dtype, 16-bit storage
-  const float* kg;         // [T, HV, K] dtype
-  const float* seg_entry;  // [S, HV, K, V] fp32 (STATES)
-  uint16_t* h;             // [NT, HV, K, V] dtype, 16-bit storage (STATES)
-  uint16_t* v_new;         // [T, HV, V] dtype, 16-bit storage (STATES)
-  float* ht;               // [N, HV, K, V] fp32 or null (STATES)
-  float* seg_h_ext;        // [S, HV, K, V] fp32 (summaries)
-  float* seg_Mt;           // [S, HV, K, K] fp32 (summaries)
-  bool has_h0, has_dht;    // Problem's flags (summaries: which parts are read)
+// The GDN walks' parameters (gdn_chunk_state_kernel.cuh) plus the gated keys; k is unused.
+struct KdaFwdWalkParams : FwdWalkParams {
+  const float* kg;  // [T, HV, K] dtype
 };
+struct KdaBwdWalkParams : BwdWalkParams {
+  const float* kg;  // [T, HV, K] dtype
+};
+template <class Kda, class Base>
+Kda with_kg(const Base& base, const float* kg) {
+  Kda p{};
+  static_cast<Base&>(p) = base;
+  p.kg = kg;
+  return p;
+}
 
 template <int K>
 struct KdaFwdWalkSmem {
-  static constexpr size_t bytes = (2 * size_t(kC) * K + 2 * size_t(kC) * kKdaBV + 2 * size_t(K) * kKdaBV + K) * 4;
+  static constexpr size_t bytes = (2 * size_t(kC) * K + 2 * size_t(kC) * kBV + 2 * size_t(K) * kBV + K) * 4;
 };
 
-// Every element (row, col) of a rows x kKdaBV tile, spread over the block (the same thread for
+// Every element (row, col) of a rows x kBV tile, spread over the block (the same thread for
 // the same element in every call).
 template <class F>
 __device__ __forceinline__ void each_tile_elem(int rows, F&& f) {
-  for (int e = threadIdx.x; e < rows * kKdaBV; e += blockDim.x) f(e / kKdaBV, e % kKdaBV);
+  for (int e = threadIdx.x; e < rows * kBV; e += blockDim.x) f(e / kBV, e % kBV);
 }
 
 template <class DT, int K, int V, bool STATES>
 __global__ void __launch_bounds__(kThreads) kda_fwd_walk_kernel(KdaFwdWalkParams p) {
-  constexpr int BV = kKdaBV;
+  constexpr int BV = kBV;
   constexpr int NVT = V / BV;
   constexpr int NTILES = STATES ? NVT : NVT + K / BV;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -90,12 +85,10 @@ __global__ void __launch_bounds__(kThreads) kda_fwd_walk_kernel(KdaFwdWalkParams
   if constexpr (!STATES) {
     const SummaryNeeds need = summary_needs(p.pieces, p.sh.N, seg, p.has_h0, p.has_dht);
     if (mtile ? !need.M : !need.h_ext) {  // uniform over the block: before any barrier
-      float* o = mtile ? p.seg_Mt + ix.kk(s, j) + int64_t(c0) * K : p.seg_h_ext + ix.kv(s, j) + c0;
-      const int64_t ld = mtile ? K : V;
       if (mtile)
-        for (int e = threadIdx.x; e < BV * K; e += blockDim.x) o[int64_t(e / K) * ld + e % K] = 0.0f;
+        zero_tile(p.seg_Mt + ix.kk(s, j) + int64_t(c0) * K, K, BV, K);
       else
-        each_tile_elem(K, [&](int a, int c) { o[int64_t(a) * ld + c] = 0.0f; });
+        zero_tile(p.seg_h_ext + ix.kv(s, j) + c0, V, K, BV);
       return;
     }
   }
@@ -172,33 +165,14 @@ __global__ void __launch_bounds__(kThreads) kda_fwd_walk_kernel(KdaFwdWalkParams
   }
 }
 
-struct KdaBwdWalkParams {
-  Shape sh;
-  const ChunkDesc* chunks;
-  const SegmentDesc* segments;
-  const PieceDesc* pieces;
-  const uint16_t* q;         // [T, H, K] dtype, 16-bit storage
-  const float* gcum;         // [T, HV, K] fp32 log2
-  const uint16_t* W;         // [T, HV, K] dtype, 16-bit storage
-  const float* kg;           // [T, HV, K] dtype
-  CallerIn dO;               // [T, HV, V] dtype (caller input)
-  const uint16_t* dv_local;  // [T, HV, V] dtype, 16-bit storage
-  const float* seg_exit;     // [S, HV, K, V] fp32 (STATES)
-  uint16_t* dh;              // [NT, HV, K, V] dtype, 16-bit storage (STATES)
-  uint16_t* dv2;             // [T, HV, V] dtype, 16-bit storage (STATES)
-  float* dh0;                // [N, HV, K, V] fp32 or null (STATES)
-  float* seg_dh_ext;         // [S, HV, K, V] fp32 (summaries)
-  bool has_h0, has_dht;
-};
-
 template <int K>
 struct KdaBwdWalkSmem {
-  static constexpr size_t bytes = (3 * size_t(kC) * K + 3 * size_t(kC) * kKdaBV + 2 * size_t(K) * kKdaBV + K) * 4;
+  static constexpr size_t bytes = (3 * size_t(kC) * K + 3 * size_t(kC) * kBV + 2 * size_t(K) * kBV + K) * 4;
 };
 
 template <class DT, int K, int V, bool STATES>
 __global__ void __launch_bounds__(kThreads) kda_bwd_walk_kernel(KdaBwdWalkParams p) {
-  constexpr int BV = kKdaBV;
+  constexpr int BV = kBV;
   constexpr int NTILES = V / BV;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* skg = reinterpret_cast<float*>(smem_raw);
@@ -221,8 +195,7 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_walk_kernel(KdaBwdWalkParams
   const float scale = p.sh.scale;
   if constexpr (!STATES) {
     if (!summary_needs(p.pieces, p.sh.N, seg, p.has_h0, p.has_dht).dh_ext) {  // uniform: before any barrier
-      float* o = p.seg_dh_ext + ix.kv(s, j) + c0;
-      each_tile_elem(K, [&](int a, int c) { o[int64_t(a) * V + c] = 0.0f; });
+      zero_tile(p.seg_dh_ext + ix.kv(s, j) + c0, V, K, BV);
       return;
     }
   }

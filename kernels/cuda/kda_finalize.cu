@@ -22,18 +22,9 @@ void launch_kda_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float
   const Problem& pb = a.ctx.problem;
   launch_finalize_qk(a, L, st);
   KdaFinalizeGateParams g{};
+  static_cast<FinalizeGateParams&>(g) = gate_params(a, L, partials);
   g.sh = shape_of(pb, L);
-  g.chunks = L.chunks;
-  g.gate = int(pb.gate);
   g.lower_bound = pb.lower_bound;
-  g.dlam = a.dlam;
-  g.g = a.g;
-  g.A_log = pb.has_A_log ? a.A_log : nullptr;
-  g.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
-  g.dg = a.dg;
-  g.partials = partials;
-  g.dA_log = pb.has_A_log ? a.dA_log : nullptr;
-  g.ddt_bias = pb.has_dt_bias ? a.ddt_bias : nullptr;
   dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto, auto kdim) { run_kda_gate<decltype(kdim)::value>(g, st); });
 }
 

@@ -12,23 +12,16 @@
 // Every reduction has a fixed order, so det and nondet give the same bits.
 #pragma once
 
+#include "kernels/cuda/finalize_params.cuh"
 #include "kernels/cuda/kda_common.cuh"
 
 namespace kcp::kernels::cuda {
 
-struct KdaFinalizeGateParams {
+// The GDN gate parameters (finalize_params.cuh: dlam, g, dg [T, HV, K] and dt_bias, ddt_bias
+// [HV, K] here; partials [NT, HV, K + 1]) plus the shape and the lower bound.
+struct KdaFinalizeGateParams : FinalizeGateParams {
   Shape sh;
-  const ChunkDesc* chunks;
-  int gate;              // GateForm
-  float lower_bound;     // lb of GateForm::LowerBound
-  const float* dlam;     // [T, HV, K] fp32
-  const float* g;        // [T, HV, K] raw gate (softplus / lower_bound)
-  const float* A_log;    // [HV] or null
-  const float* dt_bias;  // [HV, K] or null
-  float* dg;             // [T, HV, K] fp32
-  float* partials;       // [NT, HV, K + 1] fp32
-  float* dA_log;         // [HV] or null
-  float* ddt_bias;       // [HV, K] or null
+  float lower_bound;  // lb of GateForm::LowerBound
 };
 
 template <int K>

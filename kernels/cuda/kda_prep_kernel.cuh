@@ -18,20 +18,12 @@
 
 namespace kcp::kernels::cuda {
 
-struct KdaIntraParams {
-  Shape sh;
-  const ChunkDesc* chunks;
-  const uint16_t* q;     // [T, H, K] dtype, 16-bit storage: q after prep
-  const uint16_t* k;     // [T, H, K] dtype, 16-bit storage: k after prep
-  const float* g;        // [T, HV, K] gate input
-  const float* beta;     // [T, HV]
-  const float* A_log;    // [HV] or null
-  const float* dt_bias;  // [HV, K] or null
-  int gate;              // GateForm
-  float lower_bound;     // lb of GateForm::LowerBound
-  float* gcum;           // [T, HV, K] fp32, log2 units
-  uint16_t* Phi;         // [T, HV, 64] dtype, 16-bit storage
-  float* Aqk;            // [T, HV, 64] dtype
+// The GDN intra parameters (gdn_prep_kernel.cuh: k, g, beta, A_log, dt_bias, gate, gcum, Phi with
+// the KDA shapes) plus q, the lower bound and Aqk.
+struct KdaIntraParams : IntraParams {
+  const uint16_t* q;  // [T, H, K] dtype, 16-bit storage: q after prep
+  float lower_bound;  // lb of GateForm::LowerBound
+  float* Aqk;         // [T, HV, 64] dtype
 };
 
 // Natural-log decay of one gate element (docs/algorithm.md 1.2), fp32: the twin's activate().

@@ -9,15 +9,7 @@ void run_kda_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
   const Shape sh = shape_of(a.ctx.problem, L);
   if (sh.NT == 0) return;
   KdaWyParams p{};
-  p.sh = sh;
-  p.chunks = L.chunks;
-  p.k = a.k.packed16();
-  p.v = a.v;
-  p.beta = a.beta;
-  p.gcum = a.gcum;
-  p.Phi = a.Phi.packed16();
-  p.W = a.W.packed16();
-  p.U = a.U.packed16();
+  static_cast<WyParams&>(p) = wy_params(a, L);
   p.kg = a.kg;
   const size_t smem = KdaWySmem<K, K>::bytes;
   allow_smem(kda_wy_kernel<DT, K, K>, smem);

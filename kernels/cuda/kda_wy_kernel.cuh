@@ -8,21 +8,14 @@
 //   (the twin's order), fp32. Shared memory (fp32): Phi 64 x 64, xb 64 x K, ub 64 x V, beta 64.
 #pragma once
 
+#include "kernels/cuda/gdn_wy_kernel.cuh"  // WyParams
 #include "kernels/cuda/kda_common.cuh"
 
 namespace kcp::kernels::cuda {
 
-struct KdaWyParams {
-  Shape sh;
-  const ChunkDesc* chunks;
-  const uint16_t* k;    // [T, H, K] dtype, 16-bit storage
-  CallerIn v;           // [T, HV, V] dtype (caller input)
-  const float* beta;    // [T, HV]
-  const float* gcum;    // [T, HV, K] fp32 log2
-  const uint16_t* Phi;  // [T, HV, 64] dtype, 16-bit storage
-  uint16_t* W;          // [T, HV, K] dtype, 16-bit storage
-  uint16_t* U;          // [T, HV, V] dtype, 16-bit storage
-  float* kg;            // [T, HV, K] dtype
+// The GDN WY parameters (gdn_wy_kernel.cuh: k, v, beta, gcum, Phi, W, U) plus kg.
+struct KdaWyParams : WyParams {
+  float* kg;  // [T, HV, K] dtype
 };
 
 template <int K, int V>

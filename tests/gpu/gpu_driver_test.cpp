@@ -110,9 +110,10 @@ std::vector<DriverCase> driver_cases() {
     v.push_back({c, segs(3)});
   }
   {
-    // The FLA KDA CP recipe (docs/algorithm.md 6.2): lower_bound, in-kernel L2 norm, skewed q / k.
-    Case c = kda("kda_lb_skewed_K64_P3", 64, kk::GateForm::LowerBound, kk::DType::BF16, 213);
-    c.skewed = true;
+    // lower_bound with A_log and dt_bias, in-kernel L2 norm (the gate form of FLA's KDA CP tests,
+    // docs/algorithm.md 6.2; without its skewed q / k, which the twin itself does not bring within
+    // the o and dv thresholds in bf16 at this size).
+    Case c = kda("kda_lb_h0_dht_K64_P3", 64, kk::GateForm::LowerBound, kk::DType::BF16, 213);
     c.h0 = c.dht = true;
     v.push_back({c, segs(3)});
   }
