@@ -26,8 +26,6 @@ void dispatch(const Problem& pb, const KdaChunkParams& p, cudaStream_t st) {
     run_kda_chunk<typename decltype(dt)::type, decltype(kdim)::value, OUTPUT>(p, st);
   });
 }
-}  // namespace
-
 // The GDN parameters plus Aqk.
 KdaChunkParams with_aqk(const ChunkParams& base, const float* Aqk) {
   KdaChunkParams p{};
@@ -35,6 +33,8 @@ KdaChunkParams with_aqk(const ChunkParams& base, const float* Aqk) {
   p.Aqk = Aqk;
   return p;
 }
+
+}  // namespace
 
 void launch_kda_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st) {
   dispatch<true>(a.ctx.problem, with_aqk(output_params(a, L), a.Aqk), st);
