@@ -1,6 +1,9 @@
-// CudaBackend: the kernels/api/backend.h interface on an NVIDIA GPU (GDN; KDA is a later issue).
-// Host code: Args checks (kernels/api/args_check.h, shared with the CPU twin), the device copies
-// of the layout tables, dispatch to the launchers of cuda_launch.h, memory helpers and timers.
+// CudaBackend: the kernels/api/backend.h interface on an NVIDIA GPU, GDN and KDA, K = V in
+// {64, 128}, bf16 / fp16. Host code: Args checks (kernels/api/args_check.h, shared with the CPU
+// twin), the device copies of the layout tables, dispatch to the launchers of cuda_launch.h by
+// problem.op (GDN: gdn_*.cu, tensor-core kernels tuned in docs/perf-notes.md; KDA: kda_*.cu, a
+// first plain fp32 port of the twin, correct first, see kda_common.cuh; fold and the q/k parts of
+// prep and finalize are shared), memory helpers and timers.
 //
 // Layout tables arrive in host memory (LayoutView). They are uploaded once per distinct layout
 // into a device buffer owned by the backend (a small cache keyed by the table contents, guarded
@@ -22,8 +25,9 @@
 //   h, dh       [NT, HV, K, V]   written by fwd_states / bwd_states; read by fwd_output, bwd_grads
 //   v_new, dv2  [T, HV, V]       written by fwd_states / bwd_states; read by fwd_output, bwd_grads
 //   dv_local    [T, HV, V]       written by bwd_local_dv; read by the backward walks
-// and bwd_grads passes dW [T, HV, K] in 16-bit storage between its two kernels through the
-// backend's scratch (extra_workspace_floats). The values were already rounded to the dtype before
+// and bwd_grads passes dW [T, HV, K] in 16-bit storage between its kernels through the backend's
+// scratch (extra_workspace_floats; KDA also dAqk and dAkk, fp32). The KDA-only kg and Aqk are
+// float* holding dtype values, as tensors.h says. The values were already rounded to the dtype before
 // they were stored, so the conversion is exact and every output is the same as with fp32
 // storage. caller_storage() is Packed16 too (tensors.h): the kernels read q, k (prep), v (wy,
 // bwd_grads) and dO (bwd_local_dv, the backward walks, bwd_grads) as 16-bit patterns and write
@@ -73,7 +77,6 @@ Status support(const Problem& p) {
   } catch (const std::invalid_argument& e) {
     return Status::fail(e.what());
   }
-  if (p.op == Op::Kda) return Status::fail("KDA on CUDA is not implemented yet");
   if (p.K != p.V || !cuda::SupportedHeadDims::contains(p.K))
     return Status::fail("unsupported head dims K=" + std::to_string(p.K) + ", V=" + std::to_string(p.V) +
                         " on CUDA (supported: K = V in {" + cuda::SupportedHeadDims::text() + "})");
@@ -81,11 +84,16 @@ Status support(const Problem& p) {
 }
 
 // The context check of every phase: the shared one (args_check.h), then what CUDA cannot run
-// (after it, ctx.problem is GDN with K = V in {64, 128}).
+// (after it, ctx.problem is GDN or KDA with K = V in {64, 128}).
 void check_ctx(const PhaseCtx& c, const char* phase) {
   check_problem_layout(c, phase);
   const Status st = support(c.problem);
   if (!st.ok) arg_fail(phase, st.reason);
+}
+
+// The phase's name in messages: "gdn prep" or "kda prep".
+std::string phase_name(const PhaseCtx& c, const char* phase) {
+  return std::string(c.problem.op == Op::Kda ? "kda " : "gdn ") + phase;
 }
 
 bool same(const PieceDesc& a, const PieceDesc& b) {
@@ -175,8 +183,24 @@ class CudaBackend final : public Backend {
     s.total = s.dW16 + align_floats((l.T * int64_t(p.HV) * p.K + 1) / 2);
     return s;
   }
+  // KDA scratch (each part 256-byte aligned):
+  //   [NT, HV, K + 1] fp32   per-chunk gate partials of finalize (ddt_bias per channel, dA_log);
+  //   [T, HV, K] 16-bit      dW between the bwd_grads kernels;
+  //   [T, HV, 64] fp32 x 2   dAqk and dAkk between the bwd_grads kernels.
+  struct KdaScratchParts {
+    int64_t partials = 0, dW16 = 0, dAqk = 0, dAkk = 0, total = 0;  // offsets in floats; total size
+  };
+  static KdaScratchParts kda_scratch_parts(const Problem& p, const LayoutView& l) {
+    KdaScratchParts s;
+    const int64_t T = l.T, HV = p.HV;
+    s.dW16 = align_floats(l.n_chunks * HV * (p.K + 1));
+    s.dAqk = s.dW16 + align_floats((T * HV * p.K + 1) / 2);
+    s.dAkk = s.dAqk + align_floats(T * HV * kChunk);
+    s.total = s.dAkk + align_floats(T * HV * kChunk);
+    return s;
+  }
   int64_t extra_workspace_floats(const Problem& problem, const LayoutView& layout) const override {
-    return scratch_parts(problem, layout).total;
+    return problem.op == Op::Kda ? kda_scratch_parts(problem, layout).total : scratch_parts(problem, layout).total;
   }
   // The scratch this phase reads or writes must have been bound (Backend::bind_workspace_for).
   void need_scratch(const PhaseCtx& c, const char* ph) const {
@@ -186,25 +210,35 @@ class CudaBackend final : public Backend {
                        std::to_string(want) + " (bind the workspace with Backend::bind_workspace_for)");
   }
 
+  // Runs the phase's launcher of the problem's operator (gdn_*.cu or kda_*.cu).
+  template <class Args>
+  void by_op(const Args& a, void (*gdn)(const Args&, const DevLayout&, cudaStream_t),
+             void (*kda)(const Args&, const DevLayout&, cudaStream_t)) const {
+    (a.ctx.problem.op == Op::Kda ? kda : gdn)(a, layout(a.ctx), stream(a.ctx.exec));
+  }
+
   void prep(const PrepArgs& a) const override {
-    const char* ph = "gdn prep";
+    const std::string name = phase_name(a.ctx, "prep");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_prep_args(a, ph, kStorage);
-    cuda::launch_prep(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_prep, cuda::launch_kda_prep);
   }
 
   void wy(const WyArgs& a) const override {
-    const char* ph = "gdn wy";
+    const std::string name = phase_name(a.ctx, "wy");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_wy_args(a, ph, kStorage);
-    cuda::launch_wy(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_wy, cuda::launch_kda_wy);
   }
 
   void fwd_summaries(const FwdSummaryArgs& a) const override {
-    const char* ph = "gdn fwd_summaries";
+    const std::string name = phase_name(a.ctx, "fwd_summaries");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_fwd_summaries_args(a, ph, kStorage);
-    cuda::launch_fwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_fwd_summaries, cuda::launch_kda_fwd_summaries);
   }
 
   void fold(const FoldArgs& a) const override {
@@ -218,45 +252,60 @@ class CudaBackend final : public Backend {
   }
 
   void fwd_states(const FwdStateArgs& a) const override {
-    const char* ph = "gdn fwd_states";
+    const std::string name = phase_name(a.ctx, "fwd_states");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_fwd_states_args(a, ph, kStorage);
-    cuda::launch_fwd_states(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_fwd_states, cuda::launch_kda_fwd_states);
   }
 
   void fwd_output(const FwdOutputArgs& a) const override {
-    const char* ph = "gdn fwd_output";
+    const std::string name = phase_name(a.ctx, "fwd_output");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_fwd_output_args(a, ph, kStorage);
-    cuda::launch_fwd_output(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_fwd_output, cuda::launch_kda_fwd_output);
   }
 
   void bwd_local_dv(const BwdLocalDvArgs& a) const override {
-    const char* ph = "gdn bwd_local_dv";
+    const std::string name = phase_name(a.ctx, "bwd_local_dv");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_local_dv_args(a, ph, kStorage);
-    cuda::launch_bwd_local_dv(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_bwd_local_dv, cuda::launch_kda_bwd_local_dv);
   }
 
   void bwd_summaries(const BwdSummaryArgs& a) const override {
-    const char* ph = "gdn bwd_summaries";
+    const std::string name = phase_name(a.ctx, "bwd_summaries");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_summaries_args(a, ph, kStorage);
-    cuda::launch_bwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_bwd_summaries, cuda::launch_kda_bwd_summaries);
   }
 
   void bwd_states(const BwdStateArgs& a) const override {
-    const char* ph = "gdn bwd_states";
+    const std::string name = phase_name(a.ctx, "bwd_states");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_states_args(a, ph, kStorage);
-    cuda::launch_bwd_states(a, layout(a.ctx), stream(a.ctx.exec));
+    by_op(a, cuda::launch_bwd_states, cuda::launch_kda_bwd_states);
   }
 
   void bwd_grads(const BwdGradArgs& a) const override {
-    const char* ph = "gdn bwd_grads";
+    const std::string name = phase_name(a.ctx, "bwd_grads");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_grads_args(a, ph, kStorage);
     need_scratch(a.ctx, ph);
+    if (a.ctx.problem.op == Op::Kda) {
+      const KdaScratchParts kp = kda_scratch_parts(a.ctx.problem, a.ctx.layout);
+      cuda::KdaGradScratch ks;
+      ks.dW16 = reinterpret_cast<uint16_t*>(a.ctx.scratch + kp.dW16);  // 16-bit storage in scratch
+      ks.dAqk = a.ctx.scratch + kp.dAqk;
+      ks.dAkk = a.ctx.scratch + kp.dAkk;
+      cuda::launch_kda_bwd_grads(a, layout(a.ctx), ks, stream(a.ctx.exec));
+      return;
+    }
     const ScratchParts sp = scratch_parts(a.ctx.problem, a.ctx.layout);
     float* dlam_hi = a.ctx.problem.K > 64 ? a.ctx.scratch + sp.dlam_hi : nullptr;
     uint16_t* dW16 = reinterpret_cast<uint16_t*>(a.ctx.scratch + sp.dW16);  // 16-bit storage in scratch
@@ -264,11 +313,17 @@ class CudaBackend final : public Backend {
   }
 
   void bwd_finalize(const BwdFinalizeArgs& a) const override {
-    const char* ph = "gdn bwd_finalize";
+    const std::string name = phase_name(a.ctx, "bwd_finalize");
+    const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_finalize_args(a, ph, kStorage);
     need_scratch(a.ctx, ph);
-    cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec));
+    if (a.ctx.problem.op == Op::Kda)
+      cuda::launch_kda_bwd_finalize(a, layout(a.ctx),
+                                    a.ctx.scratch + kda_scratch_parts(a.ctx.problem, a.ctx.layout).partials,
+                                    stream(a.ctx.exec));
+    else
+      cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec));
   }
 
   void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const override {

@@ -430,6 +430,28 @@ __device__ __forceinline__ void map_rows(uint16_t* t, int ld, int rows, F&& f) {
   map_rows_to<DT, COLS>(t, t, ld, rows, f);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Caller tensors (kernels/api/tensors.h): the KDA kernels read the inputs q, k, v, dO and write
+// the outputs o, dq, dk, dv ONLY through CallerIn / CallerOut, load_caller and store_caller, so a
+// change of their storage (raw 16-bit dtype patterns, Backend::caller_storage() Packed16) touches
+// this block alone. load_caller: element e as a float (a dtype value); store_caller: x rounded to
+// the dtype, stored as its 16-bit pattern.
+using CallerIn = const uint16_t*;
+using CallerOut = uint16_t*;
+template <class DT>
+__device__ __forceinline__ float load_caller(CallerIn p, int64_t e) {
+  return DT::from_raw(p[e]);
+}
+template <class DT>
+__device__ __forceinline__ void store_caller(CallerOut p, int64_t e, float x) {
+  p[e] = DT::raw(x);
+}
+
+// Gate activations (docs/algorithm.md 1.2, 7.14): softplus is x above 20, else ln(1 + e^x)
+// without log1p; the CPU twin's softplusf_ / sigmoidf_.
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
 // Sum over the 4 lanes of a quad (the lanes holding one accumulator row).
 __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);

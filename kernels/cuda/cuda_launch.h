@@ -103,6 +103,36 @@ void launch_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream
 void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, uint16_t* dW16, cudaStream_t st);
 // GVA + L2-norm backward, gate backward; partials: scratch [NT, HV, 2] fp32 (gdn_finalize.cu).
 void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st);
+// The operator-independent parts of prep and finalize, shared by GDN and KDA: q/k L2 norm or copy
+// (gdn_prep.cu) and the GVA reduction + L2-norm backward of dq/dk (gdn_finalize.cu).
+void launch_prep_qk(const PrepArgs& a, const DevLayout& L, cudaStream_t st);
+void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream_t st);
+
+// ---- launchers (KDA; plain fp32 kernels, docs/algorithm.md 3.2 and kda_common.cuh) ----
+// prep: q/k (launch_prep_qk), then per-channel gate cumsum, Pi, Aqk, Phi (kda_prep.cu).
+void launch_kda_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st);
+// wy: W, U, kg (kda_wy.cu).
+void launch_kda_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st);
+// State walks (kda_chunk_state.cu).
+void launch_kda_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
+void launch_kda_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st);
+void launch_kda_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
+void launch_kda_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st);
+// Output and local dv (kda_chunk_fwd.cu).
+void launch_kda_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st);
+void launch_kda_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st);
+// dq/dk/dv/dbeta/dlam per value head (kda_chunk_bwd.cu), three kernels passing through the
+// backend's scratch: dW16 [T, HV, K] 16-bit storage, dAqk and dAkk [T, HV, 64] fp32.
+struct KdaGradScratch {
+  uint16_t* dW16 = nullptr;
+  float* dAqk = nullptr;
+  float* dAkk = nullptr;
+};
+void launch_kda_bwd_grads(const BwdGradArgs& a, const DevLayout& L, const KdaGradScratch& s, cudaStream_t st);
+// GVA + L2-norm backward (launch_finalize_qk), per-channel gate backward (kda_finalize.cu);
+// partials: scratch [NT, HV, K + 1] fp32 (ddt_bias per channel, then dA_log, per chunk).
+void launch_kda_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st);
+
 // The fp32 fold chain (fold.cu).
 void launch_fold(const FoldArgs& a, cudaStream_t st);
 // dst[0..n) = value (fold.cu); the uint16_t form fills 16-bit dtype patterns.

@@ -20,25 +20,7 @@ void run_grads(const GradParams& p, cudaStream_t st) {
 }  // namespace
 
 void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, uint16_t* dW16, cudaStream_t st) {
-  GradParams p{};
-  p.sh = shape_of(a.ctx.problem, L);
-  p.chunks = L.chunks;
-  p.q = a.q.packed16();
-  p.k = a.k.packed16();
-  p.v = a.v.packed16();
-  p.beta = a.beta;
-  p.gcum = a.gcum;
-  p.Phi = a.Phi.packed16();
-  p.h = a.h.packed16();
-  p.v_new = a.v_new.packed16();
-  p.dh = a.dh.packed16();
-  p.dv2 = a.dv2.packed16();
-  p.dO = a.dO.packed16();
-  p.dq_hv = a.dq_hv;
-  p.dk_hv = a.dk_hv;
-  p.dv = a.dv.packed16();
-  p.dbeta = a.dbeta;
-  p.dlam = a.dlam;
+  GradParams p = grad_params(a, L);
   p.dlam_hi = dlam_hi;
   p.dW16 = dW16;
   dispatch_dtype_kdim<Bf16, Fp16>(

@@ -430,4 +430,29 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
   }
 }
 
+// The parameters from the phase's Args (host), without the scratch pointers; the KDA kernels'
+// extend them by dAqk and dAkk.
+inline GradParams grad_params(const BwdGradArgs& a, const DevLayout& L) {
+  GradParams p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.q = a.q.packed16();
+  p.k = a.k.packed16();
+  p.v = a.v.packed16();
+  p.beta = a.beta;
+  p.gcum = a.gcum;
+  p.Phi = a.Phi.packed16();
+  p.h = a.h.packed16();
+  p.v_new = a.v_new.packed16();
+  p.dh = a.dh.packed16();
+  p.dv2 = a.dv2.packed16();
+  p.dO = a.dO.packed16();
+  p.dq_hv = a.dq_hv;
+  p.dk_hv = a.dk_hv;
+  p.dv = a.dv.packed16();
+  p.dbeta = a.dbeta;
+  p.dlam = a.dlam;
+  return p;
+}
+
 }  // namespace kcp::kernels::cuda

@@ -28,28 +28,11 @@ void dispatch(const Problem& pb, const ChunkParams& p, cudaStream_t st) {
 }  // namespace
 
 void launch_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st) {
-  ChunkParams p{};
-  p.sh = shape_of(a.ctx.problem, L);
-  p.chunks = L.chunks;
-  p.q = a.q.packed16();
-  p.k = a.k.packed16();
-  p.gcum = a.gcum;
-  p.h = a.h.packed16();
-  p.v_new = a.v_new.packed16();
-  p.o = a.o.packed16();
-  dispatch<true>(a.ctx.problem, p, st);
+  dispatch<true>(a.ctx.problem, output_params(a, L), st);
 }
 
 void launch_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st) {
-  ChunkParams p{};
-  p.sh = shape_of(a.ctx.problem, L);
-  p.chunks = L.chunks;
-  p.q = a.q.packed16();
-  p.k = a.k.packed16();
-  p.gcum = a.gcum;
-  p.dO = a.dO.packed16();
-  p.dv_local = a.dv_local.packed16();
-  dispatch<false>(a.ctx.problem, p, st);
+  dispatch<false>(a.ctx.problem, local_dv_params(a, L), st);
 }
 
 }  // namespace kcp::kernels::cuda

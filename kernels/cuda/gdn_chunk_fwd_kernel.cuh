@@ -151,4 +151,29 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
   store_rows16<V>(p.dv_local + (t0 * HV + j) * V, int64_t(HV) * V, sdO, Sm::kVld, L);
 }
 
+// The parameters from the phases' Args (host); the KDA kernels' extend them by Aqk.
+inline ChunkParams output_params(const FwdOutputArgs& a, const DevLayout& L) {
+  ChunkParams p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.q = a.q.packed16();
+  p.k = a.k.packed16();
+  p.gcum = a.gcum;
+  p.h = a.h.packed16();
+  p.v_new = a.v_new.packed16();
+  p.o = a.o.packed16();
+  return p;
+}
+inline ChunkParams local_dv_params(const BwdLocalDvArgs& a, const DevLayout& L) {
+  ChunkParams p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.q = a.q.packed16();
+  p.k = a.k.packed16();
+  p.gcum = a.gcum;
+  p.dO = a.dO.packed16();
+  p.dv_local = a.dv_local.packed16();
+  return p;
+}
+
 }  // namespace kcp::kernels::cuda

@@ -7,23 +7,11 @@ namespace {
 
 template <class DT, int K, bool STATES>
 void run_fwd_walk(const FwdWalkParams& p, cudaStream_t st) {
-  if (p.sh.S == 0) return;
-  constexpr int V = K;
-  const int tiles = V / kBV + (STATES ? 0 : K / kBV);
-  const size_t smem = WalkSmem<K>::bytes;
-  allow_smem(gdn_fwd_walk_kernel<DT, K, V, STATES>, smem);
-  gdn_fwd_walk_kernel<DT, K, V, STATES><<<unsigned(int64_t(p.sh.S) * p.sh.HV * tiles), kThreads, smem, st>>>(p);
-  KCP_CUDA_LAUNCH_CHECK(st);
+  launch_walk(gdn_fwd_walk_kernel<DT, K, K, STATES>, WalkSmem<K>::bytes, fwd_walk_tiles<K, STATES>(), p, st);
 }
-
 template <class DT, int K, bool STATES>
 void run_bwd_walk(const BwdWalkParams& p, cudaStream_t st) {
-  if (p.sh.S == 0) return;
-  constexpr int V = K;
-  const size_t smem = BwdWalkSmem<K>::bytes;
-  allow_smem(gdn_bwd_walk_kernel<DT, K, V, STATES>, smem);
-  gdn_bwd_walk_kernel<DT, K, V, STATES><<<unsigned(int64_t(p.sh.S) * p.sh.HV * (V / kBV)), kThreads, smem, st>>>(p);
-  KCP_CUDA_LAUNCH_CHECK(st);
+  launch_walk(gdn_bwd_walk_kernel<DT, K, K, STATES>, BwdWalkSmem<K>::bytes, bwd_walk_tiles<K>(), p, st);
 }
 
 template <bool STATES>
@@ -37,67 +25,22 @@ void dispatch_bwd(const Problem& pb, const BwdWalkParams& p, cudaStream_t st) {
       pb, [&](auto dt, auto kdim) { run_bwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st); });
 }
 
-// The layout tables, flags and inputs every walk of a direction reads (Args: the phase's args).
-template <class Params, class Args>
-Params walk_params(const Args& a, const DevLayout& L) {
-  Params p{};
-  p.sh = shape_of(a.ctx.problem, L);
-  p.chunks = L.chunks;
-  p.segments = L.segments;
-  p.pieces = L.pieces;
-  p.has_h0 = a.ctx.problem.has_h0;
-  p.has_dht = a.ctx.problem.has_dht;
-  p.k = a.k.packed16();
-  p.gcum = a.gcum;
-  p.W = a.W.packed16();
-  return p;
-}
-template <class Args>
-FwdWalkParams fwd_params(const Args& a, const DevLayout& L) {
-  FwdWalkParams p = walk_params<FwdWalkParams>(a, L);
-  p.U = a.U.packed16();
-  return p;
-}
-template <class Args>
-BwdWalkParams bwd_params(const Args& a, const DevLayout& L) {
-  BwdWalkParams p = walk_params<BwdWalkParams>(a, L);
-  p.q = a.q.packed16();
-  p.dO = a.dO.packed16();
-  p.dv_local = a.dv_local.packed16();
-  return p;
-}
-
 }  // namespace
 
 void launch_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st) {
-  FwdWalkParams p = fwd_params(a, L);
-  p.seg_h_ext = a.seg_h_ext;
-  p.seg_Mt = a.seg_Mt;
-  dispatch_fwd<false>(a.ctx.problem, p, st);
+  dispatch_fwd<false>(a.ctx.problem, fwd_summaries_params(a, L), st);
 }
 
 void launch_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st) {
-  FwdWalkParams p = fwd_params(a, L);
-  p.seg_entry = a.seg_entry;
-  p.h = a.h.packed16();
-  p.v_new = a.v_new.packed16();
-  p.ht = a.ht;
-  dispatch_fwd<true>(a.ctx.problem, p, st);
+  dispatch_fwd<true>(a.ctx.problem, fwd_states_params(a, L), st);
 }
 
 void launch_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st) {
-  BwdWalkParams p = bwd_params(a, L);
-  p.seg_dh_ext = a.seg_dh_ext;
-  dispatch_bwd<false>(a.ctx.problem, p, st);
+  dispatch_bwd<false>(a.ctx.problem, bwd_summaries_params(a, L), st);
 }
 
 void launch_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st) {
-  BwdWalkParams p = bwd_params(a, L);
-  p.seg_exit = a.seg_exit;
-  p.dh = a.dh.packed16();
-  p.dv2 = a.dv2.packed16();
-  p.dh0 = a.dh0;
-  dispatch_bwd<true>(a.ctx.problem, p, st);
+  dispatch_bwd<true>(a.ctx.problem, bwd_states_params(a, L), st);
 }
 
 }  // namespace kcp::kernels::cuda

@@ -364,4 +364,84 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_
     });
 }
 
+// ---- launch helpers (host), shared with the KDA walks ----
+// Blocks per (segment, value head) of a forward walk (state tiles, plus the transfer tiles of the
+// summaries) and of a backward walk; V = K.
+template <int K, bool STATES>
+constexpr int fwd_walk_tiles() {
+  return K / kBV + (STATES ? 0 : K / kBV);
+}
+template <int K>
+constexpr int bwd_walk_tiles() {
+  return K / kBV;
+}
+// One walk kernel over S * HV * tiles blocks.
+template <class Kernel, class Params>
+void launch_walk(Kernel kernel, size_t smem, int tiles, const Params& p, cudaStream_t st) {
+  if (p.sh.S == 0) return;
+  allow_smem(kernel, smem);
+  kernel<<<unsigned(int64_t(p.sh.S) * p.sh.HV * tiles), kThreads, smem, st>>>(p);
+  KCP_CUDA_LAUNCH_CHECK(st);
+}
+
+// ---- the parameters of the four walk phases from their Args (host); the KDA walks
+// (kda_chunk_state_kernel.cuh) extend them by kg ----
+// The layout tables, flags and inputs every walk of a direction reads (Args: the phase's args).
+template <class Params, class Args>
+inline Params walk_params(const Args& a, const DevLayout& L) {
+  Params p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.segments = L.segments;
+  p.pieces = L.pieces;
+  p.has_h0 = a.ctx.problem.has_h0;
+  p.has_dht = a.ctx.problem.has_dht;
+  p.k = a.k.packed16();
+  p.gcum = a.gcum;
+  p.W = a.W.packed16();
+  return p;
+}
+template <class Args>
+inline FwdWalkParams fwd_params(const Args& a, const DevLayout& L) {
+  FwdWalkParams p = walk_params<FwdWalkParams>(a, L);
+  p.U = a.U.packed16();
+  return p;
+}
+template <class Args>
+inline BwdWalkParams bwd_params(const Args& a, const DevLayout& L) {
+  BwdWalkParams p = walk_params<BwdWalkParams>(a, L);
+  p.q = a.q.packed16();
+  p.dO = a.dO.packed16();
+  p.dv_local = a.dv_local.packed16();
+  return p;
+}
+
+inline FwdWalkParams fwd_summaries_params(const FwdSummaryArgs& a, const DevLayout& L) {
+  FwdWalkParams p = fwd_params(a, L);
+  p.seg_h_ext = a.seg_h_ext;
+  p.seg_Mt = a.seg_Mt;
+  return p;
+}
+inline FwdWalkParams fwd_states_params(const FwdStateArgs& a, const DevLayout& L) {
+  FwdWalkParams p = fwd_params(a, L);
+  p.seg_entry = a.seg_entry;
+  p.h = a.h.packed16();
+  p.v_new = a.v_new.packed16();
+  p.ht = a.ht;
+  return p;
+}
+inline BwdWalkParams bwd_summaries_params(const BwdSummaryArgs& a, const DevLayout& L) {
+  BwdWalkParams p = bwd_params(a, L);
+  p.seg_dh_ext = a.seg_dh_ext;
+  return p;
+}
+inline BwdWalkParams bwd_states_params(const BwdStateArgs& a, const DevLayout& L) {
+  BwdWalkParams p = bwd_params(a, L);
+  p.seg_exit = a.seg_exit;
+  p.dh = a.dh.packed16();
+  p.dv2 = a.dv2.packed16();
+  p.dh0 = a.dh0;
+  return p;
+}
+
 }  // namespace kcp::kernels::cuda

@@ -1,4 +1,5 @@
-// Launcher of the GDN backward finalize: GVA + L2-norm backward of dq/dk, gate backward.
+// Launchers of the GDN backward finalize: GVA + L2-norm backward of dq/dk (launch_finalize_qk,
+// operator-independent, also used by the KDA finalize), gate backward.
 #include "kernels/cuda/gdn_finalize_kernel.cuh"
 
 namespace kcp::kernels::cuda {
@@ -12,7 +13,7 @@ void run_qk(const FinalizeQkParams& p, cudaStream_t st) {
 }
 }  // namespace
 
-void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st) {
+void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream_t st) {
   const Problem& pb = a.ctx.problem;
   if (L.T > 0) {
     FinalizeQkParams q{};
@@ -31,19 +32,12 @@ void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* pa
     dispatch_dtype_kdim<Bf16, Fp16>(
         pb, [&](auto dt, auto kdim) { run_qk<typename decltype(dt)::type, decltype(kdim)::value>(q, st); });
   }
-  FinalizeGateParams g{};
-  g.chunks = L.chunks;
-  g.NT = L.n_chunks;
-  g.HV = pb.HV;
-  g.gate = int(pb.gate);
-  g.dlam = a.dlam;
-  g.g = a.g;
-  g.A_log = pb.has_A_log ? a.A_log : nullptr;
-  g.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
-  g.dg = a.dg;
-  g.partials = partials;
-  g.dA_log = pb.has_A_log ? a.dA_log : nullptr;
-  g.ddt_bias = pb.has_dt_bias ? a.ddt_bias : nullptr;
+}
+
+void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st) {
+  const Problem& pb = a.ctx.problem;
+  launch_finalize_qk(a, L, st);
+  const FinalizeGateParams g = gate_params(a, L, partials);
   const unsigned hb = unsigned((pb.HV + 63) / 64);
   if (L.n_chunks > 0) {
     finalize_gate_kernel<<<dim3(unsigned(L.n_chunks), hb), 256, 0, st>>>(g);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/finalize_params.cuh"
 
 namespace kcp::kernels::cuda {
 
@@ -59,20 +60,6 @@ __global__ void __launch_bounds__(256) finalize_qk_kernel(FinalizeQkParams p) {
     for (int e = 0; e < E; ++e) o[e] = DT::raw(sum[e]);
   }
 }
-
-struct FinalizeGateParams {
-  const ChunkDesc* chunks;
-  int64_t NT;
-  int HV, gate;
-  const float* dlam;     // [T, HV] fp32
-  const float* g;        // [T, HV] raw gate (softplus)
-  const float* A_log;    // [HV] or null
-  const float* dt_bias;  // [HV] or null
-  float* dg;             // [T, HV] fp32
-  float* partials;       // [NT, HV, 2]: dA_log, ddt_bias partial sums of the chunk
-  float* dA_log;         // [HV] or null
-  float* ddt_bias;       // [HV] or null
-};
 
 __global__ void __launch_bounds__(256) finalize_gate_kernel(FinalizeGateParams p) {
   __shared__ float sL[kC][65], sR[kC][65];  // dlam and raw gate per (row, head of this block)

@@ -1,14 +1,14 @@
-// Launcher of the GDN prep phase: q/k L2 norm (or copy), then gate cumsum + Pi + Phi.
+// Launchers of the GDN prep phase: q/k L2 norm (or copy), then gate cumsum + Pi + Phi; the q/k
+// part alone (launch_prep_qk) is operator-independent and also serves the KDA prep.
 #include "kernels/cuda/gdn_prep_kernel.cuh"
 
 namespace kcp::kernels::cuda {
 
 namespace {
 template <class DT, int K>
-void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
-  const Problem& pb = a.ctx.problem;
-  const Shape sh = shape_of(pb, L);
+void run_prep_qk(const PrepArgs& a, const Shape& sh, cudaStream_t st) {
   if (sh.T > 0) {
+    const Problem& pb = a.ctx.problem;
     PrepQkParams q{};
     q.x[0] = a.q.packed16();
     q.x[1] = a.k.packed16();
@@ -22,18 +22,15 @@ void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
     prep_qk_kernel<DT, K><<<grid, 256, 0, st>>>(q);
     KCP_CUDA_LAUNCH_CHECK(st);
   }
+}
+
+template <class DT, int K>
+void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
+  const Problem& pb = a.ctx.problem;
+  const Shape sh = shape_of(pb, L);
+  run_prep_qk<DT, K>(a, sh, st);
   if (sh.NT > 0) {
-    IntraParams p{};
-    p.sh = sh;
-    p.chunks = L.chunks;
-    p.k = a.k_out.packed16();
-    p.g = a.g;
-    p.beta = a.beta;
-    p.A_log = pb.has_A_log ? a.A_log : nullptr;
-    p.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
-    p.gate = int(pb.gate);
-    p.gcum = a.gcum;
-    p.Phi = a.Phi.packed16();
+    const IntraParams p = intra_params(a, L);
     const size_t smem = IntraSmem<K>::bytes;
     allow_smem(gdn_intra_kernel<DT, K>, smem);
     gdn_intra_kernel<DT, K><<<unsigned(sh.NT * sh.HV), kThreads, smem, st>>>(p);
@@ -41,6 +38,12 @@ void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
   }
 }
 }  // namespace
+
+void launch_prep_qk(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
+  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
+    run_prep_qk<typename decltype(dt)::type, decltype(kdim)::value>(a, shape_of(a.ctx.problem, L), st);
+  });
+}
 
 void launch_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
   dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {

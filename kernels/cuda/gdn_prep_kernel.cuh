@@ -67,16 +67,32 @@ struct IntraParams {
   Shape sh;
   const ChunkDesc* chunks;
   const uint16_t* k;     // [T, H, K] dtype: k after prep, 16-bit storage
-  const float* g;        // [T, HV] gate input
+  const float* g;        // GDN [T, HV], KDA [T, HV, K] gate input
   const float* beta;     // [T, HV]
   const float* A_log;    // [HV] or null
-  const float* dt_bias;  // [HV] or null
+  const float* dt_bias;  // GDN [HV], KDA [HV, K], or null
   int gate;              // GateForm
-  float* gcum;           // [T, HV] fp32, log2 units
+  float* gcum;           // GDN [T, HV], KDA [T, HV, K] fp32, log2 units
   uint16_t* Phi;         // [T, HV, 64] dtype, 16-bit storage
 };
 
-__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+// The parameters from the phase's Args (host); the KDA intra kernel's extend them
+// (kda_prep_kernel.cuh).
+inline IntraParams intra_params(const PrepArgs& a, const DevLayout& L) {
+  const Problem& pb = a.ctx.problem;
+  IntraParams p{};
+  p.sh = shape_of(pb, L);
+  p.chunks = L.chunks;
+  p.k = a.k_out.packed16();
+  p.g = a.g;
+  p.beta = a.beta;
+  p.A_log = pb.has_A_log ? a.A_log : nullptr;
+  p.dt_bias = pb.has_dt_bias ? a.dt_bias : nullptr;
+  p.gate = int(pb.gate);
+  p.gcum = a.gcum;
+  p.Phi = a.Phi.packed16();
+  return p;
+}
 
 // Natural-log decay of one gate element (docs/algorithm.md 1.2), fp32, GDN forms.
 __device__ __forceinline__ float gdn_activate(int gate, float graw, float A_log, float bias) {
@@ -84,10 +100,12 @@ __device__ __forceinline__ float gdn_activate(int gate, float graw, float A_log,
   return graw;
 }
 
+inline constexpr int kPiLd = 65;  // row stride of the fp32 Pi / Phi tiles of the inverse
+
 template <int K>
 struct IntraSmem {
-  static constexpr int kLd = K + 8;  // 16-bit k tile
-  static constexpr int kPld = 65;    // fp32 Pi / Phi
+  static constexpr int kLd = K + 8;   // 16-bit k tile
+  static constexpr int kPld = kPiLd;  // fp32 Pi / Phi
   static constexpr size_t bytes = size_t(kC) * kLd * 2 + 2 * size_t(kC) * kPld * 4 + 3 * 256 * 4 + 3 * kC * 4;
 };
 
@@ -107,6 +125,87 @@ __device__ __forceinline__ Block2x2 product16_2x2(const float* a, int lda, const
     acc.v[1][1] += a1 * b1;
   }
   return acc;
+}
+
+// F2 (docs/algorithm.md) on one chunk: sPhi = (I + Pi)^-1 in fp32 from the strictly lower
+// 64 x 64 fp32 tile sPi (zero outside the chunk's L x L part), both with row stride kPiLd; sTmp:
+// 3 x 16 x 16 floats of merge scratch. Called by all kThreads threads after a barrier that
+// completes sPi; ends with a barrier. Shared by gdn_intra_kernel and kda_intra_kernel.
+__device__ __forceinline__ void chunk_inverse_64(const float* sPi, float* sPhi, float* sTmp) {
+  const int tid = threadIdx.x;
+  // (a) diagonal 16x16 blocks, X[r][c] = -Pi[r][c] + sum_{m=c+1}^{r-1} (-Pi[r][m]) X[m][c], by
+  //     columns: lane r of a half-warp owns row r of one block column; at step m the finished
+  //     X[m][c] is shuffled to the later rows, which add their term. Every X[r][c] adds the same
+  //     terms in the same order (m ascending) as the row-by-row loop of the twin: the same bits.
+  //     Thread (warp w, half h) solves the columns c = w, w + 8 of the blocks h and 2 + h; it
+  //     writes whole block columns (1 on the diagonal, 0 above), so sPhi needs no zero fill.
+  {
+    const int r = lane_id() & 15, h = lane_id() >> 4, w = warp_id();
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pic[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int c = w + 8 * (u >> 1), b = 16 * (2 * (u & 1) + h);
+      pic[u] = sPi[(b + r) * kPiLd + b + c];
+    }
+#pragma unroll
+    for (int m = 1; m < 15; ++m) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int c = w + 8 * (u >> 1), b = 16 * (2 * (u & 1) + h);
+        if (m > c) {  // uniform over the warp
+          const float xm = __shfl_sync(0xffffffffu, -pic[u] + sum[u], (h << 4) | m);
+          if (r > m) sum[u] += -sPi[(b + r) * kPiLd + b + m] * xm;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int c = w + 8 * (u >> 1), b = 16 * (2 * (u & 1) + h);
+      sPhi[(b + r) * kPiLd + b + c] = r == c ? 1.0f : (r > c ? -pic[u] + sum[u] : 0.0f);
+    }
+  }
+  __syncthreads();
+  // (b) off-diagonal blocks X_ij = -X_ii (sum_{m=j}^{i-1} Pi_im X_mj), stage by stage:
+  //     {(1,0), (2,1), (3,2)}, {(2,0), (3,1)}, {(3,0)}. A thread computes rows {r, r + 8} x
+  //     columns {c, c + 8} of a block (product16_2x2), every element with the sums and order of
+  //     the one-element form.
+  for (int d = 1; d <= 3; ++d) {
+    const int nb = 4 - d;  // blocks in this stage: (d + q, q) for q < nb
+    const int q = tid / 64, r = (tid % 64) / 8, c = tid % 8;
+    const int bi = (d + q) * 16, bj = q * 16;
+    if (q < nb) {
+      float sum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+      for (int m = q; m < d + q; ++m) {
+        const Block2x2 acc2 =
+            product16_2x2(sPi + (bi + r) * kPiLd + m * 16, kPiLd, sPhi + m * 16 * kPiLd + bj + c, kPiLd);
+#pragma unroll
+        for (int y = 0; y < 4; ++y) sum[y >> 1][y & 1] += acc2.v[y >> 1][y & 1];
+      }
+#pragma unroll
+      for (int y = 0; y < 4; ++y) sTmp[q * 256 + (r + 8 * (y >> 1)) * 16 + c + 8 * (y & 1)] = sum[y >> 1][y & 1];
+    }
+    __syncthreads();
+    if (q < nb) {
+      const Block2x2 acc2 = product16_2x2(sPhi + (bi + r) * kPiLd + bi, kPiLd, sTmp + q * 256 + c, 16);
+#pragma unroll
+      for (int y = 0; y < 4; ++y) sPhi[(bi + r + 8 * (y >> 1)) * kPiLd + bj + c + 8 * (y & 1)] = -acc2.v[y >> 1][y & 1];
+    }
+    __syncthreads();
+  }
+}
+
+// Phi rounded to dtype into the 16-bit rows [t0, t0 + L) of value head j ([T, HV, 64]); zero above
+// the diagonal and beyond the chunk.
+template <class DT>
+__device__ __forceinline__ void store_phi(const float* sPhi, uint16_t* Phi, int64_t t0, int L, int j, int HV) {
+  const int tid = threadIdx.x;
+  // Phi rounded to dtype; zero above the diagonal and beyond the chunk. Pairs of columns.
+  for (int e = tid; e < L * (kC / 2); e += kThreads) {
+    const int r = e / (kC / 2), s = (e % (kC / 2)) * 2;
+    const float p0 = (s <= r && s < L) ? sPhi[r * kPiLd + s] : 0.0f;
+    const float p1 = (s + 1 <= r && s + 1 < L) ? sPhi[r * kPiLd + s + 1] : 0.0f;
+    st16x2<DT>(Phi + ((t0 + r) * HV + j) * kC + s, p0, p1);
+  }
 }
 
 template <class DT, int K>
@@ -180,73 +279,8 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
   });
   __syncthreads();
 
-  // (a) diagonal 16x16 blocks, X[r][c] = -Pi[r][c] + sum_{m=c+1}^{r-1} (-Pi[r][m]) X[m][c], by
-  //     columns: lane r of a half-warp owns row r of one block column; at step m the finished
-  //     X[m][c] is shuffled to the later rows, which add their term. Every X[r][c] adds the same
-  //     terms in the same order (m ascending) as the row-by-row loop of the twin: the same bits.
-  //     Thread (warp w, half h) solves the columns c = w, w + 8 of the blocks h and 2 + h; it
-  //     writes whole block columns (1 on the diagonal, 0 above), so sPhi needs no zero fill.
-  {
-    const int r = lane_id() & 15, h = lane_id() >> 4, w = warp_id();
-    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f}, pic[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int c = w + 8 * (u >> 1), b = 16 * (2 * (u & 1) + h);
-      pic[u] = sPi[(b + r) * Sm::kPld + b + c];
-    }
-#pragma unroll
-    for (int m = 1; m < 15; ++m) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int c = w + 8 * (u >> 1), b = 16 * (2 * (u & 1) + h);
-        if (m > c) {  // uniform over the warp
-          const float xm = __shfl_sync(0xffffffffu, -pic[u] + sum[u], (h << 4) | m);
-          if (r > m) sum[u] += -sPi[(b + r) * Sm::kPld + b + m] * xm;
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int c = w + 8 * (u >> 1), b = 16 * (2 * (u & 1) + h);
-      sPhi[(b + r) * Sm::kPld + b + c] = r == c ? 1.0f : (r > c ? -pic[u] + sum[u] : 0.0f);
-    }
-  }
-  __syncthreads();
-  // (b) off-diagonal blocks X_ij = -X_ii (sum_{m=j}^{i-1} Pi_im X_mj), stage by stage:
-  //     {(1,0), (2,1), (3,2)}, {(2,0), (3,1)}, {(3,0)}. A thread computes rows {r, r + 8} x
-  //     columns {c, c + 8} of a block (product16_2x2), every element with the sums and order of
-  //     the one-element form.
-  for (int d = 1; d <= 3; ++d) {
-    const int nb = 4 - d;  // blocks in this stage: (d + q, q) for q < nb
-    const int q = tid / 64, r = (tid % 64) / 8, c = tid % 8;
-    const int bi = (d + q) * 16, bj = q * 16;
-    if (q < nb) {
-      float sum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-      for (int m = q; m < d + q; ++m) {
-        const Block2x2 acc2 =
-            product16_2x2(sPi + (bi + r) * Sm::kPld + m * 16, Sm::kPld, sPhi + m * 16 * Sm::kPld + bj + c, Sm::kPld);
-#pragma unroll
-        for (int y = 0; y < 4; ++y) sum[y >> 1][y & 1] += acc2.v[y >> 1][y & 1];
-      }
-#pragma unroll
-      for (int y = 0; y < 4; ++y) sTmp[q * 256 + (r + 8 * (y >> 1)) * 16 + c + 8 * (y & 1)] = sum[y >> 1][y & 1];
-    }
-    __syncthreads();
-    if (q < nb) {
-      const Block2x2 acc2 = product16_2x2(sPhi + (bi + r) * Sm::kPld + bi, Sm::kPld, sTmp + q * 256 + c, 16);
-#pragma unroll
-      for (int y = 0; y < 4; ++y)
-        sPhi[(bi + r + 8 * (y >> 1)) * Sm::kPld + bj + c + 8 * (y & 1)] = -acc2.v[y >> 1][y & 1];
-    }
-    __syncthreads();
-  }
-  // Phi rounded to dtype; zero above the diagonal and beyond the chunk. Pairs of columns.
-  for (int e = tid; e < L * (kC / 2); e += kThreads) {
-    const int r = e / (kC / 2), s = (e % (kC / 2)) * 2;
-    const float p0 = (s <= r && s < L) ? sPhi[r * Sm::kPld + s] : 0.0f;
-    const float p1 = (s + 1 <= r && s + 1 < L) ? sPhi[r * Sm::kPld + s + 1] : 0.0f;
-    st16x2<DT>(p.Phi + ((t0 + r) * HV + j) * kC + s, p0, p1);
-  }
+  chunk_inverse_64(sPi, sPhi, sTmp);
+  store_phi<DT>(sPhi, p.Phi, t0, L, j, HV);
 }
 
 }  // namespace kcp::kernels::cuda

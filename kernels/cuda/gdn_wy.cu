@@ -8,16 +8,7 @@ template <class DT, int K>
 void run_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
   const Shape sh = shape_of(a.ctx.problem, L);
   if (sh.NT == 0) return;
-  WyParams p{};
-  p.sh = sh;
-  p.chunks = L.chunks;
-  p.k = a.k.packed16();
-  p.v = a.v.packed16();
-  p.beta = a.beta;
-  p.gcum = a.gcum;
-  p.Phi = a.Phi.packed16();
-  p.W = a.W.packed16();
-  p.U = a.U.packed16();
+  const WyParams p = wy_params(a, L);
   const size_t smem = WySmem<K, K>::bytes;
   allow_smem(gdn_wy_kernel<DT, K, K>, smem);
   gdn_wy_kernel<DT, K, K><<<unsigned(sh.NT * sh.HV), kThreads, smem, st>>>(p);

@@ -94,4 +94,19 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
   store_rows16<V>(p.U + (t0 * HV + j) * V, int64_t(HV) * V, sU, Sm::kUld, L);
 }
 
+// The parameters from the phase's Args (host); the KDA WY kernel's extend them by kg.
+inline WyParams wy_params(const WyArgs& a, const DevLayout& L) {
+  WyParams p{};
+  p.sh = shape_of(a.ctx.problem, L);
+  p.chunks = L.chunks;
+  p.k = a.k.packed16();
+  p.v = a.v.packed16();
+  p.beta = a.beta;
+  p.gcum = a.gcum;
+  p.Phi = a.Phi.packed16();
+  p.W = a.W.packed16();
+  p.U = a.U.packed16();
+  return p;
+}
+
 }  // namespace kcp::kernels::cuda

@@ -65,6 +65,30 @@ Case multiwave_case() {
   return c;
 }
 
+// KDA (per-channel gates, kg, Aqk): GVA (H = 2, HV = 4), h0 and dht, a zero-length sequence in the
+// direct case; gate = the gate form (raw forms get dt_bias [HV, K]; softplus and, when a_log,
+// lower_bound get A_log).
+Case kda_case(const std::string& name, int K, kk::DType dt, kk::GateForm gate, bool l2norm, bool a_log, uint64_t seed) {
+  Case c;
+  c.name = name;
+  c.op = kk::Op::Kda;
+  c.H = 2;
+  c.HV = 4;
+  c.K = c.V = K;
+  c.lens = gate == kk::GateForm::Direct ? std::vector<int64_t>{100, 0, 37, 300} : std::vector<int64_t>{100, 37, 300};
+  c.dtype = dt;
+  c.h0 = c.dht = true;
+  c.gate = gate;
+  c.gate_div = 8.0;
+  c.l2norm = l2norm;
+  if (gate != kk::GateForm::Direct) {
+    c.dt_bias = true;
+    c.A_log = a_log;
+  }
+  c.seed = seed;
+  return c;
+}
+
 struct Param {
   Case c;
   int P;
@@ -103,10 +127,10 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     hk_ = kcp::DtypeArray(*cpu_, d_.k, c_.dtype);
     hv_ = kcp::DtypeArray(*cpu_, d_.v, c_.dtype);
     hdO_ = kcp::DtypeArray(*cpu_, d_.dO, c_.dtype);
-    h_dg_.assign(size_t(T) * c_.HV, kNaN);
-    h_dbeta_ = h_dg_;
+    h_dg_.assign(size_t(T) * c_.HV * p_.gate_width(), kNaN);
+    h_dbeta_.assign(size_t(T) * c_.HV, kNaN);
     h_dA_.assign(size_t(c_.HV), kNaN);
-    h_ddt_ = h_dA_;
+    h_ddt_.assign(size_t(c_.HV) * p_.gate_width(), kNaN);
     h_dh0_.assign(size_t(N * S), kNaN);
     kcp::RankRun run;
     run.problem = p_;
@@ -258,12 +282,15 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   const int64_t T = c_.T(), NT = L_.n_chunks, Sg = L_.n_segments, N = L_.n_pieces;
   const int64_t HV = c_.HV, K = c_.K, V = c_.V, H = c_.H;
   const int64_t S = HV * K * V, SK = HV * K * K;
+  const int64_t gw = p_.gate_width();     // 1 (GDN) or K (KDA)
+  const bool kda = c_.op == kk::Op::Kda;  // KDA: Aqk (saved) and kg (workspace) too
 
   // prep
   refresh();
   for (auto [p, n] : {std::pair{ds_.q, T * H * K}, std::pair{ds_.k, T * H * K}, std::pair{ds_.Phi, T * HV * 64}})
     poison16(p, n);
-  poison(ds_.gcum, T * HV);
+  poison(ds_.gcum, T * HV * gw);
+  if (kda) poison(ds_.Aqk, T * HV * 64);
   if (c_.l2norm) {
     poison(ds_.rstd_q, T * H);
     poison(ds_.rstd_k, T * H);
@@ -283,6 +310,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.rstd_k = ds_.rstd_k;
     a.gcum = ds_.gcum;
     a.Phi = ds_.Phi;
+    a.Aqk = ds_.Aqk;
     gpu_->prep(a);
   }
   expect_saved16("prep", "q", ds_.q, T * H * K);
@@ -291,13 +319,15 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     expect_saved("prep", "rstd_q", ds_.rstd_q, T * H);
     expect_saved("prep", "rstd_k", ds_.rstd_k, T * H);
   }
-  expect_saved("prep", "gcum", ds_.gcum, T * HV);
+  expect_saved("prep", "gcum", ds_.gcum, T * HV * gw);
   expect_saved16("prep", "Phi", ds_.Phi, T * HV * 64);
+  if (kda) expect_saved("prep", "Aqk", ds_.Aqk, T * HV * 64);
 
   // wy
   refresh();
   poison16(dw_.W, T * HV * K);
   poison16(dw_.U, T * HV * V);
+  if (kda) poison(dw_.kg, T * HV * K);
   {
     kk::WyArgs a;
     a.ctx = ctx();
@@ -308,10 +338,12 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.Phi = ds_.Phi;
     a.W = dw_.W;
     a.U = dw_.U;
+    a.kg = dw_.kg;
     gpu_->wy(a);
   }
   expect_ws16("wy", "W", dw_.W, T * HV * K);
   expect_ws16("wy", "U", dw_.U, T * HV * V);
+  if (kda) expect_ws("wy", "kg", dw_.kg, T * HV * K);
 
   // fwd_summaries
   refresh();
@@ -324,6 +356,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.gcum = ds_.gcum;
     a.W = dw_.W;
     a.U = dw_.U;
+    a.kg = dw_.kg;
     a.seg_h_ext = dw_.seg_h_ext;
     a.seg_Mt = ds_.seg_Mt;
     gpu_->fwd_summaries(a);
@@ -390,6 +423,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.gcum = ds_.gcum;
     a.W = dw_.W;
     a.U = dw_.U;
+    a.kg = dw_.kg;
     a.seg_entry = ds_.seg_entry;
     a.h = dw_.h;
     a.v_new = dw_.v_new;
@@ -412,6 +446,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.q = ds_.q;
     a.k = ds_.k;
     a.gcum = ds_.gcum;
+    a.Aqk = ds_.Aqk;
     a.h = dw_.h;
     a.v_new = dw_.v_new;
     a.o = o.tensor();
@@ -428,6 +463,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.q = ds_.q;
     a.k = ds_.k;
     a.gcum = ds_.gcum;
+    a.Aqk = ds_.Aqk;
     a.dO = din_.dO;
     a.dv_local = dw_.dv_local;
     gpu_->bwd_local_dv(a);
@@ -444,6 +480,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.k = ds_.k;
     a.gcum = ds_.gcum;
     a.W = dw_.W;
+    a.kg = dw_.kg;
     a.dO = din_.dO;
     a.dv_local = dw_.dv_local;
     a.seg_dh_ext = dw_.seg_dh_ext;
@@ -464,6 +501,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.k = ds_.k;
     a.gcum = ds_.gcum;
     a.W = dw_.W;
+    a.kg = dw_.kg;
     a.dO = din_.dO;
     a.dv_local = dw_.dv_local;
     a.seg_exit = dw_.seg_exit;
@@ -482,7 +520,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   refresh();
   poison(dw_.dq_hv, T * HV * K);
   poison(dw_.dk_hv, T * HV * K);
-  poison(dw_.dlam, T * HV);
+  poison(dw_.dlam, T * HV * gw);
   {
     const kcp::DtypeArray dv(*gpu_, T * HV * V, c_.dtype);
     const Buf dbeta(*gpu_, T * HV);
@@ -496,6 +534,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     a.beta = din_.beta;
     a.gcum = ds_.gcum;
     a.Phi = ds_.Phi;
+    a.Aqk = ds_.Aqk;
     a.h = dw_.h;
     a.v_new = dw_.v_new;
     a.dh = dw_.dh;
@@ -509,7 +548,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     gpu_->bwd_grads(a);
     expect_ws("bwd_grads", "dq_hv", dw_.dq_hv, T * HV * K);
     expect_ws("bwd_grads", "dk_hv", dw_.dk_hv, T * HV * K);
-    expect_ws("bwd_grads", "dlam", dw_.dlam, T * HV);
+    expect_ws("bwd_grads", "dlam", dw_.dlam, T * HV * gw);
     expect_caller("bwd_grads", "dv", dv, h_dv_);
     expect_close("bwd_grads", "dbeta", dbeta.get(), h_dbeta_.data(), T * HV);
   }
@@ -518,7 +557,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   refresh();
   {
     const kcp::DtypeArray dq(*gpu_, T * H * K, c_.dtype), dk(*gpu_, T * H * K, c_.dtype);
-    const Buf dg(*gpu_, T * HV), dA(*gpu_, HV), ddt(*gpu_, HV);
+    const Buf dg(*gpu_, T * HV * gw), dA(*gpu_, HV), ddt(*gpu_, HV * gw);
     for (const Buf* b : {&dg, &dA, &ddt}) b->fill(kNaN);
     dq.poison();
     dk.poison();
@@ -542,28 +581,37 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     gpu_->bwd_finalize(a);
     expect_caller("bwd_finalize", "dq", dq, h_dq_);
     expect_caller("bwd_finalize", "dk", dk, h_dk_);
-    expect_close("bwd_finalize", "dg", dg.get(), h_dg_.data(), T * HV);
+    expect_close("bwd_finalize", "dg", dg.get(), h_dg_.data(), T * HV * gw);
     if (c_.A_log) expect_close("bwd_finalize", "dA_log", dA.get(), h_dA_.data(), HV);
-    if (c_.dt_bias) expect_close("bwd_finalize", "ddt_bias", ddt.get(), h_ddt_.data(), HV);
+    if (c_.dt_bias) expect_close("bwd_finalize", "ddt_bias", ddt.get(), h_ddt_.data(), HV * gw);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GpuPhase,
-                         ::testing::Values(Param{phase_case("raw_K64_bf16", 64, kk::DType::BF16, true), 3},
-                                           Param{phase_case("raw_K128_bf16", 128, kk::DType::BF16, true), 3},
-                                           Param{phase_case("raw_K64_fp16", 64, kk::DType::FP16, true), 2},
-                                           Param{phase_case("gva_direct_K128", 128, kk::DType::BF16, false), 2},
-                                           Param{multiwave_case(), 4}),
-                         [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GpuPhase,
+    ::testing::Values(
+        Param{phase_case("raw_K64_bf16", 64, kk::DType::BF16, true), 3},
+        Param{phase_case("raw_K128_bf16", 128, kk::DType::BF16, true), 3},
+        Param{phase_case("raw_K64_fp16", 64, kk::DType::FP16, true), 2},
+        Param{phase_case("gva_direct_K128", 128, kk::DType::BF16, false), 2}, Param{multiwave_case(), 4},
+        Param{kda_case("kda_softplus_K64_bf16", 64, kk::DType::BF16, kk::GateForm::Softplus, false, true, 501), 3},
+        Param{kda_case("kda_softplus_l2_K128_bf16", 128, kk::DType::BF16, kk::GateForm::Softplus, true, true, 502), 2},
+        Param{kda_case("kda_lb_l2_K64_fp16", 64, kk::DType::FP16, kk::GateForm::LowerBound, true, true, 503), 2},
+        Param{kda_case("kda_lb_noA_K128_bf16", 128, kk::DType::BF16, kk::GateForm::LowerBound, false, false, 504), 3},
+        Param{kda_case("kda_direct_K64_bf16", 64, kk::DType::BF16, kk::GateForm::Direct, false, false, 505), 3}),
+    [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 
 TEST(GpuBackend, CanImplementAndArgChecks) {
   if (kk::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto be = kk::make_cuda_backend(0);
   EXPECT_STREQ(be->name(), "cuda");
   kk::Problem p;
-  p.op = kk::Op::Kda;
+  p.op = kk::Op::Kda;  // K = V = 64
+  EXPECT_TRUE(be->can_implement(p).ok) << be->can_implement(p).reason;
+  p.K = p.V = 128;
+  EXPECT_TRUE(be->can_implement(p).ok) << be->can_implement(p).reason;
+  p.V = 64;  // K != V: refused for KDA as for GDN
   EXPECT_FALSE(be->can_implement(p).ok);
-  EXPECT_NE(be->can_implement(p).reason.find("KDA on CUDA is not implemented yet"), std::string::npos);
   p.op = kk::Op::Gdn;
   p.K = p.V = 96;
   EXPECT_FALSE(be->can_implement(p).ok);
@@ -583,6 +631,15 @@ TEST(GpuBackend, CanImplementAndArgChecks) {
     FAIL() << "wy with null pointers did not throw";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("gdn wy: args.k is null"), std::string::npos) << e.what();
+  }
+  kk::WyArgs kda_args;  // the KDA phases name themselves "kda <phase>"
+  kda_args.ctx.problem.op = kk::Op::Kda;
+  kda_args.ctx.layout = lay.view();
+  try {
+    be->wy(kda_args);
+    FAIL() << "kda wy with null pointers did not throw";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("kda wy: args.k is null"), std::string::npos) << e.what();
   }
   std::printf("[ device   ] %s\n", be->device_name().c_str());
 }

@@ -1,0 +1,270 @@
+// KDA backward gradients per (chunk, value head), docs/algorithm.md 3.2 steps 2, 4 and 5, with the
+// rounding points [E1]-[E5] of the CPU twin (kernels/cpu/kda_chunk_bwd.cpp, wy_bwd_common.h).
+// Included only by kda_chunk_bwd.cu.
+//
+// Three kernels, each grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), kThreads;
+// they pass partial results through dq_hv, dk_hv, dlam, dbeta (each block owns its chunk's rows)
+// and the backend's scratch (dW16, dAqk, dAkk), and add the twin's terms in the twin's order:
+// kda_bwd_inter_kernel (step 4 inter part [E1], step 2 [E3]): a thread per (r, x):
+//   dQi = (dO h^T)[r][x] exp2(g_r[x]) scale, dKint = (v_new dh^T)[r][x] exp2(g_L[x] - g_r[x]),
+//   dW = dtype(-(dv2 h^T)[r][x]) -> dW16; dq_hv = dQi, dk_hv = dKint, dlam = q dQi - k dKint; then
+//   a thread per channel x adds dg_last[x] = Gam[x] (h dh^T)[x][x] + sum_r k dKint to the last row.
+//   dAqk[r][s] = scale (dO v_new^T)[r][s] for s <= r (0 above) -> scratch.
+//   Shared memory (16-bit): dO, v_new, dv2 64 x (V+2); h, dh K x (V+2); (fp32) dKint 64 x K.
+// kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): a warp per row r, lanes over channels:
+//   dX = Phi^T dW, dY = Phi^T dv2 (m >= r ascending): dk_hv += dX beta exp2(g), dlam += dX X,
+//   dv = dtype(beta dY), dbeta = sum dX k exp2(g) + sum dY v (lane partials, fixed-order warp sum);
+//   a thread per (r, s): dPhi = dW Xb^T + dv2 Yb^T (s < r), then phi_backward's two dtype-operand
+//   products: dAkk = -stril(Phi^T dtype(stril(dtype(dPhi)) Phi^T)) -> scratch.
+//   Shared memory (16-bit): dW, Xb 64 x (K+2); dv2, Yb 64 x (V+2); (fp32) Phi, dPhi, T1 64 x 64.
+// kda_bwd_intra_kernel (step 5 [E4]): a warp per row r, lanes over channels x, every pair with
+//   its own factor exp2(g_r[x] - g_s[x]) (r >= s, exponent <= 0): dq2, dk2n (s <= r ascending) and
+//   the column side dkt (r' >= r ascending), all fp32 (7.6); dq_hv += dq2, dk_hv += dk2 + dkt,
+//   dlam += q dq2 + k (dk2 - dkt), dbeta += sum k dk2n (warp sum).
+//   Shared memory (fp32): q, k, g 64 x K; dAqk, dAkk 64 x 64; beta 64.
+#pragma once
+
+#include "kernels/cuda/gdn_chunk_bwd_kernel.cuh"  // GradParams
+#include "kernels/cuda/kda_common.cuh"
+
+namespace kcp::kernels::cuda {
+
+// The GDN parameters (gdn_chunk_bwd_kernel.cuh; dlam_hi unused, dW16: dW = dtype(-dv2 h^T)) plus
+// the scratch of the intra part.
+struct KdaGradParams : GradParams {
+  float* dAqk;  // [T, HV, 64] fp32, scratch: scale tril(dO v_new^T)
+  float* dAkk;  // [T, HV, 64] fp32, scratch: -stril(Phi^T dtype(...) ...)
+};
+
+// 16-bit shared-memory rows of n elements: row stride n + 2 elements, an odd number of 32-bit
+// words for n % 64 == 0, so a warp reading one column of 32 rows hits 32 banks.
+template <int N>
+struct Ld16 {
+  static constexpr int value = N + 2;
+};
+
+template <int K, int V>
+struct KdaInterSmem {
+  static constexpr int kVld = Ld16<V>::value;
+  static constexpr size_t bytes = (3 * size_t(kC) + 2 * size_t(K)) * kVld * 2 + size_t(kC) * K * 4;
+};
+
+template <class DT, int K, int V>
+__global__ void __launch_bounds__(kThreads) kda_bwd_inter_kernel(KdaGradParams p) {
+  using Sm = KdaInterSmem<K, V>;
+  constexpr int ld = Sm::kVld;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sdO = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* svn = sdO + kC * ld;
+  uint16_t* sdv = svn + kC * ld;
+  uint16_t* sS = sdv + kC * ld;
+  uint16_t* sdS = sS + K * ld;
+  float* sKint = reinterpret_cast<float*>(sdS + K * ld);
+
+  const KdaIx ix = kda_ix(p.sh);
+  const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
+  const int L = w.L, j = w.j, i = w.i;
+  const int64_t t0 = w.t0, n = w.n;
+  const float scale = p.sh.scale;
+  auto f = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
+
+  stage_tile16<DT>(sdO, ld, kC, V, L, [&](int r, int e) { return load_caller<DT>(p.dO, ix.vv(t0 + r, j) + e); });
+  stage_tile16<DT>(svn, ld, kC, V, L, [&](int r, int e) { return DT::from_raw(p.v_new[ix.vv(t0 + r, j) + e]); });
+  stage_tile16<DT>(sdv, ld, kC, V, L, [&](int r, int e) { return DT::from_raw(p.dv2[ix.vv(t0 + r, j) + e]); });
+  stage_tile16<DT>(sS, ld, K, V, K, [&](int x, int e) { return DT::from_raw(p.h[ix.kv(n, j) + int64_t(x) * V + e]); });
+  stage_tile16<DT>(sdS, ld, K, V, K,
+                   [&](int x, int e) { return DT::from_raw(p.dh[ix.kv(n, j) + int64_t(x) * V + e]); });
+  __syncthreads();
+
+  const float* gL = p.gcum + ix.hk(t0 + L - 1, j);
+  for (int e = threadIdx.x; e < L * K; e += blockDim.x) {  // [E1]
+    const int r = e / K, x = e % K;
+    float aq = 0.0f, ak = 0.0f, aw = 0.0f;
+    for (int c = 0; c < V; ++c) {
+      const float sx = f(sS, x * ld + c);
+      aq += f(sdO, r * ld + c) * sx;
+      ak += f(svn, r * ld + c) * f(sdS, x * ld + c);
+      aw += f(sdv, r * ld + c) * sx;
+    }
+    const int64_t at = ix.hk(t0 + r, j) + x;
+    const float gr = p.gcum[at];
+    const float dQi = aq * exp2f(gr) * scale;
+    const float dKint = ak * exp2f(gL[x] - gr);
+    p.dW16[at] = DT::raw(-aw);
+    p.dq_hv[at] = dQi;
+    p.dk_hv[at] = dKint;
+    sKint[r * K + x] = dKint;
+    const float qx = DT::from_raw(p.q[ix.qk(t0 + r, i) + x]), kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
+    p.dlam[at] = qx * dQi - kx * dKint;
+  }
+  for (int e = threadIdx.x; e < L * kC; e += blockDim.x) {  // [E3]
+    const int r = e / kC, s = e % kC;
+    float acc = 0.0f;
+    if (s <= r)
+      for (int c = 0; c < V; ++c) acc += f(sdO, r * ld + c) * f(svn, s * ld + c);
+    p.dAqk[ix.cc(t0 + r, j) + s] = s <= r ? scale * acc : 0.0f;
+  }
+  __syncthreads();        // sKint and the dlam rows of every thread (global writes of this block)
+  if (threadIdx.x < K) {  // dg_last on the last row
+    const int x = threadIdx.x;
+    float acc = 0.0f;
+    for (int c = 0; c < V; ++c) acc += f(sS, x * ld + c) * f(sdS, x * ld + c);
+    acc *= exp2f(gL[x]);
+    for (int r = 0; r < L; ++r) acc += DT::from_raw(p.k[ix.qk(t0 + r, i) + x]) * sKint[r * K + x];
+    p.dlam[ix.hk(t0 + L - 1, j) + x] += acc;
+  }
+}
+
+template <int K, int V>
+struct KdaWyBwdSmem {
+  static constexpr int kKld = Ld16<K>::value, kVld = Ld16<V>::value;
+  static constexpr size_t bytes = (2 * size_t(kC) * kKld + 2 * size_t(kC) * kVld) * 2 + 3 * size_t(kC) * kC * 4;
+};
+
+template <class DT, int K, int V>
+__global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
+  using Sm = KdaWyBwdSmem<K, V>;
+  constexpr int kld = Sm::kKld, vld = Sm::kVld;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sdW = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sXb = sdW + kC * kld;
+  uint16_t* sdv = sXb + kC * kld;
+  uint16_t* sYb = sdv + kC * vld;
+  float* sPhi = reinterpret_cast<float*>(sYb + kC * vld);
+  float* sdPhi = sPhi + kC * kC;
+  float* sT1 = sdPhi + kC * kC;
+
+  const KdaIx ix = kda_ix(p.sh);
+  const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
+  const int L = w.L, j = w.j, i = w.i;
+  const int64_t t0 = w.t0;
+  auto f = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
+  auto beta = [&](int r) { return p.beta[ix.th(t0 + r, j)]; };
+
+  stage_tile16<DT>(sdW, kld, kC, K, L, [&](int r, int x) { return DT::from_raw(p.dW16[ix.hk(t0 + r, j) + x]); });
+  stage_tile16<DT>(sXb, kld, kC, K, L, [&](int r, int x) {  // [E2] xb = dtype((k beta) exp2(g))
+    return (DT::from_raw(p.k[ix.qk(t0 + r, i) + x]) * beta(r)) * exp2f(p.gcum[ix.hk(t0 + r, j) + x]);
+  });
+  stage_tile16<DT>(sdv, vld, kC, V, L, [&](int r, int e) { return DT::from_raw(p.dv2[ix.vv(t0 + r, j) + e]); });
+  stage_tile16<DT>(sYb, vld, kC, V, L, [&](int r, int e) {  // ub = dtype(v beta)
+    return load_caller<DT>(p.v, ix.vv(t0 + r, j) + e) * beta(r);
+  });
+  stage_tile(sPhi, kC, kC, kC, L, [&](int r, int s) { return DT::from_raw(p.Phi[ix.cc(t0 + r, j) + s]); });
+  __syncthreads();
+
+  // dX, dY per row: a warp per row, lanes over channels; dbeta by a fixed-order warp sum.
+  for (int r = warp_id(); r < L; r += kWarps) {
+    const float br = beta(r);
+    float db = 0.0f;
+    for (int x = lane_id(); x < K; x += 32) {
+      float dX = 0.0f;
+      for (int m = r; m < L; ++m) dX += sPhi[m * kC + r] * f(sdW, m * kld + x);
+      const int64_t at = ix.hk(t0 + r, j) + x;
+      const float kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
+      const float eg = exp2f(p.gcum[at]);
+      const float X = (kx * br) * eg;
+      p.dk_hv[at] += dX * (br * eg);
+      db += dX * (kx * eg);
+      p.dlam[at] += dX * X;
+    }
+    for (int e = lane_id(); e < V; e += 32) {
+      float dY = 0.0f;
+      for (int m = r; m < L; ++m) dY += sPhi[m * kC + r] * f(sdv, m * vld + e);
+      const int64_t at = ix.vv(t0 + r, j) + e;
+      store_caller<DT>(p.dv, at, br * dY);  // [E5]
+      db += dY * load_caller<DT>(p.v, at);
+    }
+    db = warp_sum(db);
+    if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] = db;
+  }
+
+  // dPhi (strictly lower), rounded: the operand of phi_backward.
+  for (int e = threadIdx.x; e < kC * kC; e += blockDim.x) {
+    const int r = e / kC, s = e % kC;
+    float acc = 0.0f;
+    if (s < r && r < L) {
+      for (int x = 0; x < K; ++x) acc += f(sdW, r * kld + x) * f(sXb, s * kld + x);
+      for (int c = 0; c < V; ++c) acc += f(sdv, r * vld + c) * f(sYb, s * vld + c);
+    }
+    sdPhi[e] = DT::rnd(acc);
+  }
+  __syncthreads();
+  // T1 = dtype(dPhib Phi^T), strictly lower: sum over x <= s (Phi lower, dPhib strictly lower).
+  for (int e = threadIdx.x; e < kC * kC; e += blockDim.x) {
+    const int m = e / kC, s = e % kC;
+    float acc = 0.0f;
+    if (s < m && m < L)
+      for (int x = 0; x <= s; ++x) acc += sdPhi[m * kC + x] * sPhi[s * kC + x];
+    sT1[e] = DT::rnd(acc);
+  }
+  __syncthreads();
+  // dAkk = -stril(Phi^T T1): sum over m = r .. L-1 ascending.
+  for (int e = threadIdx.x; e < L * kC; e += blockDim.x) {
+    const int r = e / kC, s = e % kC;
+    float acc = 0.0f;
+    if (s < r)
+      for (int m = r; m < L; ++m) acc += sPhi[m * kC + r] * sT1[m * kC + s];
+    p.dAkk[ix.cc(t0 + r, j) + s] = s < r ? -acc : 0.0f;
+  }
+}
+
+template <int K>
+struct KdaIntraBwdSmem {
+  static constexpr size_t bytes = (3 * size_t(kC) * K + 2 * size_t(kC) * kC + kC) * 4;
+};
+
+template <class DT, int K>
+__global__ void __launch_bounds__(kThreads) kda_bwd_intra_kernel(KdaGradParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* sq = reinterpret_cast<float*>(smem_raw);
+  float* sk = sq + kC * K;
+  float* sg = sk + kC * K;
+  float* sAq = sg + kC * K;
+  float* sAk = sAq + kC * kC;
+  float* sB = sAk + kC * kC;
+
+  const KdaIx ix = kda_ix(p.sh);
+  const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
+  const int L = w.L, j = w.j, i = w.i;
+  const int64_t t0 = w.t0;
+
+  stage_tile(sq, K, kC, K, L, [&](int r, int x) { return DT::from_raw(p.q[ix.qk(t0 + r, i) + x]); });
+  stage_tile(sk, K, kC, K, L, [&](int r, int x) { return DT::from_raw(p.k[ix.qk(t0 + r, i) + x]); });
+  stage_tile(sg, K, kC, K, L, [&](int r, int x) { return p.gcum[ix.hk(t0 + r, j) + x]; });
+  stage_tile(sAq, kC, kC, kC, L, [&](int r, int s) { return p.dAqk[ix.cc(t0 + r, j) + s]; });
+  stage_tile(sAk, kC, kC, kC, L, [&](int r, int s) { return p.dAkk[ix.cc(t0 + r, j) + s]; });
+  if (threadIdx.x < kC) sB[threadIdx.x] = int(threadIdx.x) < L ? p.beta[ix.th(t0 + threadIdx.x, j)] : 0.0f;
+  __syncthreads();
+
+  for (int r = warp_id(); r < L; r += kWarps) {
+    const float br = sB[r];
+    float db = 0.0f;
+    for (int x = lane_id(); x < K; x += 32) {
+      const float gr = sg[r * K + x], qr = sq[r * K + x], kr = sk[r * K + x];
+      // Row side: pairs (r, s), s <= r.
+      float dq2 = 0.0f, dk2n = 0.0f;
+      for (int s = 0; s <= r; ++s) {
+        const float kse = sk[s * K + x] * exp2f(gr - sg[s * K + x]);
+        dq2 += sAq[r * kC + s] * kse;
+        dk2n += (s < r ? sAk[r * kC + s] : 0.0f) * kse;
+      }
+      // Column side: pairs (r2, r), r2 >= r, r2 ascending.
+      float dkt = 0.0f;
+      for (int r2 = r; r2 < L; ++r2) {
+        const float e2 = exp2f(sg[r2 * K + x] - gr);
+        const float akb = (r2 > r ? sAk[r2 * kC + r] : 0.0f) * sB[r2];
+        dkt += (sAq[r2 * kC + r] * sq[r2 * K + x] + akb * sk[r2 * K + x]) * e2;
+      }
+      const int64_t at = ix.hk(t0 + r, j) + x;
+      const float dk2 = br * dk2n;
+      db += kr * dk2n;
+      p.dlam[at] += qr * dq2 + kr * (dk2 - dkt);
+      p.dk_hv[at] += dk2 + dkt;
+      p.dq_hv[at] += dq2;
+    }
+    db = warp_sum(db);
+    if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] += db;
+  }
+}
+
+}  // namespace kcp::kernels::cuda
