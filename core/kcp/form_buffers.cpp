@@ -136,17 +136,20 @@ RankResult FormBuffers::download(const RowConfig& row, const kernels::Exec& exec
 }
 
 void FormBuffers::release_all_but_results() {
-  for (DeviceArray* a : {&q_, &k_, &v_, &g_, &beta_, &dO_, &A_log_, &dt_bias_, &h0_, &dht_, &saved_, &ws_, &ws_spare_,
-                         &send_, &gathered_, &incoming_, &exit_, &h0_seq_, &dht_seq_})
+  for (DtypeArray* a : {&q_, &k_, &v_, &dO_}) *a = DtypeArray();
+  for (DeviceArray* a : {&g_, &beta_, &A_log_, &dt_bias_, &h0_, &dht_, &saved_, &ws_, &ws_spare_, &send_, &gathered_,
+                         &incoming_, &exit_, &h0_seq_, &dht_seq_})
     *a = DeviceArray();
 }
 
 RankResult FormBuffers::take_results(const RowConfig& row, const kernels::Exec& exec) {
   RankResult res;
   for (int i = 0; i < kResultTensorCount; ++i) {
-    if (row_has(row, result_tensor(i)) && place_of(result_tensor(i)) != TensorPlace::Boundary)
-      res.tensors[i] = results_[i].to_host(exec);
+    const ResultTensor t = result_tensor(i);
+    if (row_has(row, t) && place_of(t) != TensorPlace::Boundary)
+      res.tensors[i] = is_dtype_result(t) ? dtype_results_[i].to_host(exec) : results_[i].to_host(exec);
     results_[i] = DeviceArray();
+    dtype_results_[i] = DtypeArray();
   }
   return res;
 }
