@@ -4,11 +4,12 @@
 # runs the row sets through scripts/adapters/fla_adapter.py twice, with and without
 # --bypass-hopper-check, and writes one results JSON and one log per (set, mode).
 #
-#   KCPBENCH=/tmp/b/app/kcpbench OUT=results/h200/external bash scripts/fla_h200.sh [SET ...]
+#   KCPBENCH=/tmp/b/app/kcpbench OUT=DIR bash scripts/fla_h200.sh [SET ...]
 #
-# SET: a row-set name or row file (default: int1 ext1 tests/gpu/bench_rows.json). Prints one
-# summary line per run (exit code, passed / failed / skipped); exit code 0 unless the adapter
-# could not be imported. Entries FLA cannot run fail naming the adapter's exit status and message.
+# SET: a row-set name or row file (default: int1 ext1 tests/gpu/bench_rows.json); OUT defaults
+# to h200/external under the repository's results folder. Prints one summary line per run (exit
+# code, passed / failed / skipped); exit code 0 unless the adapter could not be imported. Entries
+# FLA cannot run fail naming the adapter's exit status and message.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
