@@ -15,7 +15,10 @@
 // registers a thread for a 128 x 64 tile) and one producer warp that streams W, k, U and the
 // chunk's gate cumsum into a two-stage ring with TMA (cp.async.bulk.tensor, 128-byte swizzle)
 // completing on mbarriers, so chunk n + 1's operands arrive while chunk n computes. Grid: HV x
-// (V / 64) blocks, one segment per head (P = 1); the step time is the kernel time over the chunks.
+// (V / 64) blocks per segment; the step time is the kernel time over the chunks a block walks.
+// Variants timed after the check (which runs P = 1 with stores): no h / v_new stores (what the
+// stores cost), and P = 2, 4 segments per head (each block walks NT / P chunks from the same entry
+// state: the KCP split's throughput when more blocks fill the 132 SMs).
 //
 // Layouts: W, U, v_new [T, HV, 128] bf16; k [T, H, 128] bf16 (GVA: head j reads qk head j / G);
 // g [HV, T] fp32 log2 cumsum within each chunk (head-major so a chunk's 64 gates are one 256-byte
@@ -160,11 +163,14 @@ __device__ __forceinline__ int frag_col(int t, int e) { return 8 * (e >> 2) + 2 
 
 struct Params {
   int NT, G;
+  int seg_chunks;   // chunks a block walks (NT / P); block (segment, head, tile) walks its segment
   const float* g;   // [HV, T]
   const float* S0;  // [HV, K, V]
   float* S_out;     // [HV, K, V]
 };
 
+// kStores: write h and v_new (false: the timing variant that leaves both TMA stores out).
+template <bool kStores>
 __global__ void __launch_bounds__(kThreads, 1)
     walk_step_kernel(const __grid_constant__ CUtensorMap tmW, const __grid_constant__ CUtensorMap tmK,
                      const __grid_constant__ CUtensorMap tmU, const __grid_constant__ CUtensorMap tmH,
@@ -173,7 +179,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   unsigned char* sbase = smem_raw + (base - smem_u32(smem_raw));
   const int tid = int(threadIdx.x);
-  const int j = int(blockIdx.x) / (kV / kBV), c0 = (int(blockIdx.x) % (kV / kBV)) * kBV, i = j / p.G;
+  constexpr int kTiles = kV / kBV;
+  const int tile = int(blockIdx.x) % kTiles, j = (int(blockIdx.x) / kTiles) % kHV, i = j / p.G;
+  const int c0 = tile * kBV, n0 = (int(blockIdx.x) / (kTiles * kHV)) * p.seg_chunks;
   const uint32_t full0 = base + kBar, empty0 = base + kBar + 16;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -186,9 +194,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid >= kConsumers) {  // producer warp: one lane issues every copy
     if (tid != kConsumers) return;
-    for (int n = 0; n < p.NT; ++n) {
-      const int s = n % kStages;
-      if (n >= kStages) mbar_wait(empty0 + 8 * s, uint32_t((n / kStages - 1) & 1));
+    for (int m = 0; m < p.seg_chunks; ++m) {
+      const int s = m % kStages, n = n0 + m;
+      if (m >= kStages) mbar_wait(empty0 + 8 * s, uint32_t((m / kStages - 1) & 1));
       const uint32_t st = base + s * kStageBytes, full = full0 + 8 * s;
       mbar_expect_tx(full, kStageTx);
       tma_load_3d(st + kStageW0, &tmW, full, 0, j, n * kC);
@@ -209,8 +217,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     acc0[e] = S0[frag_row(tid, e) * kV + frag_col(tid, e)];
     acc1[e] = S0[(64 + frag_row(tid, e)) * kV + frag_col(tid, e)];
   }
-  for (int n = 0; n < p.NT; ++n) {
-    const int s = n % kStages;
+  for (int m = 0; m < p.seg_chunks; ++m) {
+    const int s = m % kStages, n = n0 + m;
     const uint32_t st = base + s * kStageBytes;
     if (tid == 0) bulk_wait_read();  // the previous chunk's h / v_new stores have read sS / sVn
     consumers_sync();
@@ -223,9 +231,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_proxy_async();
     consumers_sync();
-    if (tid == 0) tma_store_3d(&tmH, base + kSS, c0, 0, n * kHV + j);
+    if (kStores && tid == 0) tma_store_3d(&tmH, base + kSS, c0, 0, n * kHV + j);
 
-    mbar_wait(full0 + 8 * s, uint32_t((n / kStages) & 1));
+    mbar_wait(full0 + 8 * s, uint32_t((m / kStages) & 1));
     const float* g = reinterpret_cast<const float*>(sbase + s * kStageBytes + kStageG);
     const float gL = g[kC - 1];
     // vr = U - W Sb
@@ -248,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_proxy_async();
     consumers_sync();
-    if (tid == 0) tma_store_3d(&tmVn, base + kSVn, c0, j, n * kC);
+    if (kStores && tid == 0) tma_store_3d(&tmVn, base + kSVn, c0, j, n * kC);
     // S = exp2(gL) S + k^T vs
     const float gam = exp2f(gL);
 #pragma unroll
@@ -271,13 +279,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_acc(acc1);
     if (tid % 32 == 0) mbar_arrive(empty0 + 8 * s);
   }
+  if (tid == 0) bulk_wait_all();          // the stores have read shared memory before the block ends
+  if (n0 + p.seg_chunks != p.NT) return;  // the last segment's block writes the final state
   float* So = p.S_out + int64_t(j) * kK * kV + c0;
 #pragma unroll
   for (int e = 0; e < 32; ++e) {
     So[frag_row(tid, e) * kV + frag_col(tid, e)] = acc0[e];
     So[(64 + frag_row(tid, e)) * kV + frag_col(tid, e)] = acc1[e];
   }
-  if (tid == 0) bulk_wait_all();
 }
 
 // ---- host -----------------------------------------------------------------------------------
@@ -416,18 +425,25 @@ void run(int T) {
   const CUtensorMap mW = make_map(dW, kK, kHV, T, 64, 1, kC), mK = make_map(dk, kK, kH, T, 64, 1, kC),
                     mU = make_map(dU, kV, kHV, T, 64, 1, kC), mVn = make_map(dvn, kV, kHV, T, 64, 1, kC),
                     mH = make_map(dh, kV, kK, uint64_t(h.NT) * kHV, 64, kK, 1);
-  Params p{h.NT, kHV / kH, dg, dS0, dS};
-  CHECK_CUDA(cudaFuncSetAttribute(walk_step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  const dim3 grid(kHV * (kV / kBV));
-  auto launch = [&] {
-    walk_step_kernel<<<grid, kThreads, kSmemBytes>>>(mW, mK, mU, mH, mVn, p);
+  Params p{h.NT, kHV / kH, h.NT, dg, dS0, dS};
+  for (auto* f : {walk_step_kernel<true>, walk_step_kernel<false>})
+    CHECK_CUDA(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  // One launch of a variant: stores on or off, P segments per (head, tile), each walking NT / P chunks.
+  auto launch = [&](bool stores, int P) {
+    Params q = p;
+    q.seg_chunks = h.NT / P;
+    const dim3 grid(unsigned(P * kHV * (kV / kBV)));
+    if (stores)
+      walk_step_kernel<true><<<grid, kThreads, kSmemBytes>>>(mW, mK, mU, mH, mVn, q);
+    else
+      walk_step_kernel<false><<<grid, kThreads, kSmemBytes>>>(mW, mK, mU, mH, mVn, q);
     CHECK_CUDA(cudaGetLastError());
   };
-  launch();
+  launch(true, 1);
   CHECK_CUDA(cudaDeviceSynchronize());
 
   // Check two heads (one per GVA group parity) and both column tiles against the CPU walk.
-  std::vector<float> S(h.S0.size()), vn_all;
+  std::vector<float> S(h.S0.size());
   std::vector<uint16_t> vn_bits(size_t(T) * kHV * kV);
   CHECK_CUDA(cudaMemcpy(S.data(), dS, S.size() * 4, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(vn_bits.data(), dvn, vn_bits.size() * 2, cudaMemcpyDeviceToHost));
@@ -443,26 +459,39 @@ void run(int T) {
       worst_S = std::max(worst_S, rel_rms(Sg, Sw));
       worst_v = std::max(worst_v, rel_rms(vg, vw));
     }
+  const bool ok = worst_S < 1e-2 && worst_v < 1e-2;
 
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
-  for (int w = 0; w < 3; ++w) launch();
-  std::vector<float> ms;
-  for (int r = 0; r < 20; ++r) {
-    CHECK_CUDA(cudaEventRecord(e0));
-    launch();
-    CHECK_CUDA(cudaEventRecord(e1));
-    CHECK_CUDA(cudaEventSynchronize(e1));
-    float t = 0.0f;
-    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
+  // Median of 20 launches after 3 warm-ups; the step time is the kernel time over NT / P steps.
+  auto median_ms = [&](bool stores, int P) {
+    for (int w = 0; w < 3; ++w) launch(stores, P);
+    std::vector<float> ms;
+    for (int r = 0; r < 20; ++r) {
+      CHECK_CUDA(cudaEventRecord(e0));
+      launch(stores, P);
+      CHECK_CUDA(cudaEventRecord(e1));
+      CHECK_CUDA(cudaEventSynchronize(e1));
+      float t = 0.0f;
+      CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return double(ms[ms.size() / 2]);
+  };
+  struct Variant {
+    bool stores;
+    int P;
+    const char* what;
+  };
+  for (const Variant& v : {Variant{true, 1, "h, v_new stored"}, Variant{false, 1, "no stores"},
+                           Variant{true, 2, "h, v_new stored"}, Variant{true, 4, "h, v_new stored"}}) {
+    if (h.NT % v.P) continue;
+    const double med = median_ms(v.stores, v.P);
+    std::printf("%-6d %5d %2d %5d %10.4f %10.3f %12.3e %12.3e %-6s %s\n", T, h.NT, v.P, v.P * kHV * (kV / kBV), med,
+                med * 1e3 / (h.NT / v.P), worst_S, worst_v, ok ? "ok" : "WRONG", v.what);
   }
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
-  const bool ok = worst_S < 1e-2 && worst_v < 1e-2;
-  std::printf("%-6d %5d %10.4f %10.3f %12.3e %12.3e %s\n", T, h.NT, med, med * 1e3 / h.NT, worst_S, worst_v,
-              ok ? "ok" : "WRONG");
   for (void* q : {static_cast<void*>(dW), static_cast<void*>(dk), static_cast<void*>(dU), static_cast<void*>(dh),
                   static_cast<void*>(dvn), static_cast<void*>(dg), static_cast<void*>(dS0), static_cast<void*>(dS)})
     CHECK_CUDA(cudaFree(q));
@@ -480,7 +509,8 @@ int main(int argc, char** argv) {
       "walk step: GDN forward, H=%d HV=%d K=V=%d, bf16, one segment per head, %d blocks of %d threads, "
       "%d B shared, on %s\n",
       kH, kHV, kK, kHV * (kV / kBV), kThreads, kSmemBytes, prop.name);
-  std::printf("%-6s %5s %10s %10s %12s %12s\n", "T", "NT", "ms(med20)", "us/step", "S rel-RMS", "v_new rel-RMS");
+  std::printf("%-6s %5s %2s %5s %10s %10s %12s %12s %-6s %s\n", "T", "NT", "P", "blks", "ms(med20)", "us/step",
+              "S rel-RMS", "v_new rel-RMS", "check", "variant");
   for (int T : Ts) {
     if (T <= 0 || T % kC) {
       std::fprintf(stderr, "T must be a positive multiple of %d (got %d)\n", kC, T);
