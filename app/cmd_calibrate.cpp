@@ -268,7 +268,8 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     opt.calibrating = true;  // the table says what each row measures (it has no budgets yet)
     opt.device_class = o->device;
     opt.fault.kind = parse_fault(o->inject);
-    KCP_REQUIRE(opt.fault.kind != FaultKind::Hang && !is_package_mismatch(opt.fault.kind),
+    KCP_REQUIRE(opt.fault.kind != FaultKind::Hang && opt.fault.kind != FaultKind::NondeterministicRerun &&
+                    !is_package_mismatch(opt.fault.kind),
                 "calibrate --inject: {} does not change the twin's numbers; give a fault that does", o->inject);
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
     {  // the twins hold what run holds for the same forms (core/plan/memory_estimate.h)

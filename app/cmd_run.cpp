@@ -326,8 +326,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   auto* inject = sub->add_option("--inject", o->inject,
                                  "Inject a fault to prove the harness catches it: "
                                  "drop-segment-entry, drop-rank-incoming, skip-output-tile, "
-                                 "saved-to-other-package, workspace-of-other-package, hang "
-                                 "(needs a finite --deadline)")
+                                 "saved-to-other-package, workspace-of-other-package, hang (needs a finite "
+                                 "--deadline), nondeterministic-rerun (o differs by one ulp on every second run: a "
+                                 "det form is contract_broken, exit 4)")
                      ->capture_default_str();
   sub->add_option("--deadline", o->deadline,
                   "Seconds one row may take on a rank before the run is aborted with "

@@ -1,8 +1,8 @@
 // kcpbench entry point: parses the command line, runs one subcommand, and is the only place
 // that turns errors into exit codes (docs/design.md 8): 0 pass, 1 budget breach, 2 bad command line or
 // row file, 3 runtime error, 4 determinism contract broken, 5 deadline.
-#include <CLI/CLI.hpp>
 #include <malloc.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
       throw 0;
     }
     if (quiet > 0 && verbose > 0) {
-      std::fprintf(stderr, "--quiet excludes --verbose (give -q or -v, not both)\nRun with --help for more information.\n");
+      std::fprintf(stderr,
+                   "--quiet excludes --verbose (give -q or -v, not both)\nRun with --help for more information.\n");
       code = 2;
       throw 0;
     }

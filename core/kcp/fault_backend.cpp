@@ -1,6 +1,8 @@
 #include "core/kcp/fault_backend.h"
 
+#include <atomic>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -10,6 +12,28 @@ namespace kcp {
 
 namespace {
 Package other(Package p) { return p == Package::Det ? Package::Nondet : Package::Det; }
+// NondeterministicRerun: forward outputs made on the faulted rank, over every form and run of the
+// process (one engine, and so one decorator, per run: the count must outlive them).
+std::atomic<int64_t> g_nondet_outputs{0};
+
+// Element 0 of o (token 0, value head 0, column 0) one unit in the last place up: its lowest bit
+// flipped, in the caller storage of the tensor (16-bit pattern or float).
+void flip_lowest_bit(const kernels::Backend& be, kernels::DtypeTensor o, const kernels::Exec& exec) {
+  if (o.storage() == kernels::Storage::F32) {
+    float x = 0.0f;
+    be.download(&x, o.f32(), 1, exec);
+    uint32_t u = 0;
+    std::memcpy(&u, &x, sizeof u);
+    u ^= 1u;
+    std::memcpy(&x, &u, sizeof x);
+    be.upload(o.f32(), &x, 1, exec);
+    return;
+  }
+  uint16_t bits = 0;
+  be.download_16(&bits, o.packed16(), 1, exec);
+  bits ^= 1u;
+  be.upload_16(o.packed16(), &bits, 1, exec);
+}
 }  // namespace
 
 FaultInjectingBackend::FaultInjectingBackend(const kernels::Backend& inner, const Fault& fault, const FaultSite& site,
@@ -32,6 +56,10 @@ void FaultInjectingBackend::fwd_states(const kernels::FwdStateArgs& a) const {
 
 void FaultInjectingBackend::fwd_output(const kernels::FwdOutputArgs& a) const {
   inner_.fwd_output(a);
+  // Every second forward of the process on this rank: the first run of a det form is exact, its
+  // rerun differs in o by one ulp (a backend whose det package is not reproducible).
+  if (here_ && kind_ == FaultKind::NondeterministicRerun && a.ctx.layout.T > 0 && (g_nondet_outputs++ % 2) == 1)
+    flip_lowest_bit(inner_, a.o, a.ctx.exec);
   if (tile_token_ >= 0 && tile_token_ < a.ctx.layout.T) {
     // Head 0, V columns of tokens [tile_token, tile_token + 64): as if that tile was skipped.
     const int64_t HVV = int64_t(a.ctx.problem.HV) * a.ctx.problem.V;

@@ -16,7 +16,8 @@ const std::vector<std::pair<const char*, FaultKind>> kFaults = {
     {"skip-output-tile", FaultKind::SkipOutputTile},
     {"saved-to-other-package", FaultKind::SavedToOtherPackage},
     {"workspace-of-other-package", FaultKind::WorkspaceOfOtherPackage},
-    {"hang", FaultKind::Hang}};
+    {"hang", FaultKind::Hang},
+    {"nondeterministic-rerun", FaultKind::NondeterministicRerun}};
 }  // namespace
 
 std::string Fault::name() const {
@@ -72,6 +73,7 @@ FaultSite place_fault(const Fault& fault, const SegmentPlan& plan) {
         site = {q, -1, (rp.tokens() / 2) / 64 * 64, {}};
         break;
       case FaultKind::Hang:
+      case FaultKind::NondeterministicRerun:
         site = {q, -1, 0, {}};
         break;
       default:  // none, and the cross-package faults (they apply to every rank's backward)

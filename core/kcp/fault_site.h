@@ -20,7 +20,8 @@ enum class FaultKind {
   SkipOutputTile,           // one 64-token x 1-head tile of o left unwritten (still NaN-poisoned)
   SavedToOtherPackage,      // the forward's saved set handed to the other package's backward
   WorkspaceOfOtherPackage,  // the backward given a workspace tagged with the other package
-  Hang                      // one rank never reaches the forward exchange (tests the deadline)
+  Hang,                     // one rank never reaches the forward exchange (tests the deadline)
+  NondeterministicRerun     // one rank's o differs by one ulp on every second run (the det checks)
 };
 struct Fault {
   FaultKind kind = FaultKind::None;

@@ -641,7 +641,9 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   eo.warmup = opt.warmup;
   eo.repeats = opt.repeats;
   eo.phase_times = opt.phase_times;
-  const bool checks = form.package == Package::Det && opt.determinism_checks && opt.fault.kind == FaultKind::None;
+  // The det checks run without faults, and with the one fault that exists to fail them.
+  const bool checks = form.package == Package::Det && opt.determinism_checks &&
+                      (opt.fault.kind == FaultKind::None || opt.fault.kind == FaultKind::NondeterministicRerun);
   if (c.announce)
     log::progress0("[{}/{}] {} {}: running{} ...", c.row_no, c.row_total, c.row.name, form.label(),
                    checks && form.saved == SavedKind::Full ? " (and a det rerun)" : "");

@@ -144,6 +144,30 @@ TEST(Run, CrossPackageSavedSetsAndWorkspacesAreRefusedEntriesNamingBothSides) {
   }
 }
 
+// A det package that is not reproducible breaks the API contract: the det rerun differs, the
+// entry is contract_broken naming the tensor, the run exits 4 (only main picks the code). The
+// fault makes o differ by one ulp on every second run; on two ranks only the last rank takes it.
+TEST(Run, ADetRerunThatDiffersIsAContractBrokenEntryAndExitsFour) {
+  const std::string out = tmp("nondet_rerun.json");
+  auto r = run_kcpbench(
+      "-q run --rows int1 --cache none --row A1 --package det --saved full --inject "
+      "nondeterministic-rerun --json " +
+      out);
+  EXPECT_EQ(r.code, 4) << r.out;
+  EXPECT_NE(r.out.find("CONTRACT BROKEN: det package: a rerun differs in o"), std::string::npos) << r.out;
+  const json doc = read_json(out);
+  ASSERT_EQ(doc["entries"].size(), 1u) << doc.dump(1);
+  const json& e = doc["entries"][0];
+  EXPECT_EQ(e["status"], "contract_broken");
+  EXPECT_EQ(e["reason"], "det package: a rerun differs in o");
+  EXPECT_EQ(e["determinism"]["rerun_identical"], false);
+  EXPECT_EQ(e["determinism"]["differing"], json::array({"o"}));
+  EXPECT_EQ(doc["summary"]["contract_broken"], 1);
+  // Without the fault the same form passes its det checks (the fault, not the form, broke it).
+  auto clean = run_kcpbench("-q run --rows int1 --cache none --row A1 --package det --saved full");
+  EXPECT_EQ(clean.code, 0) << clean.out;
+}
+
 TEST(Run, BadOptionsExitTwo) {
   EXPECT_EQ(run_kcpbench("run --rows int1 --package fast").code, 2);
   EXPECT_EQ(run_kcpbench("run --rows int1 --P 0").code, 2);
