@@ -151,26 +151,27 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
   store_rows16<V>(p.dv_local + (t0 * HV + j) * V, int64_t(HV) * V, sdO, Sm::kVld, L);
 }
 
-// The parameters from the phases' Args (host); the KDA kernels' extend them by Aqk.
-inline ChunkParams output_params(const FwdOutputArgs& a, const DevLayout& L) {
+// The parameters from the phases' Args (host); the KDA kernels' extend them by Aqk. Both phases
+// read the layout, q, k and the gate cumsum.
+template <class Args>
+inline ChunkParams chunk_params(const Args& a, const DevLayout& L) {
   ChunkParams p{};
   p.sh = shape_of(a.ctx.problem, L);
   p.chunks = L.chunks;
   p.q = a.q.packed16();
   p.k = a.k.packed16();
   p.gcum = a.gcum;
+  return p;
+}
+inline ChunkParams output_params(const FwdOutputArgs& a, const DevLayout& L) {
+  ChunkParams p = chunk_params(a, L);
   p.h = a.h.packed16();
   p.v_new = a.v_new.packed16();
   p.o = a.o.packed16();
   return p;
 }
 inline ChunkParams local_dv_params(const BwdLocalDvArgs& a, const DevLayout& L) {
-  ChunkParams p{};
-  p.sh = shape_of(a.ctx.problem, L);
-  p.chunks = L.chunks;
-  p.q = a.q.packed16();
-  p.k = a.k.packed16();
-  p.gcum = a.gcum;
+  ChunkParams p = chunk_params(a, L);
   p.dO = a.dO.packed16();
   p.dv_local = a.dv_local.packed16();
   return p;
