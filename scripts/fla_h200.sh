@@ -6,6 +6,7 @@
 #
 #   KCPBENCH=/tmp/b/app/kcpbench OUT=DIR bash scripts/fla_h200.sh [SET ...]
 #
+# MODES (default "bypass plain"): which of the two runs to make per set.
 # SET: a row-set name or row file (default: int1 ext1 tests/gpu/bench_rows.json); OUT defaults
 # to h200/external under the repository's results folder. Prints one summary line per run (exit
 # code, passed / failed / skipped); exit code 0 unless the adapter could not be imported. Entries
@@ -27,7 +28,7 @@ sets=("$@")
 [ ${#sets[@]} -eq 0 ] && sets=(int1 ext1 tests/gpu/bench_rows.json)
 for set in "${sets[@]}"; do
   name="$(basename "$set" .json)"
-  for mode in bypass plain; do
+  for mode in ${MODES:-bypass plain}; do
     flag=""
     [ "$mode" = bypass ] && flag=" --bypass-hopper-check"
     t0=$(date +%s)

@@ -7,7 +7,9 @@
 #
 # Environment: OUT (logs, the updated row file int3.json and int3-ROW.json results; required),
 # BUDGET (seconds; stops starting rows after it, default 540), NOCAL=1 (run only), NORUN=ROW (do not
-# run that row after calibrating it), SEEDS (default 1:3), REBUILD=1, BUILD (default /tmp/b).
+# run that row after calibrating it), SEEDS (default 1:3), REBUILD=1, BUILD (default /tmp/b),
+# KCPBENCH (a kcpbench built elsewhere, e.g. carried in .device/bin: no build), CACHE (the FP64
+# reference cache folder, default none; a folder lets `run` reuse calibrate's seed-1 reference).
 # Copy $OUT/int3.json back over configs/rows/int3.json after the call: the machine's copy of the
 # repository is gone with it.
 set -uo pipefail
@@ -19,17 +21,20 @@ build=${BUILD:-/tmp/b}
 nproc
 free -g | sed -n 2p
 export CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc}
-if [ ! -x "$build/app/kcpbench" ] || [ -n "${REBUILD:-}" ]; then
+if [ -n "${KCPBENCH:-}" ]; then
+  :
+elif [ ! -x "$build/app/kcpbench" ] || [ -n "${REBUILD:-}" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_ENABLE_MPI=OFF \
     -DKCP_ENABLE_DEVICE_TESTS=OFF >"$OUT/cfg.log" 2>&1 || { tail -20 "$OUT/cfg.log"; exit 1; }
   cmake --build "$build" -j "$(nproc)" --target kcpbench >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 fi
 echo "built at +$(( $(date +%s) - start )) s"
-k="$build/app/kcpbench"
+k="${KCPBENCH:-$build/app/kcpbench}"
+cache="${CACHE:-none}"
 for r in "$@"; do
   t0=$(date +%s)
   if [ -z "${NOCAL:-}" ]; then
-    "$k" --configs configs calibrate --rows int3 --row "$r" --seeds 1 --write --cache none >"$OUT/cal-$r.log" 2>&1
+    "$k" --configs configs calibrate --rows int3 --row "$r" --seeds 1 --write --cache "$cache" >"$OUT/cal-$r.log" 2>&1
     rc=$?
     cp configs/rows/int3.json "$OUT/int3.json"
     echo "$r calibrate rc=$rc $(( $(date +%s) - t0 )) s"
@@ -37,7 +42,7 @@ for r in "$@"; do
   fi
   t1=$(date +%s)
   [ "${NORUN:-}" = "$r" ] && continue
-  "$k" -q --configs configs run --rows int3 --row "$r" --backend cuda --seeds "${SEEDS:-1:3}" --cache none \
+  "$k" -q --configs configs run --rows int3 --row "$r" --backend cuda --seeds "${SEEDS:-1:3}" --cache "$cache" \
     --json "$OUT/int3-$r.json" >"$OUT/run-$r.log" 2>&1
   echo "$r run rc=$? $(( $(date +%s) - t1 )) s"
   tail -3 "$OUT/run-$r.log"

@@ -2,8 +2,10 @@
 // backend for one shape, with a per-phase breakdown, and prints a short table (docs/perf-notes.md
 // records the numbers). Not a test; the project's timing command is `kcpbench run --bench`.
 //
-//   kcp_gpu_bench [T=8192] [H=16] [HV=32] [K=128] [P=planned] [repeats=10] [fp16=0] [l2norm=1]
+//   kcp_gpu_bench [T=8192] [H=16] [HV=32] [K=128] [P=planned] [repeats=10] [fp16=0] [l2norm=1] [kda=0]
 //
+// kda = 1 times KDA (per-channel gates g [T, HV, K]) instead of GDN; issue 16's shape is
+// `kcp_gpu_bench T 32 32 128 0 20 0 1 1`.
 // Inputs: uniform random values (never zeros), rounded to the dtype; q, k normalized
 // in the kernel when l2norm = 1; direct gates log-sigmoid-like in (-0.7, -0.05); beta in (0, 1).
 // P defaults to the planner's rule for the h200 class: floor(132 / (HV * V / 64)), at most
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
   const int64_t T = arg(1, 8192);
   const int H = int(arg(2, 16)), HV = int(arg(3, 32)), K = int(arg(4, 128));
   const int repeats = int(arg(6, 10));
-  const bool fp16 = arg(7, 0) != 0, l2norm = arg(8, 1) != 0;
+  const bool fp16 = arg(7, 0) != 0, l2norm = arg(8, 1) != 0, kda = arg(9, 0) != 0;
   const int64_t chunks = (T + 63) / 64;
   int P = int(arg(5, 0));
   if (P <= 0)
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
   kcp::PhaseTimingBackend be(*real);
 
   kk::Problem p;
+  p.op = kda ? kk::Op::Kda : kk::Op::Gdn;
   p.H = H;
   p.HV = HV;
   p.K = p.V = K;
@@ -91,7 +94,8 @@ int main(int argc, char** argv) {
   const kcp::DtypeArray q = up16(gen(T * H * K, -1.f, 1.f));
   const kcp::DtypeArray k = up16(gen(T * H * K, -1.f, 1.f));
   const kcp::DtypeArray v = up16(gen(T * HV * K, -1.f, 1.f));
-  float* g = up(gen(T * HV, -0.7f, -0.05f));
+  const int64_t gw = p.gate_width();
+  float* g = up(gen(T * HV * gw, -0.7f, -0.05f));
   float* beta = up(gen(T * HV, 0.05f, 0.95f));
   const kcp::DtypeArray dO = up16(gen(T * HV * K, -1.f, 1.f));
   const int64_t saved_n = be.saved_floats(p, L, kk::SavedKind::Full), ws_n = be.workspace_floats(p, L);
@@ -100,7 +104,7 @@ int main(int argc, char** argv) {
   const kcp::DtypeArray o(be, T * HV * K, p.dtype);
   float* ht = be.alloc_floats(int64_t(HV) * K * K);
   const kcp::DtypeArray dq(be, T * H * K, p.dtype), dk(be, T * H * K, p.dtype), dv(be, T * HV * K, p.dtype);
-  float* dg = be.alloc_floats(T * HV);
+  float* dg = be.alloc_floats(T * HV * gw);
   float* dbeta = be.alloc_floats(T * HV);
   float* dh0 = be.alloc_floats(int64_t(HV) * K * K);
 
@@ -144,8 +148,8 @@ int main(int argc, char** argv) {
   int64_t bad = 0;
   for (float x : host) bad += std::isfinite(x) ? 0 : 1;
 
-  std::printf("kcp_gpu_bench %s: T=%lld H=%d HV=%d K=V=%d P=%d %s l2norm=%d, median of %d (per-phase timing on)\n",
-              be.device_name().c_str(), (long long)T, H, HV, K, P, fp16 ? "fp16" : "bf16", int(l2norm), repeats);
+  std::printf("kcp_gpu_bench %s %s: T=%lld H=%d HV=%d K=V=%d P=%d %s l2norm=%d, median of %d (per-phase timing on)\n",
+              kda ? "kda" : "gdn", be.device_name().c_str(), (long long)T, H, HV, K, P, fp16 ? "fp16" : "bf16", int(l2norm), repeats);
   std::printf("  %-16s %9s\n", "phase", "ms/iter");
   for (const auto& [name, ms] : phase_ms) std::printf("  %-16s %9.3f\n", name.c_str(), ms / repeats);
   std::printf("  forward %.3f ms  backward %.3f ms  fwd+bwd %.3f ms  (non-finite dq: %lld)\n", median(fwd_ms),
@@ -165,7 +169,7 @@ int main(int argc, char** argv) {
     fwd_ms.push_back(t_fwd->elapsed_ms());
     bwd_ms.push_back(t_bwd->elapsed_ms());
   }
-  std::printf("RESULT T=%lld P=%d fwd_ms=%.3f bwd_ms=%.3f total_ms=%.3f\n", (long long)T, P, median(fwd_ms),
+  std::printf("RESULT %s T=%lld P=%d fwd_ms=%.3f bwd_ms=%.3f total_ms=%.3f\n", kda ? "kda" : "gdn", (long long)T, P, median(fwd_ms),
               median(bwd_ms), median(fwd_ms) + median(bwd_ms));
   // FNV-1a of the bits of every output and gradient as floats (o, dq, dk, dv decoded from their
   // 16-bit patterns): two builds that must give the same bits (a storage change,
@@ -180,7 +184,7 @@ int main(int argc, char** argv) {
     const std::pair<const char*, std::vector<float>> outs[] = {
         {"o", o.to_host(ex)},           {"ht", down(ht, int64_t(HV) * K * K)},
         {"dq", dq.to_host(ex)},         {"dk", dk.to_host(ex)},
-        {"dv", dv.to_host(ex)},         {"dg", down(dg, T * HV)},
+        {"dv", dv.to_host(ex)},         {"dg", down(dg, T * HV * gw)},
         {"dbeta", down(dbeta, T * HV)}, {"dh0", down(dh0, int64_t(HV) * K * K)}};
     for (const auto& [name, hb] : outs) {
       uint64_t hsh = 1469598103934665603ull;
