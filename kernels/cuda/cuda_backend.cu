@@ -1,9 +1,10 @@
-// CudaBackend: the kernels/api/backend.h interface on an NVIDIA GPU, GDN and KDA, K = V in
-// {64, 128}, bf16 / fp16. Host code: Args checks (kernels/api/args_check.h, shared with the CPU
-// twin), the device copies of the layout tables, dispatch to the launchers of cuda_launch.h by
-// problem.op (GDN: gdn_*.cu, tensor-core kernels tuned in docs/perf-notes.md; KDA: kda_*.cu, a
-// first plain fp32 port of the twin, correct first, see kda_common.cuh; fold and the q/k parts of
-// prep and finalize are shared), memory helpers and timers.
+// CudaBackend: the kernels/api/backend.h interface on an NVIDIA GPU, GDN and KDA, head dims K
+// and V each 64 or 128 (the pairs of SupportedHeadDims, dispatch.h), bf16 / fp16. Host code: Args
+// checks (kernels/api/args_check.h, shared with the CPU twin), the device copies of the layout
+// tables, dispatch to the launchers of cuda_launch.h by problem.op (GDN: gdn_*.cu, tensor-core
+// kernels tuned in docs/perf-notes.md; KDA: kda_*.cu, a first plain fp32 port of the twin,
+// correct first, see kda_common.cuh; fold and the q/k parts of prep and finalize are shared),
+// memory helpers and timers.
 //
 // Layout tables arrive in host memory (LayoutView). They are uploaded once per distinct layout
 // into a device buffer owned by the backend (a small cache keyed by the table contents, guarded
@@ -77,14 +78,14 @@ Status support(const Problem& p) {
   } catch (const std::invalid_argument& e) {
     return Status::fail(e.what());
   }
-  if (p.K != p.V || !cuda::SupportedHeadDims::contains(p.K))
+  if (!cuda::SupportedHeadDims::contains(p.K, p.V))
     return Status::fail("unsupported head dims K=" + std::to_string(p.K) + ", V=" + std::to_string(p.V) +
-                        " on CUDA (supported: K = V in {" + cuda::SupportedHeadDims::text() + "})");
+                        " on CUDA (supported (K, V): " + cuda::SupportedHeadDims::text() + ")");
   return Status::success();
 }
 
 // The context check of every phase: the shared one (args_check.h), then what CUDA cannot run
-// (after it, ctx.problem is GDN or KDA with K = V in {64, 128}).
+// (after it, ctx.problem is GDN or KDA with (K, V) in SupportedHeadDims).
 void check_ctx(const PhaseCtx& c, const char* phase) {
   check_problem_layout(c, phase);
   const Status st = support(c.problem);

@@ -4,10 +4,9 @@
 namespace kcp::kernels::cuda {
 
 namespace {
-template <class DT, int K>
+template <class DT, int K, int V>
 void run_grads(const GradParams& p, cudaStream_t st) {
   if (p.sh.NT == 0) return;
-  constexpr int V = K;
   const unsigned grid = unsigned(p.sh.NT * p.sh.HV);
   const size_t smem1 = DqkSmem<V>::bytes, smem2 = WyBwdSmem<K, V>::bytes;
   allow_smem(gdn_bwd_dqk_kernel<DT, K, V>, smem1);
@@ -23,8 +22,9 @@ void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, 
   GradParams p = grad_params(a, L);
   p.dlam_hi = dlam_hi;
   p.dW16 = dW16;
-  dispatch_dtype_kdim<Bf16, Fp16>(
-      a.ctx.problem, [&](auto dt, auto kdim) { run_grads<typename decltype(dt)::type, decltype(kdim)::value>(p, st); });
+  dispatch_dtype_dims<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto k, auto v) {
+    run_grads<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value>(p, st);
+  });
 }
 
 }  // namespace kcp::kernels::cuda

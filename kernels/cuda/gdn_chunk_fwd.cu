@@ -4,10 +4,9 @@
 namespace kcp::kernels::cuda {
 
 namespace {
-template <class DT, int K, bool OUTPUT>
+template <class DT, int K, int V, bool OUTPUT>
 void run_chunk(const ChunkParams& p, cudaStream_t st) {
   if (p.sh.NT == 0) return;
-  constexpr int V = K;
   const unsigned grid = unsigned(p.sh.NT * p.sh.HV);
   if constexpr (OUTPUT) {
     const size_t smem = OutputSmem<K, V>::bytes;
@@ -22,8 +21,9 @@ void run_chunk(const ChunkParams& p, cudaStream_t st) {
 }
 template <bool OUTPUT>
 void dispatch(const Problem& pb, const ChunkParams& p, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(
-      pb, [&](auto dt, auto kdim) { run_chunk<typename decltype(dt)::type, decltype(kdim)::value, OUTPUT>(p, st); });
+  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
+    run_chunk<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value, OUTPUT>(p, st);
+  });
 }
 }  // namespace
 

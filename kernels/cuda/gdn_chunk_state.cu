@@ -5,24 +5,26 @@ namespace kcp::kernels::cuda {
 
 namespace {
 
-template <class DT, int K, bool STATES>
+template <class DT, int K, int V, bool STATES>
 void run_fwd_walk(const FwdWalkParams& p, cudaStream_t st) {
-  launch_walk(gdn_fwd_walk_kernel<DT, K, K, STATES>, WalkSmem<K>::bytes, fwd_walk_tiles<K, STATES>(), p, st);
+  launch_walk(gdn_fwd_walk_kernel<DT, K, V, STATES>, WalkSmem<K>::bytes, fwd_walk_tiles<K, V, STATES>(), p, st);
 }
-template <class DT, int K, bool STATES>
+template <class DT, int K, int V, bool STATES>
 void run_bwd_walk(const BwdWalkParams& p, cudaStream_t st) {
-  launch_walk(gdn_bwd_walk_kernel<DT, K, K, STATES>, BwdWalkSmem<K>::bytes, bwd_walk_tiles<K>(), p, st);
+  launch_walk(gdn_bwd_walk_kernel<DT, K, V, STATES>, BwdWalkSmem<K>::bytes, bwd_walk_tiles<V>(), p, st);
 }
 
 template <bool STATES>
 void dispatch_fwd(const Problem& pb, const FwdWalkParams& p, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(
-      pb, [&](auto dt, auto kdim) { run_fwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st); });
+  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
+    run_fwd_walk<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value, STATES>(p, st);
+  });
 }
 template <bool STATES>
 void dispatch_bwd(const Problem& pb, const BwdWalkParams& p, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(
-      pb, [&](auto dt, auto kdim) { run_bwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st); });
+  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
+    run_bwd_walk<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value, STATES>(p, st);
+  });
 }
 
 }  // namespace

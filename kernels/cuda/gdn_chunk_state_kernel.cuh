@@ -365,15 +365,15 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_
 }
 
 // ---- launch helpers (host), shared with the KDA walks ----
-// Blocks per (segment, value head) of a forward walk (state tiles, plus the transfer tiles of the
-// summaries) and of a backward walk; V = K.
-template <int K, bool STATES>
+// Blocks per (segment, value head) of a forward walk (V / kBV state tiles, plus the K / kBV
+// transfer tiles of the summaries: M is K x K) and of a backward walk (V / kBV state tiles).
+template <int K, int V, bool STATES>
 constexpr int fwd_walk_tiles() {
-  return K / kBV + (STATES ? 0 : K / kBV);
+  return V / kBV + (STATES ? 0 : K / kBV);
 }
-template <int K>
+template <int V>
 constexpr int bwd_walk_tiles() {
-  return K / kBV;
+  return V / kBV;
 }
 // One walk kernel over S * HV * tiles blocks.
 template <class Kernel, class Params>

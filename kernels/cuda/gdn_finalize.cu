@@ -29,8 +29,8 @@ void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream
     q.H = pb.H;
     q.G = pb.group();
     q.l2norm = pb.qk_l2norm ? 1 : 0;
-    dispatch_dtype_kdim<Bf16, Fp16>(
-        pb, [&](auto dt, auto kdim) { run_qk<typename decltype(dt)::type, decltype(kdim)::value>(q, st); });
+    dispatch_dtype_dims<Bf16, Fp16>(
+        pb, [&](auto dt, auto k, auto) { run_qk<typename decltype(dt)::type, decltype(k)::value>(q, st); });
   }
 }
 

@@ -40,14 +40,14 @@ void run_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
 }  // namespace
 
 void launch_prep_qk(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
-    run_prep_qk<typename decltype(dt)::type, decltype(kdim)::value>(a, shape_of(a.ctx.problem, L), st);
+  dispatch_dtype_dims<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto k, auto) {
+    run_prep_qk<typename decltype(dt)::type, decltype(k)::value>(a, shape_of(a.ctx.problem, L), st);
   });
 }
 
 void launch_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
-    run_prep<typename decltype(dt)::type, decltype(kdim)::value>(a, L, st);
+  dispatch_dtype_dims<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto k, auto) {
+    run_prep<typename decltype(dt)::type, decltype(k)::value>(a, L, st);
   });
 }
 

@@ -5,10 +5,9 @@
 namespace kcp::kernels::cuda {
 
 namespace {
-template <class DT, int K>
+template <class DT, int K, int V>
 void run_kda_grads(const KdaGradParams& p, cudaStream_t st) {
   if (p.sh.NT == 0) return;
-  constexpr int V = K;
   const unsigned grid = unsigned(p.sh.NT * p.sh.HV);
   const size_t smem1 = KdaInterSmem<K, V>::bytes, smem2 = KdaWyBwdSmem<K, V>::bytes, smem3 = KdaIntraBwdSmem<K>::bytes;
   allow_smem(kda_bwd_inter_kernel<DT, K, V>, smem1);
@@ -29,8 +28,8 @@ void launch_kda_bwd_grads(const BwdGradArgs& a, const DevLayout& L, const KdaGra
   p.dW16 = s.dW16;
   p.dAqk = s.dAqk;
   p.dAkk = s.dAkk;
-  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
-    run_kda_grads<typename decltype(dt)::type, decltype(kdim)::value>(p, st);
+  dispatch_dtype_dims<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto k, auto v) {
+    run_kda_grads<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value>(p, st);
   });
 }
 

@@ -5,25 +5,25 @@ namespace kcp::kernels::cuda {
 
 namespace {
 
-template <class DT, int K, bool STATES>
+template <class DT, int K, int V, bool STATES>
 void run_kda_fwd_walk(const KdaFwdWalkParams& p, cudaStream_t st) {
-  launch_walk(kda_fwd_walk_kernel<DT, K, K, STATES>, KdaFwdWalkSmem<K>::bytes, fwd_walk_tiles<K, STATES>(), p, st);
+  launch_walk(kda_fwd_walk_kernel<DT, K, V, STATES>, KdaFwdWalkSmem<K>::bytes, fwd_walk_tiles<K, V, STATES>(), p, st);
 }
-template <class DT, int K, bool STATES>
+template <class DT, int K, int V, bool STATES>
 void run_kda_bwd_walk(const KdaBwdWalkParams& p, cudaStream_t st) {
-  launch_walk(kda_bwd_walk_kernel<DT, K, K, STATES>, KdaBwdWalkSmem<K>::bytes, bwd_walk_tiles<K>(), p, st);
+  launch_walk(kda_bwd_walk_kernel<DT, K, V, STATES>, KdaBwdWalkSmem<K>::bytes, bwd_walk_tiles<V>(), p, st);
 }
 
 template <bool STATES>
 void dispatch_fwd(const Problem& pb, const KdaFwdWalkParams& p, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
-    run_kda_fwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st);
+  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
+    run_kda_fwd_walk<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value, STATES>(p, st);
   });
 }
 template <bool STATES>
 void dispatch_bwd(const Problem& pb, const KdaBwdWalkParams& p, cudaStream_t st) {
-  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto dt, auto kdim) {
-    run_kda_bwd_walk<typename decltype(dt)::type, decltype(kdim)::value, STATES>(p, st);
+  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
+    run_kda_bwd_walk<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value, STATES>(p, st);
   });
 }
 

@@ -25,7 +25,7 @@ void launch_kda_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float
   static_cast<FinalizeGateParams&>(g) = gate_params(a, L, partials);
   g.sh = shape_of(pb, L);
   g.lower_bound = pb.lower_bound;
-  dispatch_dtype_kdim<Bf16, Fp16>(pb, [&](auto, auto kdim) { run_kda_gate<decltype(kdim)::value>(g, st); });
+  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto, auto k, auto) { run_kda_gate<decltype(k)::value>(g, st); });
 }
 
 }  // namespace kcp::kernels::cuda

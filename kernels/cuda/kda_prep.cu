@@ -24,8 +24,8 @@ void run_kda_intra(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
 
 void launch_kda_prep(const PrepArgs& a, const DevLayout& L, cudaStream_t st) {
   launch_prep_qk(a, L, st);
-  dispatch_dtype_kdim<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto kdim) {
-    run_kda_intra<typename decltype(dt)::type, decltype(kdim)::value>(a, L, st);
+  dispatch_dtype_dims<Bf16, Fp16>(a.ctx.problem, [&](auto dt, auto k, auto) {
+    run_kda_intra<typename decltype(dt)::type, decltype(k)::value>(a, L, st);
   });
 }
 

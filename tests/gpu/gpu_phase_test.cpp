@@ -33,13 +33,16 @@ namespace {
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-Case phase_case(const std::string& name, int K, kk::DType dt, bool raw) {
+// GDN: GVA (H = 2, HV = 4), varlen with partial last chunks (and a zero-length sequence in the
+// direct case), h0 and dht; head dims K and V (V = K unless given).
+Case phase_case(const std::string& name, int K, kk::DType dt, bool raw, int V = 0) {
   Case c;
   c.name = name;
   c.op = kk::Op::Gdn;
   c.H = 2;
   c.HV = 4;
-  c.K = c.V = K;
+  c.K = K;
+  c.V = V > 0 ? V : K;
   c.lens = raw ? std::vector<int64_t>{100, 37, 300} : std::vector<int64_t>{100, 0, 37, 300};
   c.dtype = dt;
   c.h0 = c.dht = true;
@@ -49,7 +52,7 @@ Case phase_case(const std::string& name, int K, kk::DType dt, bool raw) {
     c.gate = kk::GateForm::Softplus;
     c.A_log = c.dt_bias = true;
   }
-  c.seed = 101 + K + (dt == kk::DType::FP16 ? 7 : 0) + (raw ? 3 : 0);
+  c.seed = 101 + K + (dt == kk::DType::FP16 ? 7 : 0) + (raw ? 3 : 0) + (c.V != K ? 11 : 0);
   return c;
 }
 
@@ -67,14 +70,16 @@ Case multiwave_case() {
 
 // KDA (per-channel gates, kg, Aqk): GVA (H = 2, HV = 4), h0 and dht, a zero-length sequence in the
 // direct case; gate = the gate form (raw forms get dt_bias [HV, K]; softplus and, when a_log,
-// lower_bound get A_log).
-Case kda_case(const std::string& name, int K, kk::DType dt, kk::GateForm gate, bool l2norm, bool a_log, uint64_t seed) {
+// lower_bound get A_log); head dims K and V (V = K unless given).
+Case kda_case(const std::string& name, int K, kk::DType dt, kk::GateForm gate, bool l2norm, bool a_log, uint64_t seed,
+              int V = 0) {
   Case c;
   c.name = name;
   c.op = kk::Op::Kda;
   c.H = 2;
   c.HV = 4;
-  c.K = c.V = K;
+  c.K = K;
+  c.V = V > 0 ? V : K;
   c.lens = gate == kk::GateForm::Direct ? std::vector<int64_t>{100, 0, 37, 300} : std::vector<int64_t>{100, 37, 300};
   c.dtype = dt;
   c.h0 = c.dht = true;
@@ -598,7 +603,17 @@ INSTANTIATE_TEST_SUITE_P(
         Param{kda_case("kda_softplus_l2_K128_bf16", 128, kk::DType::BF16, kk::GateForm::Softplus, true, true, 502), 2},
         Param{kda_case("kda_lb_l2_K64_fp16", 64, kk::DType::FP16, kk::GateForm::LowerBound, true, true, 503), 2},
         Param{kda_case("kda_lb_noA_K128_bf16", 128, kk::DType::BF16, kk::GateForm::LowerBound, false, false, 504), 3},
-        Param{kda_case("kda_direct_K64_bf16", 64, kk::DType::BF16, kk::GateForm::Direct, false, false, 505), 3}),
+        Param{kda_case("kda_direct_K64_bf16", 64, kk::DType::BF16, kk::GateForm::Direct, false, false, 505), 3},
+        // K != V: every phase at (64, 128) and (128, 64), bf16 and fp16.
+        Param{phase_case("raw_K64_V128_bf16", 64, kk::DType::BF16, true, 128), 3},
+        Param{phase_case("raw_K128_V64_fp16", 128, kk::DType::FP16, true, 64), 2},
+        Param{phase_case("gva_direct_K128_V64_bf16", 128, kk::DType::BF16, false, 64), 3},
+        Param{kda_case("kda_softplus_l2_K64_V128_bf16", 64, kk::DType::BF16, kk::GateForm::Softplus, true, true, 506,
+                       128),
+              3},
+        Param{kda_case("kda_lb_K128_V64_fp16", 128, kk::DType::FP16, kk::GateForm::LowerBound, true, true, 507, 64), 2},
+        Param{kda_case("kda_direct_K128_V64_bf16", 128, kk::DType::BF16, kk::GateForm::Direct, false, false, 508, 64),
+              3}),
     [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 
 TEST(GpuBackend, CanImplementAndArgChecks) {
@@ -610,10 +625,23 @@ TEST(GpuBackend, CanImplementAndArgChecks) {
   EXPECT_TRUE(be->can_implement(p).ok) << be->can_implement(p).reason;
   p.K = p.V = 128;
   EXPECT_TRUE(be->can_implement(p).ok) << be->can_implement(p).reason;
-  p.V = 64;  // K != V: refused for KDA as for GDN
-  EXPECT_FALSE(be->can_implement(p).ok);
+  for (kk::Op op : {kk::Op::Gdn, kk::Op::Kda})  // K and V each 64 or 128, independently
+    for (int K : {64, 128})
+      for (int V : {64, 128}) {
+        p.op = op;
+        p.K = K;
+        p.V = V;
+        EXPECT_TRUE(be->can_implement(p).ok) << K << " " << V << ": " << be->can_implement(p).reason;
+      }
   p.op = kk::Op::Gdn;
   p.K = p.V = 96;
+  EXPECT_FALSE(be->can_implement(p).ok);
+  EXPECT_NE(be->can_implement(p).reason.find("unsupported head dims K=96, V=96 on CUDA (supported (K, V): (64, 64), "
+                                             "(64, 128), (128, 64), (128, 128))"),
+            std::string::npos)
+      << be->can_implement(p).reason;
+  p.K = 128;
+  p.V = 96;  // V outside the list
   EXPECT_FALSE(be->can_implement(p).ok);
   p.K = p.V = 128;
   EXPECT_TRUE(be->can_implement(p).ok);

@@ -1,7 +1,8 @@
 // (a) The CPU twin against the FP64 reference at the public thresholds (rel-RMS <= 5e-3 for o
 // and ht, <= 8e-3 for dq, dk, dv, dh0, <= 2e-2 for dg, dbeta, dA_log, ddt_bias): GDN and KDA,
 // varlen with unaligned lengths and a zero-length sequence, GVA, h0 + dht, in-kernel L2 norm,
-// raw softplus gates, the KDA lower-bound form, K = V = 128, fp16 inputs.
+// raw softplus gates, the KDA lower-bound form, K = V = 128, K != V (64 / 128 and 128 / 64), fp16
+// inputs.
 #include "twin_test_util.h"
 
 namespace kcp::test {
@@ -30,6 +31,16 @@ Case kda_fp16() {
   c.name = "kda_fp16";
   c.dtype = kernels::DType::FP16;
   c.seed = 26;
+  return c;
+}
+
+// K != V (the shapes the CUDA backend runs since issue 16 item 2): a case (GVA, h0, dht, in-kernel
+// L2 norm, raw gates) at other head dims.
+Case with_dims(Case c, const char* name, int K, int V, uint64_t seed) {
+  c.name = name;
+  c.K = K;
+  c.V = V;
+  c.seed = seed;
   return c;
 }
 
@@ -83,7 +94,8 @@ TEST(SkewedKeys, WithinFlaCpLevel) {
 INSTANTIATE_TEST_SUITE_P(Cases, TwinVsReference,
                          ::testing::Values(gdn_varlen(), gdn_gva_state(), gdn_raw_l2(), gdn_k128(), gdn_fp16(),
                                            kda_varlen(), kda_gva_state(), kda_raw_l2(), kda_lower_bound(), kda_k128(),
-                                           kda_fp16()),
+                                           kda_fp16(), with_dims(gdn_raw_l2(), "gdn_K64_V128", 64, 128, 17),
+                                           with_dims(kda_raw_l2(), "kda_K128_V64", 128, 64, 28)),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 }  // namespace
