@@ -114,9 +114,12 @@ def main(argv):
     ctx = dict(fla=getattr(fla, "__version__", "?"), torch=torch.__version__, triton=triton.__version__,
                device=torch.cuda.get_device_name(args.device), date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                command_line=argv, hopper_check_bypassed=True)
-    entries = [bench(op, T, args, torch) for op in args.ops for T in args.T]
-    with open(args.out, "w") as f:
-        json.dump(dict(schema="kcpbench.fla_bench/1", context=ctx, entries=entries), f, indent=1)
+    entries = []
+    for op in args.ops:
+        for T in args.T:
+            entries.append(bench(op, T, args, torch))
+            with open(args.out, "w") as f:  # after every entry: a cut-off run keeps what it measured
+                json.dump(dict(schema="kcpbench.fla_bench/1", context=ctx, entries=entries), f, indent=1)
     return 0
 
 
