@@ -348,7 +348,7 @@ __device__ __forceinline__ void consume(const Maps& maps, const FwdWalkParams& p
   const int t = int(threadIdx.x);
   const uint32_t bars = base + Sm::Bar;
   constexpr bool vstore = STATES && !MT;  // this block writes h and v_new
-  float acc[K / 64][32], v[32];
+  float acc[K / 64][32], v[32] = {};      // v: written by the first wgmma of each chunk (no accumulate)
   init_acc<K, STATES>(acc, p, b);
   int m = 0;
   for (int64_t n = b.seg.chunk_begin; n < b.seg.chunk_end; ++n, ++m) {
