@@ -1,5 +1,6 @@
 // Launchers of the GDN state walks: forward summaries / states, backward summaries / states.
 #include "kernels/cuda/gdn_chunk_state_kernel.cuh"
+#include "kernels/cuda/gdn_walk_wgmma.h"
 
 namespace kcp::kernels::cuda {
 
@@ -16,6 +17,7 @@ void run_bwd_walk(const BwdWalkParams& p, cudaStream_t st) {
 
 template <bool STATES>
 void dispatch_fwd(const Problem& pb, const FwdWalkParams& p, cudaStream_t st) {
+  if (launch_fwd_walk_wgmma(pb, p, STATES, st)) return;  // the Hopper walk where it applies
   dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
     run_fwd_walk<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value, STATES>(p, st);
   });

@@ -20,13 +20,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 
 #include "core/kcp/rank_driver.h"
 #include "gpu_harness.h"
+#include "kernels/api/summary_needs.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/walk_select.h"
 
 namespace kcp::test {
 namespace {
@@ -268,6 +271,78 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     expect_near(phase, name, a, std::vector<float>(host, host + n), "  (16-bit storage)");
   }
 
+  // The two forward walks (also run by GpuFwdWalk below): each on fresh arenas with its outputs
+  // poisoned first, then its outputs against the twin's (phase: the name printed).
+  int64_t state_floats() const { return int64_t(c_.HV) * c_.K * c_.V; }
+  int64_t mt_floats() const { return int64_t(c_.HV) * c_.K * c_.K; }
+  void run_fwd_summaries() {
+    refresh();
+    poison(dw_.seg_h_ext, L_.n_segments * state_floats());
+    poison(ds_.seg_Mt, L_.n_segments * mt_floats());
+    kk::FwdSummaryArgs a;
+    a.ctx = ctx();
+    a.k = ds_.k;
+    a.gcum = ds_.gcum;
+    a.W = dw_.W;
+    a.U = dw_.U;
+    a.kg = dw_.kg;
+    a.seg_h_ext = dw_.seg_h_ext;
+    a.seg_Mt = ds_.seg_Mt;
+    gpu_->fwd_summaries(a);
+  }
+  void expect_fwd_summaries(const char* phase) {
+    expect_ws(phase, "seg_h_ext", dw_.seg_h_ext, L_.n_segments * state_floats());
+    expect_saved(phase, "seg_Mt", ds_.seg_Mt, L_.n_segments * mt_floats());
+    if (::testing::Test::HasFailure()) print_mt_by_segment(phase);
+  }
+  // Where seg_Mt differs: one line per (segment, value head) with the summary_needs flag and the
+  // largest magnitudes of the twin's and the GPU's tile and of their difference.
+  void print_mt_by_segment(const char* phase) const {
+    const std::vector<float> gpu = down(ds_.seg_Mt, L_.n_segments * mt_floats());
+    const float* twin = host_of(ds_.seg_Mt, d_saved_, h_saved_);
+    const int64_t kk2 = int64_t(c_.K) * c_.K;
+    for (int32_t s = 0; s < L_.n_segments; ++s) {
+      const kk::SegmentDesc& sg = L_.segments[s];
+      const bool need = kk::summary_needs(L_.pieces, L_.n_pieces, sg, p_.has_h0, p_.has_dht).M;
+      for (int32_t j = 0; j < c_.HV; ++j) {
+        double mt = 0, mg = 0, md = 0;
+        for (int64_t e = (int64_t(s) * c_.HV + j) * kk2, n = e + kk2; e < n; ++e) {
+          mt = std::max(mt, double(std::fabs(twin[e])));
+          mg = std::max(mg, double(std::fabs(gpu[e])));
+          md = std::max(md, double(std::fabs(gpu[e] - twin[e])));
+        }
+        std::printf(
+            "[ seg_Mt   ] %s s %d (piece %d, chunks %d..%d) j %d need %d max|twin| %.3e max|gpu| %.3e max|diff| %.3e\n",
+            phase, s, sg.piece, sg.chunk_begin, sg.chunk_end, j, int(need), mt, mg, md);
+      }
+    }
+  }
+  void run_fwd_states(const Buf& ht) {
+    refresh();
+    poison16(dw_.h, L_.n_chunks * state_floats());
+    poison16(dw_.v_new, c_.T() * c_.HV * c_.V);
+    ht.fill(kNaN);
+    kk::FwdStateArgs a;
+    a.ctx = ctx();
+    a.k = ds_.k;
+    a.gcum = ds_.gcum;
+    a.W = dw_.W;
+    a.U = dw_.U;
+    a.kg = dw_.kg;
+    a.seg_entry = ds_.seg_entry;
+    a.h = dw_.h;
+    a.v_new = dw_.v_new;
+    a.ht = ht.get();
+    gpu_->fwd_states(a);
+  }
+  void expect_fwd_states(const char* phase, const Buf& ht) {
+    const int64_t S = state_floats();
+    expect_ws16(phase, "h", dw_.h, L_.n_chunks * S);
+    expect_ws16(phase, "v_new", dw_.v_new, c_.T() * c_.HV * c_.V);
+    for (int32_t q = 0; q < L_.n_pieces; ++q)
+      if (L_.pieces[q].end > L_.pieces[q].begin) expect_close(phase, "ht", ht.get() + q * S, h_ht_.data() + q * S, S);
+  }
+
   std::unique_ptr<kk::Backend> gpu_, cpu_;
   Case c_;
   Data d_;
@@ -351,23 +426,8 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   if (kda) expect_ws("wy", "kg", dw_.kg, T * HV * K);
 
   // fwd_summaries
-  refresh();
-  poison(dw_.seg_h_ext, Sg * S);
-  poison(ds_.seg_Mt, Sg * SK);
-  {
-    kk::FwdSummaryArgs a;
-    a.ctx = ctx();
-    a.k = ds_.k;
-    a.gcum = ds_.gcum;
-    a.W = dw_.W;
-    a.U = dw_.U;
-    a.kg = dw_.kg;
-    a.seg_h_ext = dw_.seg_h_ext;
-    a.seg_Mt = ds_.seg_Mt;
-    gpu_->fwd_summaries(a);
-  }
-  expect_ws("fwd_summaries", "seg_h_ext", dw_.seg_h_ext, Sg * S);
-  expect_saved("fwd_summaries", "seg_Mt", ds_.seg_Mt, Sg * SK);
+  run_fwd_summaries();
+  expect_fwd_summaries("fwd_summaries");
 
   // fold: forward entry states of the longest piece (transposed items, x0 = h0, composed) and
   // the backward fold of the same piece (negative strides); both against the twin's fold.
@@ -416,29 +476,10 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   }
 
   // fwd_states
-  refresh();
-  poison16(dw_.h, NT * S);
-  poison16(dw_.v_new, T * HV * V);
   {
     const Buf ht(*gpu_, N * S);
-    ht.fill(kNaN);
-    kk::FwdStateArgs a;
-    a.ctx = ctx();
-    a.k = ds_.k;
-    a.gcum = ds_.gcum;
-    a.W = dw_.W;
-    a.U = dw_.U;
-    a.kg = dw_.kg;
-    a.seg_entry = ds_.seg_entry;
-    a.h = dw_.h;
-    a.v_new = dw_.v_new;
-    a.ht = ht.get();
-    gpu_->fwd_states(a);
-    expect_ws16("fwd_states", "h", dw_.h, NT * S);
-    expect_ws16("fwd_states", "v_new", dw_.v_new, T * HV * V);
-    for (int32_t q = 0; q < N; ++q)
-      if (L_.pieces[q].end > L_.pieces[q].begin)
-        expect_close("fwd_states", "ht", ht.get() + q * S, h_ht_.data() + q * S, S);
+    run_fwd_states(ht);
+    expect_fwd_states("fwd_states", ht);
   }
 
   // fwd_output
@@ -614,6 +655,87 @@ INSTANTIATE_TEST_SUITE_P(
         Param{kda_case("kda_lb_K128_V64_fp16", 128, kk::DType::FP16, kk::GateForm::LowerBound, true, true, 507, 64), 2},
         Param{kda_case("kda_direct_K128_V64_bf16", 128, kk::DType::BF16, kk::GateForm::Direct, false, false, 508, 64),
               3}),
+    [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
+
+// ---- the forward walks with each CUDA kernel (kernels/cuda/walk_select.h) ----
+// fwd_summaries and fwd_states with the mma.sync walk and with the wgmma + TMA walk
+// (gdn_walk_wgmma.cuh), each against the twin at the tolerances above; then the wgmma walk's
+// reruns bitwise. Cases: GVA (G = 2, or 4), varlen with partial last chunks, pieces of one chunk
+// and of one token, P > 1 segments (up to 8 chunks a segment, so the two-stage ring wraps), with
+// and without h0 (without: unread summaries are zero tiles), bf16 and fp16, K = 64 and 128.
+// Skipped where the wgmma walk does not run (it needs an sm_90 device and an sm_90a build).
+Case walk_case(const std::string& name, int K, kk::DType dt, int H, bool h0, std::vector<int64_t> lens, uint64_t seed) {
+  Case c = phase_case(name, K, dt, false);
+  c.H = H;
+  c.h0 = h0;
+  c.lens = std::move(lens);
+  c.seed = seed;
+  return c;
+}
+
+class GpuFwdWalk : public GpuPhase {
+ protected:
+  void SetUp() override {
+    GpuPhase::SetUp();
+    if (IsSkipped()) return;
+    if (!kk::cuda::fwd_walk_uses_wgmma(p_))
+      GTEST_SKIP() << "the wgmma forward walk does not run here (sm_90 device and sm_90a build)";
+  }
+  void TearDown() override { kk::cuda::set_fwd_walk_choice(kk::cuda::FwdWalkChoice::Auto); }
+  // The raw 16-bit patterns of a tensor in the CUDA backend's storage, as floats' bits (for
+  // first_bit_difference: two patterns a float).
+  std::vector<float> raw16(kk::DtypeTensor t, int64_t n) const {
+    return down(reinterpret_cast<const float*>(t.packed16()), (n + 1) / 2);
+  }
+  // What the walks wrote: seg_h_ext, seg_Mt, h and v_new (raw 16-bit), ht.
+  std::vector<std::pair<std::string, std::vector<float>>> outputs(const Buf& ht) const {
+    const int64_t Sg = L_.n_segments;
+    return {{"seg_h_ext", down(dw_.seg_h_ext, Sg * state_floats())},
+            {"seg_Mt", down(ds_.seg_Mt, Sg * mt_floats())},
+            {"h", raw16(dw_.h, L_.n_chunks * state_floats())},
+            {"v_new", raw16(dw_.v_new, c_.T() * c_.HV * c_.V)},
+            {"ht", ht.host()}};
+  }
+};
+
+TEST_P(GpuFwdWalk, BothKernelsMatchTheTwin) {
+  const Buf ht(*gpu_, L_.n_pieces * state_floats());
+  for (const auto choice : {kk::cuda::FwdWalkChoice::Mma, kk::cuda::FwdWalkChoice::Auto}) {
+    kk::cuda::set_fwd_walk_choice(choice);
+    const bool wg = choice == kk::cuda::FwdWalkChoice::Auto;
+    ASSERT_EQ(kk::cuda::fwd_walk_uses_wgmma(p_), wg);
+    run_fwd_summaries();
+    expect_fwd_summaries(wg ? "fwd_summaries wgmma" : "fwd_summaries mma");
+    run_fwd_states(ht);
+    expect_fwd_states(wg ? "fwd_states wgmma" : "fwd_states mma", ht);
+  }
+}
+
+// The det package's walks must rerun to the same bits (no atomics, fixed order): the wgmma walk
+// twice on the same inputs, every output compared bitwise.
+TEST_P(GpuFwdWalk, WgmmaRerunsAreBitwiseEqual) {
+  const Buf ht(*gpu_, L_.n_pieces * state_floats());
+  run_fwd_summaries();
+  run_fwd_states(ht);
+  const auto first = outputs(ht);
+  run_fwd_summaries();
+  run_fwd_states(ht);
+  const auto second = outputs(ht);
+  for (size_t e = 0; e < first.size(); ++e) {
+    const int64_t at = first_bit_difference(first[e].second, second[e].second);
+    EXPECT_EQ(at, -1) << first[e].first << " differs first at element " << at;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Walks, GpuFwdWalk,
+    ::testing::Values(Param{walk_case("walk_K128_bf16_h0", 128, kk::DType::BF16, 2, true, {100, 0, 37, 1000}, 601), 3},
+                      Param{walk_case("walk_K128_fp16_h0", 128, kk::DType::FP16, 2, true, {1000, 37, 100}, 602), 2},
+                      Param{walk_case("walk_K128_bf16_noh0", 128, kk::DType::BF16, 2, false, {300, 64, 129, 1}, 603),
+                            3},
+                      Param{walk_case("walk_K128_fp16_G4", 128, kk::DType::FP16, 1, true, {513}, 604), 1},
+                      Param{walk_case("walk_K64_bf16_h0", 64, kk::DType::BF16, 2, true, {100, 37, 300}, 605), 2},
+                      Param{walk_case("walk_K64_fp16_noh0", 64, kk::DType::FP16, 2, false, {700, 1}, 606), 4}),
     [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 
 TEST(GpuBackend, CanImplementAndArgChecks) {

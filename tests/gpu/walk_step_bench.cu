@@ -25,8 +25,6 @@
 // bulk copy); h [NT, HV, K, V] bf16; S0 / S_out [HV, K, V] fp32.
 //
 // Build: sm_90a only (wgmma). Run: kcp_walk_step_bench [T ...] (default 8192 32768).
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -39,6 +37,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "kernels/cuda/hopper.cuh"
 
 namespace {
 
@@ -67,99 +67,15 @@ constexpr int kBar = kSVn + kTile;          // full[2], empty[2]
 constexpr int kSmemBytes = kBar + 64 + 1024;
 constexpr uint32_t kStageTx = 5 * kTile + kC * 4;
 
-// ---- PTX wrappers ---------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred P1;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@P1 bra DONE_%=;\nbra WAIT_%=;\nDONE_%=:\n}" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1,
-                                            int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
-      "[%2];" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(src), "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
+// PTX wrappers, wgmma and the fragment map: kernels/cuda/hopper.cuh (shared with the product's
+// wgmma walk, kernels/cuda/gdn_walk_wgmma.cuh).
+using namespace kcp::hopper;
+__device__ __forceinline__ void consumers_sync() { named_sync(1, kConsumers); }
 
-// wgmma shared-memory descriptor with the 128-byte swizzle (PTX ISA "matrix descriptor").
-__device__ __forceinline__ uint64_t gmma_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) |
-         (uint64_t((sbo >> 4) & 0x3FFF) << 32) | (uint64_t(1) << 62);
-}
-// K-major tile (rows of 64 bf16 = 128 bytes along K), k16 step kk inside one 64-wide atom.
-__device__ __forceinline__ uint64_t desc_k(uint32_t tile, int kk) { return gmma_desc(tile + kk * 32, 16, 1024); }
-// MN-major tile (rows of 64 bf16 along M or N, one row per K index), k16 step kk = 16 rows.
-__device__ __forceinline__ uint64_t desc_mn(uint32_t tile, int kk) { return gmma_desc(tile + kk * 2048, 8192, 1024); }
-
-__device__ __forceinline__ void fence_acc(float (&d)[32]) {
-#pragma unroll
-  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// D (64 x 64 fp32) = [D +] A B, bf16 operands from shared memory.
-template <int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_64x64x16(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1, %35, %36;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB));
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-
-// Byte offset of element (r, c), c < 64, in a tile of 128-byte rows with the 128-byte swizzle
-// (the 16-byte chunk index XOR the row within its group of 8): TMA's and wgmma's layout.
-__device__ __forceinline__ uint32_t swz(int r, int c) {
-  return uint32_t(r * 128 + ((((c >> 3) ^ (r & 7))) << 4) + (c & 7) * 2);
-}
 __device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
   return *reinterpret_cast<const uint32_t*>(&h);
 }
-
-// Accumulator fragment of m64nN: element e of thread t sits at (row, col) below.
-__device__ __forceinline__ int frag_row(int t, int e) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((e >> 1) & 1); }
-__device__ __forceinline__ int frag_col(int t, int e) { return 8 * (e >> 2) + 2 * (t % 4) + (e & 1); }
 
 struct Params {
   int NT, G;
@@ -188,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full0 + 8 * s, 1);
       mbar_init(empty0 + 8 * s, kConsumers / 32);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
 
@@ -198,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int s = m % kStages, n = n0 + m;
       if (m >= kStages) mbar_wait(empty0 + 8 * s, uint32_t((m / kStages - 1) & 1));
       const uint32_t st = base + s * kStageBytes, full = full0 + 8 * s;
-      mbar_expect_tx(full, kStageTx);
+      mbar_arrive_expect_tx(full, kStageTx);
       tma_load_3d(st + kStageW0, &tmW, full, 0, j, n * kC);
       tma_load_3d(st + kStageW1, &tmW, full, 64, j, n * kC);
       tma_load_3d(st + kStageK0, &tmK, full, 0, i, n * kC);
@@ -241,7 +157,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk)
-      wgmma_64x64x16<0, 1>(v, desc_k(st + (kk < 4 ? kStageW0 : kStageW1), kk % 4), desc_mn(base + kSS, kk), kk > 0);
+      wgmma_64x64x16<false, 0, 1>(v, desc_k(st + (kk < 4 ? kStageW0 : kStageW1), kk % 4), desc_mn(base + kSS, kk),
+                                  kk > 0);
     wgmma_commit();
     wgmma_wait();
     fence_acc(v);
@@ -269,10 +186,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kC / 16; ++kk)
-      wgmma_64x64x16<1, 1>(acc0, desc_mn(st + kStageK0, kk), desc_mn(base + kSV, kk), 1);
+      wgmma_64x64x16<false, 1, 1>(acc0, desc_mn(st + kStageK0, kk), desc_mn(base + kSV, kk), 1);
 #pragma unroll
     for (int kk = 0; kk < kC / 16; ++kk)
-      wgmma_64x64x16<1, 1>(acc1, desc_mn(st + kStageK1, kk), desc_mn(base + kSV, kk), 1);
+      wgmma_64x64x16<false, 1, 1>(acc1, desc_mn(st + kStageK1, kk), desc_mn(base + kSV, kk), 1);
     wgmma_commit();
     wgmma_wait();
     fence_acc(acc0);
@@ -290,27 +207,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---- host -----------------------------------------------------------------------------------
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult q{};
-  CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-  if (!fn || q != cudaDriverEntryPointSuccess) {
-    std::fprintf(stderr, "cuTensorMapEncodeTiled not found\n");
-    std::exit(1);
-  }
-  return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-}
-
 // A bf16 tensor of dims {d0 (contiguous), d1, d2} and a box {b0, b1, b2}, 128-byte swizzle.
 CUtensorMap make_map(void* ptr, uint64_t d0, uint64_t d1, uint64_t d2, uint32_t b0, uint32_t b1, uint32_t b2) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_fn();
   CUtensorMap m{};
-  const cuuint64_t dims[3] = {d0, d1, d2};
-  const cuuint64_t strides[2] = {d0 * 2, d0 * d1 * 2};
-  const cuuint32_t box[3] = {b0, b1, b2}, es[3] = {1, 1, 1};
-  const CUresult r =
-      encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, ptr, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = make_map_16bit(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, d0, d1, d2, b0, b1, b2);
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", int(r));
     std::exit(1);

@@ -1,0 +1,26 @@
+// Which kernel runs the GDN forward walks (fwd_summaries, fwd_states) of the CUDA backend: the
+// wgmma + TMA walk (gdn_walk_wgmma.cuh) where it supports the problem on the current device, else
+// the mma.sync walk (gdn_chunk_state_kernel.cuh). Host-only, no CUDA types: the GPU tests include
+// it to run the two walks side by side. Not a user setting: the product always runs Auto.
+#pragma once
+
+#include "kernels/api/problem.h"
+
+namespace kcp::kernels::cuda {
+
+enum class FwdWalkChoice {
+  Auto,  // the wgmma walk where supported (GDN, K = V in {64, 128}, sm_90 device, sm_90a build)
+  Mma,   // always the mma.sync walk
+};
+
+// Test hook: the choice for every later forward walk of this process (default Auto). Not
+// synchronised with launches in flight on other threads; set it before a run.
+void set_fwd_walk_choice(FwdWalkChoice c);
+FwdWalkChoice fwd_walk_choice();
+
+// Whether the forward walks of `p` run the wgmma walk on the current device under the current
+// choice (the tensors' alignment aside: a 16-bit tensor whose address is not 16-byte aligned falls
+// back to the mma.sync walk; the backend's bound tensors always are).
+bool fwd_walk_uses_wgmma(const Problem& p);
+
+}  // namespace kcp::kernels::cuda
