@@ -312,8 +312,9 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
           md = std::max(md, double(std::fabs(gpu[e] - twin[e])));
         }
         std::printf(
-            "[ seg_Mt   ] %s s %d (piece %d, chunks %d..%d) j %d need %d max|twin| %.3e max|gpu| %.3e max|diff| %.3e\n",
-            phase, s, sg.piece, sg.chunk_begin, sg.chunk_end, j, int(need), mt, mg, md);
+            "[ seg_Mt   ] %s s %d (piece %d, chunks %lld..%lld) j %d need %d max|twin| %.3e max|gpu| %.3e max|diff| "
+            "%.3e\n",
+            phase, s, sg.piece, (long long)sg.chunk_begin, (long long)sg.chunk_end, j, int(need), mt, mg, md);
       }
     }
   }
