@@ -3,7 +3,7 @@
 kcpbench number (`kcp_gpu_bench`, `kcpbench run --bench`) is always quoted beside FLA's from the same
 device session (docs/perf-notes.md).
 
-    python3 scripts/fla_bench.py --out results/h200/fla-bench.json [--T 8192 32768] [--ops gdn kda]
+    python3 scripts/fla_bench.py --out OUT.json [--T 8192 32768] [--ops gdn kda]
 
 Shapes (B = 1, bf16, in-kernel L2 norm of q and k, direct log-decay gates, beta in (0, 1), no
 initial state, one sequence):

@@ -17,17 +17,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<fs::path> committed_results() {
-  std::vector<fs::path> out;
-  for (const auto& f : fs::recursive_directory_iterator(fs::path(KCP_TEST_SOURCE_DIR) / "results"))
-    if (f.is_regular_file() && f.path().extension() == ".json") out.push_back(f.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 json read(const fs::path& p) {
   std::ifstream f(p);
   return json::parse(f);
+}
+
+// Every committed kcpbench results file: the JSON files under results/ whose
+// context.schema_version is kcpbench.results/1 (others, e.g. scripts/fla_bench.py's timings of
+// FLA, have their own schema; tests/scripts/schema_test.py uses the same rule).
+std::vector<fs::path> committed_results() {
+  std::vector<fs::path> out;
+  for (const auto& f : fs::recursive_directory_iterator(fs::path(KCP_TEST_SOURCE_DIR) / "results")) {
+    if (!f.is_regular_file() || f.path().extension() != ".json") continue;
+    const json doc = read(f.path());
+    if (doc.value("context", json::object()).value("schema_version", "") == "kcpbench.results/1")
+      out.push_back(f.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 // The message of the ConfigError that results_from_json throws on `doc` ("" when none).

@@ -201,6 +201,8 @@ TEST(SegmentPlan, ShippedRowsKeepTheirPlannedP) {
       {"configs/rows/int1.json", "H1", {1, 1}},
       {"configs/rows/int1.json", "L1", {4, 2, 3}},
       {"configs/rows/int1.json", "S1", {8, 8}},
+      {"configs/rows/int1.json", "V1", {2, 2}},
+      {"configs/rows/int1.json", "KV1", {2, 2}},
       {"configs/rows/int3.json", "A4", {2, 2, 2, 2, 2, 2, 2, 2}},
       {"configs/rows/int3.json", "A5", {2, 2, 2, 2, 2, 2, 2, 2}},
       {"configs/rows/int3.json", "B4", {1, 2, 2, 2, 1, 2, 2, 2}},
