@@ -155,20 +155,32 @@ inline GateValue gate_value(const Problem& p, double eA, double x) {
   return r;
 }
 
+// One token's q or k row of one head as the recurrence reads it: the float input times a factor
+// (1 / sqrt(sum x^2 + eps) of the L2 norm, or 1 without it), formed in double where it is read.
+// The product is rounded the same way at every read, so every reader sees the bits a stored
+// normalized copy would hold (and x * 1.0 == x), without [T, H, K] arrays of doubles.
+struct QKRow {
+  const float* x = nullptr;
+  double r = 1.0;
+  double operator[](int d) const { return static_cast<double>(x[d]) * r; }
+};
+
 // Per-token data shared by all work items, built once (O(T * HV * K) memory, like the inputs).
 struct Prepared {
   int64_t T = 0;
   int H = 0, HV = 0, K = 0, V = 0, G = 1, Kg = 1;
   double rho = 0;
-  const double* qn = nullptr;  // [T, H, K] q after the optional L2 norm
-  const double* kn = nullptr;  // [T, H, K]
+  const float* q = nullptr;  // [T, H, K] the inputs (Inputs::q, k)
+  const float* k = nullptr;
   // Large buffers are allocated uninitialised, so that the threads that fill them also fault
   // their pages in (in parallel) instead of the calling thread zeroing them first.
-  std::unique_ptr<double[]> qn_buf, kn_buf;  // [T, H, K] when qk_l2norm
   std::unique_ptr<double[]> rstd_q, rstd_k;  // [T, H] when qk_l2norm
   std::unique_ptr<double[]> qk;              // [T, H] qn . kn
   std::unique_ptr<double[]> dec;             // [T, HV, Kg] exp(a)
-  std::vector<double> zeros;                 // [K]
+  std::vector<float> zeros;                  // [K]
+  // q and k of row t * H + i after the optional L2 norm.
+  QKRow qn(int64_t row) const { return {q + row * K, rstd_q ? rstd_q[static_cast<size_t>(row)] : 1.0}; }
+  QKRow kn(int64_t row) const { return {k + row * K, rstd_k ? rstd_k[static_cast<size_t>(row)] : 1.0}; }
 };
 
 Prepared prepare(const Problem& p, const Inputs& in, int threads);

@@ -28,22 +28,17 @@ Prepared prepare(const Problem& p, const Inputs& in, int threads) {
   pr.G = p.HV / p.H;
   pr.Kg = p.gate_width();
   pr.rho = p.scale != 0.0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(p.K));
-  pr.zeros.assign(static_cast<size_t>(p.K), 0.0);
+  pr.zeros.assign(static_cast<size_t>(p.K), 0.0f);
+  pr.q = in.q;
+  pr.k = in.k;
 
   const int64_t T = pr.T;
   const int H = p.H, HV = p.HV, K = p.K, Kg = pr.Kg;
   const auto sz = [](int64_t n) { return static_cast<size_t>(n); };
   const auto uninit = [&](int64_t n) { return std::unique_ptr<double[]>(new double[sz(std::max<int64_t>(n, 1))]); };
   if (p.qk_l2norm) {
-    pr.qn_buf = uninit(T * H * K);
-    pr.kn_buf = uninit(T * H * K);
     pr.rstd_q = uninit(T * H);
     pr.rstd_k = uninit(T * H);
-    pr.qn = pr.qn_buf.get();
-    pr.kn = pr.kn_buf.get();
-  } else {
-    pr.qn = in.q;
-    pr.kn = in.k;
   }
   pr.qk = uninit(T * H);
   pr.dec = uninit(T * HV * Kg);
@@ -55,27 +50,25 @@ Prepared prepare(const Problem& p, const Inputs& in, int threads) {
       for (int i = 0; i < H; ++i) {
         const int64_t row = t * H + i;
         if (p.qk_l2norm) {
-          const double* srcs[2] = {in.q + row * K, in.k + row * K};
-          double* dsts[2] = {pr.qn_buf.get() + row * K, pr.kn_buf.get() + row * K};
+          const float* srcs[2] = {in.q + row * K, in.k + row * K};
           double* rstds[2] = {&pr.rstd_q[sz(row)], &pr.rstd_k[sz(row)]};
           for (int w = 0; w < 2; ++w) {
             double ss = 0;
-            for (int d = 0; d < K; ++d) ss += srcs[w][d] * srcs[w][d];
-            const double r = 1.0 / std::sqrt(ss + kL2Eps);
-            *rstds[w] = r;
-            for (int d = 0; d < K; ++d) dsts[w][d] = srcs[w][d] * r;
+            for (int d = 0; d < K; ++d) ss += static_cast<double>(srcs[w][d]) * srcs[w][d];
+            *rstds[w] = 1.0 / std::sqrt(ss + kL2Eps);
           }
         }
+        const QKRow qn = pr.qn(row), kn = pr.kn(row);
         double qk = 0;
-        for (int d = 0; d < K; ++d) qk += pr.qn[row * K + d] * pr.kn[row * K + d];
+        for (int d = 0; d < K; ++d) qk += qn[d] * kn[d];
         pr.qk[sz(row)] = qk;
       }
       for (int j = 0; j < HV; ++j) {
-        const double eA = p.has_A_log ? std::exp(in.A_log[j]) : 1.0;
+        const double eA = p.has_A_log ? std::exp(static_cast<double>(in.A_log[j])) : 1.0;
         for (int d = 0; d < Kg; ++d) {
           const int64_t idx = (t * HV + j) * Kg + d;
-          const double bias = p.has_dt_bias ? in.dt_bias[j * Kg + d] : 0.0;
-          pr.dec[sz(idx)] = std::exp(gate_value<false>(p, eA, in.g[idx] + bias).a);
+          const double bias = p.has_dt_bias ? static_cast<double>(in.dt_bias[j * Kg + d]) : 0.0;
+          pr.dec[sz(idx)] = std::exp(gate_value<false>(p, eA, static_cast<double>(in.g[idx]) + bias).a);
         }
       }
     }
@@ -96,7 +89,7 @@ void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Gra
     const int64_t width = static_cast<int64_t>(HV) * Kg;
     std::vector<double> eA(static_cast<size_t>(HV), 1.0);
     if (p.has_A_log)
-      for (int j = 0; j < HV; ++j) eA[static_cast<size_t>(j)] = std::exp(in.A_log[j]);
+      for (int j = 0; j < HV; ++j) eA[static_cast<size_t>(j)] = std::exp(static_cast<double>(in.A_log[j]));
     std::vector<double> part_A(static_cast<size_t>(tasks * HV), 0.0);
     std::vector<double> part_b(static_cast<size_t>(tasks * width), 0.0);
     parallel_for(tasks, threads, [&](int64_t task) {
@@ -107,8 +100,8 @@ void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Gra
         for (int j = 0; j < HV; ++j) {
           for (int d = 0; d < Kg; ++d) {
             const int64_t idx = (t * HV + j) * Kg + d;
-            const double bias = p.has_dt_bias ? in.dt_bias[j * Kg + d] : 0.0;
-            const GateValue gv = gate_value<true>(p, eA[static_cast<size_t>(j)], in.g[idx] + bias);
+            const double bias = p.has_dt_bias ? static_cast<double>(in.dt_bias[j * Kg + d]) : 0.0;
+            const GateValue gv = gate_value<true>(p, eA[static_cast<size_t>(j)], static_cast<double>(in.g[idx]) + bias);
             const double da = g.dg[static_cast<size_t>(idx)];
             const double dx = da * gv.dadx;
             g.dg[static_cast<size_t>(idx)] = dx;
@@ -135,11 +128,11 @@ void finish_backward(const Problem& p, const Inputs& in, const Prepared& pr, Gra
       for (int64_t row = ta * H; row < tb * H; ++row) {
         struct Side {
           double* dy;
-          const double* y;
+          QKRow y;
           double rstd;
         };
-        const Side sides[2] = {{g.dq.data() + row * K, pr.qn + row * K, pr.rstd_q[static_cast<size_t>(row)]},
-                               {g.dk.data() + row * K, pr.kn + row * K, pr.rstd_k[static_cast<size_t>(row)]}};
+        const Side sides[2] = {{g.dq.data() + row * K, pr.qn(row), pr.rstd_q[static_cast<size_t>(row)]},
+                               {g.dk.data() + row * K, pr.kn(row), pr.rstd_k[static_cast<size_t>(row)]}};
         for (const Side& s : sides) {
           double dot = 0;
           for (int d = 0; d < K; ++d) dot += s.dy[d] * s.y[d];

@@ -71,11 +71,11 @@ inline size_t zs(int64_t n) { return static_cast<size_t>(n); }
 // Read-only view of one (sequence, value head) for the block kernels.
 struct HeadView {
   const Prepared* pr;
-  const double* beta;  // [T, HV]
+  const float* beta;  // [T, HV]
   int j, i, K, H, HV, Kg;
   double rho;
-  const double* q(int64_t t) const { return pr->qn + (t * H + i) * K; }
-  const double* k(int64_t t) const { return pr->kn + (t * H + i) * K; }
+  QKRow q(int64_t t) const { return pr->qn(t * H + i); }
+  QKRow k(int64_t t) const { return pr->kn(t * H + i); }
   const double* dec(int64_t t) const { return pr->dec.get() + (t * HV + j) * Kg; }
   double b(int64_t t) const { return beta[t * HV + j]; }
   double qk(int64_t t) const { return pr->qk[zs(t * H + i)]; }
@@ -95,12 +95,12 @@ template <bool kPerChannel, bool kOut, bool kStore>
   const int K = h.K;
   Pk be[kNP];  // beta * e of the pending update
   for (auto& x : be) x = zero();
-  const double* kprev = h.pr->zeros.data();
+  QKRow kprev{h.pr->zeros.data(), 1.0};
   const Pk rho = bc(h.rho);
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t lt = t - t0;
-    const double* kt = h.k(t);
-    const double* qt = h.q(t);
+    const QKRow kt = h.k(t);
+    const QKRow qt = h.q(t);
     const double* dt = h.dec(t);
     const Pk dscalar = bc(dt[0]);
     double* slot = kStore ? states + lt * K * kCB : nullptr;
@@ -171,9 +171,9 @@ inline void for_each_reg(F&& f) {
 // One reverse step (token t) over the rows of a block; with kFuse the next reverse step's first
 // half (G and kG for token t-1, dq_{t-1}) is fused in, so each token touches its slices once.
 template <bool kPerChannel, bool kFuse>
-inline void bwd_step(int K, const double* sprev /*S_{t-1} [K][kCB]*/, const double* dect, const double* kt,
+inline void bwd_step(int K, const double* sprev /*S_{t-1} [K][kCB]*/, const double* dect, const QKRow& kt,
                      const Pk (&de)[kNP], const Pk (&be)[kNP], double* G, double* dS, double* dk_row, double* da_row,
-                     const double* qp, const double* kp, const Pk (&rdOp)[kNP], double* dq_row_prev, Pk (&kGn)[kNP]) {
+                     const QKRow& qp, const QKRow& kp, const Pk (&rdOp)[kNP], double* dq_row_prev, Pk (&kGn)[kNP]) {
   Pk daacc[2] = {zero(), zero()};  // GDN: sum over rows and columns of Sbar o dSbar
   const Pk dscalar = bc(dect[0]);
   for (int d = 0; d < K; ++d) {
@@ -237,8 +237,8 @@ template <bool kPerChannel>
   Pk kG[kNP];
   {  // G and kG of token t1-1, and its dq (uses S_{t1-1}, the last state slot)
     const int64_t lt = L - 1;
-    const double* qt = h.q(t1 - 1);
-    const double* kt = h.k(t1 - 1);
+    const QKRow qt = h.q(t1 - 1);
+    const QKRow kt = h.k(t1 - 1);
     const double* sl = states + L * K * kCB;
     Pk rdO[kNP];
     for (int u = 0; u < kNP; ++u) {
@@ -281,7 +281,7 @@ template <bool kPerChannel>
       bwd_step<kPerChannel, true>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dk_row(lt), da_row(lt), h.q(t - 1),
                                   h.k(t - 1), rdOp, dq_row(lt - 1), kGn);
     } else {
-      bwd_step<kPerChannel, false>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dk_row(lt), da_row(lt), nullptr, nullptr,
+      bwd_step<kPerChannel, false>(K, sprev, h.dec(t), h.k(t), de, be, G, dS, dk_row(lt), da_row(lt), QKRow{}, QKRow{},
                                    rdOp, nullptr, kGn);
     }
     for (int u = 0; u < kNP; ++u) kG[u] = kGn[u];
@@ -385,12 +385,12 @@ class Runner {
 
   // Loads the item's state [nbl][K][kCB] from a [N, HV, K, V] tensor (or zeros); stores it back
   // into row `row` of a [rows, HV, K, V] tensor.
-  void load_state(const Item& it, const double* src, double* S) const {
+  void load_state(const Item& it, const float* src, double* S) const {
     const int K = p_.K, V = p_.V;
     const int nbl = it.b1 - it.b0;
     std::fill(S, S + static_cast<int64_t>(nbl) * K * kCB, 0.0);
     if (src == nullptr) return;
-    const double* base = src + state_offset(it.n, it.j);
+    const float* base = src + state_offset(it.n, it.j);
     for (int b = 0; b < nbl; ++b) {
       const int c0 = (it.b0 + b) * kCB, nc = std::min(kCB, V - c0);
       for (int d = 0; d < K; ++d)
@@ -414,11 +414,11 @@ class Runner {
   }
 
   // Token-major [T, HV, V] tensor <-> window block [L][kCB] (zero padded), with a factor.
-  void gather(const double* src, double f, int j, int blk, int64_t t0, int64_t t1, double* win) const {
+  void gather(const float* src, double f, int j, int blk, int64_t t0, int64_t t1, double* win) const {
     const int c0 = blk * kCB, nc = std::min(kCB, p_.V - c0);
     for (int64_t t = t0; t < t1; ++t) {
       double* w = win + (t - t0) * kCB;
-      const double* s = src + (t * p_.HV + j) * p_.V + c0;
+      const float* s = src + (t * p_.HV + j) * p_.V + c0;
       for (int c = 0; c < kCB; ++c) w[c] = c < nc ? f * s[c] : 0.0;
     }
   }

@@ -115,11 +115,11 @@ namespace {
 // docs/algorithm.md 1.4) holds h0 and dht too (zeros when absent).
 void pass_through_empty(const Problem& p, const Inputs& in, Outputs& out, Grads* grads) {
   const int64_t cnt = static_cast<int64_t>(p.HV) * p.K * p.V;
-  auto copy = [cnt](const double* src, int64_t from, std::vector<double>& dst, int64_t to) {
+  auto copy = [cnt](const float* src, int64_t from, std::vector<double>& dst, int64_t to) {
     if (src != nullptr) std::copy(src + from * cnt, src + (from + 1) * cnt, dst.begin() + to * cnt);
   };
-  const double* h0 = p.has_h0 ? in.h0 : nullptr;
-  const double* dht = grads != nullptr && p.has_dht ? in.dht : nullptr;
+  const float* h0 = p.has_h0 ? in.h0 : nullptr;
+  const float* dht = grads != nullptr && p.has_dht ? in.dht : nullptr;
   for (int n = 0; n < p.sequences(); ++n) {
     if (p.cu_seqlens[zs(n) + 1] != p.cu_seqlens[zs(n)]) continue;
     copy(h0, n, out.ht, n);

@@ -4,7 +4,8 @@
 // Independent of the chunked algorithm on purpose: every verdict kcpbench gives is a comparison
 // with this code. Depends on Eigen and the standard library only (no CUDA, no core headers).
 //
-// Layouts are token-major ("BTHD") with B = 1 and varlen via cu_seqlens, all FP64:
+// Layouts are token-major ("BTHD") with B = 1 and varlen via cu_seqlens; inputs are float (read
+// as FP64: a float converts to double exactly), results FP64:
 //   q, k      [T, H, K]         v, dO   [T, HV, V]      beta  [T, HV]
 //   g (GDN)   [T, HV]           g (KDA) [T, HV, K]      (the gate input as given: direct log-decay,
 //                                                        or the raw gate for raw / lower-bound forms)
@@ -60,19 +61,21 @@ struct Problem {
   int gate_width() const { return op == Op::Kda ? K : 1; }  // channels of g per (token, value head)
 };
 
-// Inputs (all FP64, already rounded to the kernels' input dtype by the caller). Pointers to
-// optional tensors may be null when the Problem says they are absent.
+// Inputs, as float (already rounded to the kernels' input dtype by the caller); every value is
+// converted to double exactly where it is read, so the results are those of the same values held
+// as double, without a double copy of the inputs. Pointers to optional tensors may be null when
+// the Problem says they are absent.
 struct Inputs {
-  const double* q = nullptr;
-  const double* k = nullptr;
-  const double* v = nullptr;
-  const double* g = nullptr;
-  const double* beta = nullptr;
-  const double* A_log = nullptr;
-  const double* dt_bias = nullptr;
-  const double* h0 = nullptr;
-  const double* dO = nullptr;   // needed by backward only
-  const double* dht = nullptr;  // needed by backward only, when has_dht
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* g = nullptr;
+  const float* beta = nullptr;
+  const float* A_log = nullptr;
+  const float* dt_bias = nullptr;
+  const float* h0 = nullptr;
+  const float* dO = nullptr;   // needed by backward only
+  const float* dht = nullptr;  // needed by backward only, when has_dht
 };
 
 struct Outputs {

@@ -1,5 +1,5 @@
 // Per-sequence FP64 reference: inputs regenerated for the sequence's token range (the same
-// counter-based values every rank sees), converted to double, run through reference/.
+// counter-based values every rank sees), run through reference/ (which reads the floats as double).
 #include "core/compare/reference_data.h"
 
 #include <fmt/ranges.h>
@@ -26,14 +26,6 @@
 namespace kcp {
 
 namespace {
-// The values as double; the float array is freed at once, so the sequence's inputs exist about
-// once in double, not also whole in float (core/plan/memory_estimate.cpp reference_work_bytes).
-std::vector<double> take_double(std::vector<float>& v) {
-  std::vector<double> d(v.begin(), v.end());
-  std::vector<float>().swap(v);
-  return d;
-}
-
 ref::Problem ref_problem(const RowConfig& row, int64_t len) {
   ref::Problem p;
   p.op = row.op;
@@ -61,23 +53,19 @@ SequenceReference compute_sequence(const RowConfig& row, const std::string& dige
   const int64_t len = row.seqlens[seq];
   RowInputs in = make_inputs(row, digest, t0, t0 + len);
   const int64_t state = int64_t(row.HV) * row.K * row.V;
-  const auto q = take_double(in.q), k = take_double(in.k), v = take_double(in.v), g = take_double(in.g),
-             beta = take_double(in.beta), dO = take_double(in.dO), A_log = take_double(in.A_log),
-             dt_bias = take_double(in.dt_bias);
-  std::vector<double> h0, dht;
-  if (row.initial_state) h0.assign(in.h0.begin() + seq * state, in.h0.begin() + (seq + 1) * state);
-  if (row.dht) dht.assign(in.dht.begin() + seq * state, in.dht.begin() + (seq + 1) * state);
+  // The reference reads the float inputs directly (converted to double exactly as it reads them);
+  // h0 and dht are this sequence's rows of the row's [N, HV, K, V] states.
   ref::Inputs ri;
-  ri.q = q.data();
-  ri.k = k.data();
-  ri.v = v.data();
-  ri.g = g.data();
-  ri.beta = beta.data();
-  ri.A_log = row.A_log ? A_log.data() : nullptr;
-  ri.dt_bias = row.dt_bias ? dt_bias.data() : nullptr;
-  ri.h0 = row.initial_state ? h0.data() : nullptr;
-  ri.dO = dO.data();
-  ri.dht = row.dht ? dht.data() : nullptr;
+  ri.q = in.q.data();
+  ri.k = in.k.data();
+  ri.v = in.v.data();
+  ri.g = in.g.data();
+  ri.beta = in.beta.data();
+  ri.A_log = row.A_log ? in.A_log.data() : nullptr;
+  ri.dt_bias = row.dt_bias ? in.dt_bias.data() : nullptr;
+  ri.h0 = row.initial_state ? in.h0.data() + seq * state : nullptr;
+  ri.dO = in.dO.data();
+  ri.dht = row.dht ? in.dht.data() + seq * state : nullptr;
   ref::Outputs out;
   ref::Grads gr;
   ref::Problem problem = ref_problem(row, len);

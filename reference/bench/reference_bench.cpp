@@ -55,7 +55,7 @@ double eigen_gemm_rate(int threads, int n, double min_seconds) {
 }
 
 struct Data {
-  std::vector<double> q, k, v, g, beta, A_log, dt_bias, h0, dO, dht;
+  std::vector<float> q, k, v, g, beta, A_log, dt_bias, h0, dO, dht;  // the reference's inputs are float
   kcp::ref::Inputs inputs() const {
     kcp::ref::Inputs in;
     in.q = q.data();
@@ -76,8 +76,8 @@ Data make_data(const kcp::ref::Problem& p, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> nd(0.0, 1.0);
   auto randn = [&](size_t n) {
-    std::vector<double> x(n);
-    for (auto& e : x) e = nd(rng);
+    std::vector<float> x(n);
+    for (auto& e : x) e = static_cast<float>(nd(rng));
     return x;
   };
   const auto T = static_cast<size_t>(p.tokens());
@@ -89,18 +89,18 @@ Data make_data(const kcp::ref::Problem& p, uint64_t seed) {
   d.v = randn(T * HV * V);
   d.g = randn(T * HV * static_cast<size_t>(p.gate_width()));
   if (p.gate == kcp::ref::GateForm::Direct)  // log-decay = logsigmoid(x)
-    for (auto& x : d.g) x = -(std::max(-x, 0.0) + std::log1p(std::exp(-std::abs(x))));
+    for (auto& x : d.g) x = -(std::max(-x, 0.0f) + std::log1p(std::exp(-std::abs(x))));
   d.beta = randn(T * HV);
-  for (auto& x : d.beta) x = 1.0 / (1.0 + std::exp(-x));
+  for (auto& x : d.beta) x = 1.0f / (1.0f + std::exp(-x));
   if (p.has_A_log) {
     d.A_log.resize(HV);
     const double span = static_cast<double>(std::max<size_t>(HV - 1, 1));
     for (size_t j = 0; j < HV; ++j)
-      d.A_log[j] = std::log(1.0 + 7.0 * static_cast<double>(j) / span);  // log(linspace(1, 8))
+      d.A_log[j] = static_cast<float>(std::log(1.0 + 7.0 * static_cast<double>(j) / span));  // log(linspace(1, 8))
   }
   if (p.has_dt_bias) {
     d.dt_bias = randn(HV * static_cast<size_t>(p.gate_width()));
-    for (auto& x : d.dt_bias) x *= 0.1;
+    for (auto& x : d.dt_bias) x *= 0.1f;
   }
   d.h0 = randn(N * HV * K * V);
   d.dO = randn(T * HV * V);

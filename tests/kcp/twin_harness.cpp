@@ -32,8 +32,6 @@ struct Rng {  // splitmix64 + Box-Muller: deterministic across platforms
 
 float rnd(const Case& c, double x) { return kcp::round_to(static_cast<float>(x), kk::rounding_of(c.dtype)); }
 
-std::vector<double> to_double(const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); }
-
 }  // namespace
 
 kk::Problem Case::problem() const {
@@ -142,20 +140,17 @@ RefResults run_reference(const Case& c, const Data& d) {
   p.has_dt_bias = c.dt_bias;
   p.has_h0 = c.h0;
   p.has_dht = c.dht;
-  const auto q = to_double(d.q), k = to_double(d.k), v = to_double(d.v), g = to_double(d.g), beta = to_double(d.beta),
-             A_log = to_double(d.A_log), dt_bias = to_double(d.dt_bias), h0 = to_double(d.h0), dO = to_double(d.dO),
-             dht = to_double(d.dht);
   ref::Inputs in;
-  in.q = q.data();
-  in.k = k.data();
-  in.v = v.data();
-  in.g = g.data();
-  in.beta = beta.data();
-  in.A_log = c.A_log ? A_log.data() : nullptr;
-  in.dt_bias = c.dt_bias ? dt_bias.data() : nullptr;
-  in.h0 = c.h0 ? h0.data() : nullptr;
-  in.dO = dO.data();
-  in.dht = c.dht ? dht.data() : nullptr;
+  in.q = d.q.data();
+  in.k = d.k.data();
+  in.v = d.v.data();
+  in.g = d.g.data();
+  in.beta = d.beta.data();
+  in.A_log = c.A_log ? d.A_log.data() : nullptr;
+  in.dt_bias = c.dt_bias ? d.dt_bias.data() : nullptr;
+  in.h0 = c.h0 ? d.h0.data() : nullptr;
+  in.dO = d.dO.data();
+  in.dht = c.dht ? d.dht.data() : nullptr;
   ref::Outputs out;
   ref::Grads gr;
   ref::forward_backward(p, in, out, gr, 2);

@@ -158,7 +158,7 @@ TEST_P(Probes, TruncatedAndSuffixProblems) {
       // (b) the suffix problem's initial-state gradient, starting from S_p
       Sub suf = slice(p, d, n, bos + pos, bos + len);
       suf.p.has_h0 = true;
-      suf.d.h0 = po.ht;
+      suf.d.h0 = float_values(po.ht);  // Inputs are float; dS_p does not depend on the state
       Outputs so;
       Grads sg;
       forward_backward(suf.p, suf.d.inputs(), so, sg, 1);

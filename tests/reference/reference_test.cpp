@@ -405,7 +405,8 @@ TEST(Reference, MissingInputsAreNamed) {
   p.has_h0 = true;
   p.has_dht = true;
   const Data d = make_data(p, 37);
-  Inputs in = d.inputs();
+  const FloatInputs f = d.inputs();
+  Inputs in = f;
   in.h0 = nullptr;
   try {
     (void)forward(p, in, 1);
@@ -413,7 +414,7 @@ TEST(Reference, MissingInputsAreNamed) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("Inputs.h0"), std::string::npos) << e.what();
   }
-  in = d.inputs();
+  in = f;
   in.dht = nullptr;
   EXPECT_NO_THROW((void)forward(p, in, 1));  // forward does not need dht
   Outputs out;

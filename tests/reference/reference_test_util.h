@@ -19,34 +19,69 @@
 
 namespace kcp::ref::test {
 
+// The values are held as double (the naive forward and the finite differences work on them) and
+// must all be floats: the reference takes its inputs as float (Inputs), and inputs() hands it
+// exact float copies.
+inline std::vector<float> exact_floats(const std::vector<double>& x) {
+  std::vector<float> f(x.size());
+  for (size_t e = 0; e < x.size(); ++e) {
+    f[e] = static_cast<float>(x[e]);
+    if (static_cast<double>(f[e]) != x[e] && !std::isnan(x[e]))
+      throw std::invalid_argument("test Data holds a value that is not a float: " + std::to_string(x[e]));
+  }
+  return f;
+}
+
+// x with every value rounded to float (still as double).
+inline std::vector<double> float_values(const std::vector<double>& x) {
+  std::vector<double> r(x.size());
+  for (size_t e = 0; e < x.size(); ++e) r[e] = static_cast<double>(static_cast<float>(x[e]));
+  return r;
+}
+
+// Float copies of a Data's tensors and the Inputs pointing at them; converts to Inputs, so a
+// temporary can be passed where Inputs are taken (it lives to the end of the full expression).
+struct FloatInputs {
+  std::vector<float> q, k, v, g, beta, A_log, dt_bias, h0, dO, dht;
+  Inputs in;
+  FloatInputs() = default;
+  FloatInputs(FloatInputs&&) = default;  // moving the vectors keeps their buffers, so `in` stays valid
+  FloatInputs(const FloatInputs&) = delete;
+  FloatInputs& operator=(const FloatInputs&) = delete;
+  operator const Inputs&() const { return in; }
+};
+
 struct Data {
   std::vector<double> q, k, v, g, beta, A_log, dt_bias, h0, dO, dht;
 
-  Inputs inputs() const {
-    Inputs in;
-    auto ptr = [](const std::vector<double>& x) { return x.empty() ? nullptr : x.data(); };
-    in.q = ptr(q);
-    in.k = ptr(k);
-    in.v = ptr(v);
-    in.g = ptr(g);
-    in.beta = ptr(beta);
-    in.A_log = ptr(A_log);
-    in.dt_bias = ptr(dt_bias);
-    in.h0 = ptr(h0);
-    in.dO = ptr(dO);
-    in.dht = ptr(dht);
-    return in;
+  FloatInputs inputs() const {
+    FloatInputs f;
+    auto put = [](const std::vector<double>& x, std::vector<float>& to) -> const float* {
+      to = exact_floats(x);
+      return to.empty() ? nullptr : to.data();
+    };
+    f.in.q = put(q, f.q);
+    f.in.k = put(k, f.k);
+    f.in.v = put(v, f.v);
+    f.in.g = put(g, f.g);
+    f.in.beta = put(beta, f.beta);
+    f.in.A_log = put(A_log, f.A_log);
+    f.in.dt_bias = put(dt_bias, f.dt_bias);
+    f.in.h0 = put(h0, f.h0);
+    f.in.dO = put(dO, f.dO);
+    f.in.dht = put(dht, f.dht);
+    return f;
   }
 };
 
-// Well-conditioned random data for the problem (uniform distributions, decays in (0.35, 0.95)
-// for the direct form, raw gates of order one).
+// Well-conditioned random data for the problem (uniform distributions rounded to float, decays in
+// (0.35, 0.95) for the direct form, raw gates of order one).
 inline Data make_data(const Problem& p, uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto uni = [&](size_t n, double lo, double hi) {
     std::uniform_real_distribution<double> u(lo, hi);
     std::vector<double> x(n);
-    for (auto& e : x) e = u(rng);
+    for (auto& e : x) e = static_cast<double>(static_cast<float>(u(rng)));  // Inputs are float
     return x;
   };
   const auto T = static_cast<size_t>(p.tokens()), H = static_cast<size_t>(p.H), HV = static_cast<size_t>(p.HV),
