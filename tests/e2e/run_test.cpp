@@ -78,7 +78,7 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
         EXPECT_EQ(d["full_vs_light_identical"], true);
     }
   }
-  EXPECT_EQ(rows.size(), 22u);
+  EXPECT_EQ(rows.size(), int1_row_count());
   EXPECT_GE(pass, 60);
   EXPECT_GE(forced, 8) << "forced-P forms ran";
   EXPECT_GE(skip, 4) << "C1's forced forms are skipped by the all_ranks_plan_p1 rule";
@@ -178,7 +178,8 @@ TEST(Run, BadOptionsExitTwo) {
 TEST(Calibrate, Int1BudgetsAreReproduced) {
   auto r = run_kcpbench("-q calibrate --rows int1 --cache none --check");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("22 rows, 0 differences"), std::string::npos) << r.out;
+  const std::string want = std::to_string(int1_row_count()) + " rows, 0 differences";
+  EXPECT_NE(r.out.find(want), std::string::npos) << r.out;
 }
 
 // The twin limits (docs/design.md 6) on both sides: the long-memory bf16 K = 128 row, whose
