@@ -119,7 +119,8 @@ struct RunCli {
   std::string rows = "int1";
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
-  std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir, reference_spill = "auto";
+  std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir, reference_spill = "auto",
+              reference_group = "auto";
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
@@ -373,6 +374,11 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                   "written to an unlinked file in $TMPDIR and read back to judge each form (auto: 64MiB; 0: "
                   "always; never: kept in memory). The values are the same either way")
       ->capture_default_str();
+  sub->add_option("--reference-group", o->reference_group,
+                  "How the FP64 reference of a long sequence runs: when a sequence's results pass BYTES, one group "
+                  "of heads at a time, each group's results freed once the ranks have their part (auto: 512MiB; 0: "
+                  "one q/k head at a time; never: every head at once). The values are the same either way")
+      ->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
@@ -434,6 +440,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.reference_spill_bytes = o->reference_spill == "never"  ? int64_t(-1)
                                 : o->reference_spill == "auto" ? kReferenceSpillBytes
                                                                : parse_bytes(o->reference_spill, "--reference-spill");
+    opt.reference_group_bytes = o->reference_group == "never"  ? int64_t(-1)
+                                : o->reference_group == "auto" ? kReferenceGroupBytes
+                                                               : parse_bytes(o->reference_group, "--reference-group");
     KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi" || o->comm == "nccl",
                 "--comm: expected local, mpi, nccl or auto, got \"{}\"", o->comm);
     KCP_REQUIRE(o->comm != "mpi" || launched,

@@ -98,6 +98,7 @@ void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, c
     req.backend = &backend;
     req.spare_workspace = opt.fault.kind == FaultKind::WorkspaceOfOtherPackage;
     req.reference_spill_bytes = opt.reference_spill_bytes;
+    req.reference_group_bytes = opt.reference_group_bytes;
     if (guard.use_mpi) {
       if (row.world != mpi_world_size()) continue;  // recorded as skipped by the run
       req.ranks = {mpi_world_rank()};

@@ -72,15 +72,33 @@ int64_t boundary_distance(const RankPlan& rp, int64_t t, int* segment) {
 }
 }  // namespace
 
-std::vector<std::shared_ptr<const SequenceReference>> rank_references(const RankPlan& rp, ReferenceCache& cache) {
+std::vector<std::shared_ptr<const SequenceReference>> rank_references(const RankPlan& rp, ReferenceCache& cache,
+                                                                      HeadRange heads) {
   std::vector<std::shared_ptr<const SequenceReference>> refs;
-  for (const auto& pc : rp.pieces) refs.push_back(cache.get(pc.seq));
+  for (const auto& pc : rp.pieces) refs.push_back(cache.get(pc.seq, heads));
   return refs;
 }
 
-std::vector<double> reference_tensor_for_rank(const RowConfig& row, const RankPlan& rp,
+HeadPart head_part(const RowConfig& row, const RankPlan& rp, ResultTensor t, HeadRange heads) {
+  const RowConfig part = head_range_row(row, heads);
+  const int64_t first = heads.whole(row.H) ? 0 : heads.first, G = row.HV / row.H;
+  if (place_of(t) == TensorPlace::State)
+    return {static_cast<int64_t>(rp.pieces.size()), row.HV, int64_t(row.K) * row.V, first * G, part.HV};
+  const auto [all, width] = token_dims(row, t);
+  const int64_t count = token_dims(part, t)[0];
+  return {rp.tokens(), all, std::max<int64_t>(width, 1), all == row.H ? first : first * G, count};
+}
+
+void scatter_heads(const std::vector<double>& part, const HeadPart& at, std::vector<double>& whole) {
+  const int64_t run = at.count * at.width;
+  for (int64_t r = 0; r < at.rows; ++r)
+    std::copy_n(part.begin() + r * run, run, whole.begin() + (r * at.heads + at.first) * at.width);
+}
+
+std::vector<double> reference_tensor_for_rank(const RowConfig& row_, const RankPlan& rp,
                                               const std::vector<std::shared_ptr<const SequenceReference>>& refs,
-                                              ResultTensor t) {
+                                              ResultTensor t, HeadRange heads) {
+  const RowConfig row = head_range_row(row_, heads);  // the part's shape (the row's when whole)
   const int64_t T = rp.tokens(), N = static_cast<int64_t>(rp.pieces.size()), state = int64_t(row.HV) * row.K * row.V;
   std::vector<double> out;
   if (!row_has(row, t)) return out;
@@ -119,6 +137,7 @@ std::shared_ptr<const SequenceReference> piece_slice(const SequenceReference& fu
   s->seq = full.seq;
   s->t_begin = full.t_begin;
   s->t_end = full.t_end;
+  s->heads = full.heads;
   s->dA_log = full.dA_log;
   s->ddt_bias = full.ddt_bias;
   const size_t n = full.probes.size(), state = n ? full.probe_S.size() / n : 0;
@@ -130,6 +149,29 @@ std::shared_ptr<const SequenceReference> piece_slice(const SequenceReference& fu
     s->probe_dS.insert(s->probe_dS.end(), full.probe_dS.begin() + i * state, full.probe_dS.begin() + (i + 1) * state);
   }
   return s;
+}
+
+void add_piece_part(const RowConfig& row, const SequenceReference& part, SequenceReference& into) {
+  if (part.heads.whole(row.H)) {
+    into = part;
+    return;
+  }
+  into.seq = part.seq;
+  into.t_begin = part.t_begin;
+  into.t_end = part.t_end;
+  into.probes = part.probes;
+  const int64_t G = row.HV / row.H, gw = row.op == Op::Kda ? row.K : 1, KV = int64_t(row.K) * row.V;
+  const int64_t n = static_cast<int64_t>(part.probes.size());
+  const HeadPart at{0, row.HV, 0, int64_t(part.heads.first) * G, int64_t(part.heads.count) * G};
+  auto put = [&](const std::vector<double>& src, std::vector<double>& dst, int64_t rows, int64_t width) {
+    if (src.empty()) return;
+    dst.resize(static_cast<size_t>(rows * row.HV * width));
+    scatter_heads(src, HeadPart{rows, at.heads, width, at.first, at.count}, dst);
+  };
+  put(part.probe_S, into.probe_S, n, KV);
+  put(part.probe_dS, into.probe_dS, n, KV);
+  put(part.dA_log, into.dA_log, 1, 1);
+  put(part.ddt_bias, into.ddt_bias, 1, gw);
 }
 
 RankReference boundary_reference(const RowConfig& row, const RankPlan& rp,
@@ -156,6 +198,12 @@ RankReference boundary_reference(const RowConfig& row, const RankPlan& rp,
 
 std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
                                         const RankReference& rr, const RankReference& br, int rank) {
+  return compare_rank(
+      row, rp, res, [&](ResultTensor t) -> const std::vector<double>& { return rr[t]; }, br, rank);
+}
+
+std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
+                                        const ReferenceSource& ref_of, const RankReference& br, int rank) {
   const int64_t HV = row.HV, K = row.K, V = row.V;
   std::vector<TensorMetrics> out;
   std::vector<int> piece_of(static_cast<size_t>(rp.tokens()), 0);
@@ -212,8 +260,8 @@ std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp
     if (!row_has(row, t)) continue;
     const auto [heads, width] = token_dims(row, t);
     if (place_of(t) == TensorPlace::Token)
-      token_tensor(to_string(t), res[t], rr[t], heads, std::max<int64_t>(1, width));
-    if (place_of(t) == TensorPlace::State) state_tensor(to_string(t), res[t], rr[t], rp.pieces.size(), piece_at);
+      token_tensor(to_string(t), res[t], ref_of(t), heads, std::max<int64_t>(1, width));
+    if (place_of(t) == TensorPlace::State) state_tensor(to_string(t), res[t], ref_of(t), rp.pieces.size(), piece_at);
     if (place_of(t) == TensorPlace::Boundary)
       state_tensor(to_string(t), res[t], br[t], rp.segments.size(), [&](size_t s) {
         WorstElement w = piece_at(static_cast<size_t>(rp.segments[s].piece));

@@ -10,6 +10,7 @@
 // budget.rel_rms, and pass = both <= 1 and no unexpected non-finite value.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,8 +29,9 @@ namespace kcp {
 
 // WorstElement and TensorMetrics are types of the results document (core/report/results.h).
 
-// Reference data a rank needs: the sequences its pieces belong to.
-std::vector<std::shared_ptr<const SequenceReference>> rank_references(const RankPlan& rp, ReferenceCache& cache);
+// Reference data a rank needs: the sequences its pieces belong to (with a head range: those heads).
+std::vector<std::shared_ptr<const SequenceReference>> rank_references(const RankPlan& rp, ReferenceCache& cache,
+                                                                      HeadRange heads = {});
 
 // The reference of one rank's tokens and pieces, in the backend's layouts (kcp_engine.h
 // RankResult); ht / dh0 hold NaN for pieces without a final state / an initial state. Boundary
@@ -42,15 +44,27 @@ struct RankReference {
 RankReference reference_for_rank(const RowConfig& row, const RankPlan& rp,
                                  const std::vector<std::shared_ptr<const SequenceReference>>& refs);
 // One tensor of reference_for_rank (a Token or State tensor the row has), so a rank can build
-// and put away its slice one tensor at a time (core/compare/reference_spill.h).
+// and put away its slice one tensor at a time (core/compare/reference_spill.h). With a head
+// range (refs computed for it), the part of those heads: [rows, heads of the range, width].
 std::vector<double> reference_tensor_for_rank(const RowConfig& row, const RankPlan& rp,
                                               const std::vector<std::shared_ptr<const SequenceReference>>& refs,
-                                              ResultTensor t);
+                                              ResultTensor t, HeadRange heads = {});
+// Where a head range's part of a Token or State tensor lies in the rank's tensor: `rows` rows
+// (tokens or pieces) of `heads` heads of `width` elements, of which heads [first, first + count).
+struct HeadPart {
+  int64_t rows = 0, heads = 0, width = 0, first = 0, count = 0;
+};
+HeadPart head_part(const RowConfig& row, const RankPlan& rp, ResultTensor t, HeadRange heads);
+// Copies a part ([rows, count, width]) into its heads of `whole` ([rows, heads, width]).
+void scatter_heads(const std::vector<double>& part, const HeadPart& at, std::vector<double>& whole);
 
 // What a rank keeps of its sequences' references after the row's preparation, per piece: dA_log,
 // ddt_bias, and the probes inside the piece (seq_offset <= p <= seq_offset + length) with their
 // S_p, dS_p; t_begin / t_end of the sequence.
 std::shared_ptr<const SequenceReference> piece_slice(const SequenceReference& full, const Piece& pc);
+// Adds a head range's piece_slice (part.heads) to the piece's slice of every head built so far
+// (`into`; the first part sets its probe positions and sequence).
+void add_piece_part(const RowConfig& row, const SequenceReference& part, SequenceReference& into);
 // h_entry / dh_exit of a form's segments on this rank ([S, HV, K, V]): S_p at each segment's first
 // token p where p > 0, dS_p at its end p where p < len (docs/algorithm.md 1.4); NaN elsewhere
 // (not judged). piece_refs: piece_slice per piece.
@@ -61,6 +75,11 @@ RankReference boundary_reference(const RowConfig& row, const RankPlan& rp,
 // State tensors; boundary: the form's boundary_reference.
 std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
                                         const RankReference& ref, const RankReference& boundary, int rank);
+// The same, the reference of each Token and State tensor asked for when it is compared (ref_of(t)
+// stays valid until the next call): a spilled slice is read back one tensor at a time.
+using ReferenceSource = std::function<const std::vector<double>&(ResultTensor)>;
+std::vector<TensorMetrics> compare_rank(const RowConfig& row, const RankPlan& rp, const RankResult& res,
+                                        const ReferenceSource& ref_of, const RankReference& boundary, int rank);
 void reduce_metrics(std::vector<TensorMetrics>& m, Communicator& comm);
 // The cancellation-aware scale of dA_log and ddt_bias (docs/design.md 6): per element, the sum
 // over all tokens of the absolute per-token contributions, |dg x da/d(param) / da/dg|, from the

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include "core/inputs/inputs.h"
 #include "core/util/error.h"
@@ -47,12 +48,13 @@ ref::Problem ref_problem(const RowConfig& row, int64_t len) {
 }
 
 SequenceReference compute_sequence(const RowConfig& row, const std::string& digest, int seq, int threads,
-                                   const std::vector<int64_t>& probes) {
+                                   const std::vector<int64_t>& probes, HeadRange heads) {
   int64_t t0 = 0;
   for (int s = 0; s < seq; ++s) t0 += row.seqlens[s];
   const int64_t len = row.seqlens[seq];
-  RowInputs in = make_inputs(row, digest, t0, t0 + len);
-  const int64_t state = int64_t(row.HV) * row.K * row.V;
+  RowInputs in = make_inputs(row, digest, t0, t0 + len, heads);
+  const RowConfig part = head_range_row(row, heads);
+  const int64_t state = int64_t(part.HV) * part.K * part.V;
   // The reference reads the float inputs directly (converted to double exactly as it reads them);
   // h0 and dht are this sequence's rows of the row's [N, HV, K, V] states.
   ref::Inputs ri;
@@ -68,7 +70,7 @@ SequenceReference compute_sequence(const RowConfig& row, const std::string& dige
   ri.dht = row.dht ? in.dht.data() + seq * state : nullptr;
   ref::Outputs out;
   ref::Grads gr;
-  ref::Problem problem = ref_problem(row, len);
+  ref::Problem problem = ref_problem(part, len);
   if (!probes.empty()) {  // docs/algorithm.md 1.4: S_p and dS_p at the boundaries the forms judge
     problem.probe_cu = {0, static_cast<int64_t>(probes.size())};
     problem.probes = probes;
@@ -91,6 +93,7 @@ SequenceReference compute_sequence(const RowConfig& row, const std::string& dige
   r.probes = probes;
   r.probe_S = std::move(out.probe_S);
   r.probe_dS = std::move(gr.probe_dS);
+  r.heads = heads;
   return r;
 }
 
@@ -324,14 +327,15 @@ std::string usable_cache_dir(const std::string& dir) {
 }  // namespace
 
 struct ReferenceCache::Impl {
+  using Key = std::tuple<int, int, int>;  // sequence, first head, heads (0: every head)
   const RowConfig& row;
   std::string digest, dir;
   int threads;
   ProbePositions probes;
   std::mutex mutex;
   std::condition_variable cv;
-  std::map<int, std::shared_ptr<const SequenceReference>> done;
-  std::map<int, bool> running;
+  std::map<Key, std::shared_ptr<const SequenceReference>> done;
+  std::map<Key, bool> running;
   double seconds = 0;
   Impl(const RowConfig& r, std::string d, std::string c, int t, ProbePositions p)
       : row(r), digest(std::move(d)), dir(usable_cache_dir(c)), threads(t), probes(std::move(p)) {}
@@ -339,6 +343,9 @@ struct ReferenceCache::Impl {
     static const std::vector<int64_t> none;
     return size_t(seq) < probes.size() ? probes[size_t(seq)] : none;
   }
+  Key key(int seq, HeadRange h) const { return h.whole(row.H) ? Key{seq, 0, 0} : Key{seq, h.first, h.count}; }
+  // The sequence's reference from the disk cache, or computed (and stored when whole and small).
+  void load_or_compute(int seq, HeadRange heads, SequenceReference& r, double& secs);
 };
 
 ReferenceCache::ReferenceCache(const RowConfig& row, std::string digest, std::string cache_dir, int threads,
@@ -351,54 +358,71 @@ double ReferenceCache::compute_seconds() const {
   return impl_->seconds;
 }
 
-std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq) {
+void ReferenceCache::Impl::load_or_compute(int seq, HeadRange heads, SequenceReference& r, double& secs) {
+  const bool whole = heads.whole(row.H);
+  const std::string path =
+      dir.empty() || !whole ? "" : fmt::format("{}/{}-seed{}-seq{}.bin", dir, digest.substr(0, 16), row.seed, seq);
+  const CacheHeader k = cache_key(row, digest, seq, probes_of(seq));
+  std::string why;
+  const bool loaded = !path.empty() && load(path, k, probes_of(seq), r, why);
+  if (!why.empty()) log::warn("FP64 reference cache file {}: {}; recomputing it", path, why);
+  if (loaded) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    r = compute_sequence(row, digest, seq, threads, probes_of(seq), whole ? HeadRange{} : heads);
+  } catch (const std::invalid_argument& e) {
+    KCP_THROW(InvariantError, "FP64 reference refused row {} sequence {}: {}", row.name, seq, e.what());
+  }
+  secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Long sequences are not cached: an int3 sequence's FP64 gradients take gigabytes, more disk
+  // than recomputing them costs time.
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (auto* v : fields(r)) bytes += static_cast<int64_t>(v->size() * sizeof(double));
+  if (!path.empty() && bytes <= kMaxCachedBytes)
+    store(path, k, r);
+  else if (!why.empty())
+    std::filesystem::remove(path, ec);  // too large to store again: no stale file
+}
+
+std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq, HeadRange heads) {
   Impl& m = *impl_;
+  const Impl::Key key = m.key(seq, heads);
   {
     std::unique_lock<std::mutex> lock(m.mutex);
-    m.cv.wait(lock, [&] { return m.done.count(seq) || !m.running[seq]; });
-    if (auto it = m.done.find(seq); it != m.done.end()) return it->second;
-    m.running[seq] = true;
+    m.cv.wait(lock, [&] { return m.done.count(key) || !m.running[key]; });
+    if (auto it = m.done.find(key); it != m.done.end()) return it->second;
+    m.running[key] = true;
   }
   auto r = std::make_shared<SequenceReference>();
-  const std::string path =
-      m.dir.empty() ? "" : fmt::format("{}/{}-seed{}-seq{}.bin", m.dir, m.digest.substr(0, 16), m.row.seed, seq);
-  const CacheHeader key = cache_key(m.row, m.digest, seq, m.probes_of(seq));
-  std::string why;
-  const bool loaded = !path.empty() && load(path, key, m.probes_of(seq), *r, why);
-  if (!why.empty()) log::warn("FP64 reference cache file {}: {}; recomputing it", path, why);
   double secs = 0;
-  if (!loaded) {
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      *r = compute_sequence(m.row, m.digest, seq, m.threads, m.probes_of(seq));
-    } catch (const std::invalid_argument& e) {
-      std::lock_guard<std::mutex> lock(m.mutex);
-      m.running[seq] = false;
-      m.cv.notify_all();
-      KCP_THROW(InvariantError, "FP64 reference refused row {} sequence {}: {}", m.row.name, seq, e.what());
-    }
-    secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    // Long sequences are not cached: an int3 sequence's FP64 gradients take gigabytes, more disk
-    // than recomputing them costs time.
-    int64_t bytes = 0;
-    std::error_code ec;
-    for (auto* v : fields(*r)) bytes += static_cast<int64_t>(v->size() * sizeof(double));
-    if (!path.empty() && bytes <= kMaxCachedBytes)
-      store(path, key, *r);
-    else if (!why.empty())
-      std::filesystem::remove(path, ec);  // too large to store again: no stale file
+  try {
+    m.load_or_compute(seq, heads, *r, secs);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.running[key] = false;
+    m.cv.notify_all();
+    throw;
   }
   int64_t t0 = 0;
   for (int s = 0; s < seq; ++s) t0 += m.row.seqlens[s];
   r->seq = seq;
   r->t_begin = t0;
   r->t_end = t0 + m.row.seqlens[seq];
+  r->heads = heads.whole(m.row.H) ? HeadRange{} : heads;
   std::lock_guard<std::mutex> lock(m.mutex);
   m.seconds += secs;
-  m.running[seq] = false;
-  m.done[seq] = r;
+  m.running[key] = false;
+  m.done[key] = r;
   m.cv.notify_all();
   return r;
+}
+
+void ReferenceCache::release(HeadRange heads) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mutex);
+  for (auto it = m.done.begin(); it != m.done.end();)
+    it = m.key(std::get<0>(it->first), heads) == it->first ? m.done.erase(it) : std::next(it);
 }
 
 const double* SequenceReference::probe_state(const std::vector<double>& field, int64_t p, int64_t state) const {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/config/row_config.h"
+#include "core/inputs/inputs.h"
 #include "core/kcp/rank_result.h"
 
 namespace kcp {
@@ -28,6 +29,9 @@ struct SequenceReference {
   // ([n_probes, HV, K, V]); the reference of the Boundary tensors (h_entry, dh_exit).
   std::vector<int64_t> probes;
   std::vector<double> probe_S, probe_dS;
+  // The heads computed (core/inputs/inputs.h): every per-head field holds only these, packed
+  // (head_range_row's shape); count 0 = every head.
+  HeadRange heads;
   // The field of a result tensor (core/kcp/rank_result.h), by the table's names; a Boundary
   // tensor's is its probe field.
   const std::vector<double>& operator[](ResultTensor t) const {
@@ -62,8 +66,11 @@ class ReferenceCache {
   ReferenceCache(const RowConfig& row, std::string digest, std::string cache_dir, int threads,
                  ProbePositions probes = {});
   ~ReferenceCache();
-  // Thread-safe; computes (or loads) a sequence once and shares it.
-  std::shared_ptr<const SequenceReference> get(int seq);
+  // Thread-safe; computes (or loads) a sequence once and shares it. With a head range, only those
+  // heads (the same bits as in the whole sequence's reference; never stored on disk).
+  std::shared_ptr<const SequenceReference> get(int seq, HeadRange heads = {});
+  // Forgets the sequences computed for a head range (they live on while a caller holds them).
+  void release(HeadRange heads);
   double compute_seconds() const;  // total time spent computing (not loading)
 
  private:

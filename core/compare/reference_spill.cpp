@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -39,51 +40,78 @@ ReferenceSpill::~ReferenceSpill() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void ReferenceSpill::put(ResultTensor t, std::vector<double>& v) {
-  const int i = static_cast<int>(t);
-  const char* p = reinterpret_cast<const char*>(v.data());
-  size_t left = v.size() * sizeof(double);
-  off_t at = static_cast<off_t>(end_);
+namespace {
+// Every byte of [p, p + left) through io (pwrite or pread) at file offset `at`, retried on EINTR;
+// an error or a short transfer raises ApiError with `why` (`end`: the errno of a short one).
+template <class Io, class Ptr>
+void transfer_all(Io io, const char* name, int end, int fd, Ptr p, size_t left, off_t at, const std::string& why) {
   while (left > 0) {
-    const ssize_t n = ::pwrite(fd_, p, left, at);
+    const ssize_t n = io(fd, p, left, at);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      raise_api_error("I/O", "pwrite", n < 0 ? errno : ENOSPC,
-                      "cannot write the FP64 reference slice to a temporary file in " + dir_ +
-                          " (set TMPDIR to a folder with room for it)",
-                      __FILE__, __LINE__);
+    if (n <= 0) raise_api_error("I/O", name, n < 0 ? errno : end, why, __FILE__, __LINE__);
     p += n;
     left -= static_cast<size_t>(n);
     at += n;
   }
-  offset_[i] = end_;
-  count_[i] = static_cast<int64_t>(v.size());
-  has_[i] = true;
-  end_ += count_[i] * int64_t(sizeof(double));
+}
+}  // namespace
+
+void ReferenceSpill::write_at(const std::vector<double>& v, int64_t at) const {
+  transfer_all(::pwrite, "pwrite", ENOSPC, fd_, reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double),
+               static_cast<off_t>(at),
+               "cannot write the FP64 reference slice to a temporary file in " + dir_ +
+                   " (set TMPDIR to a folder with room for it)");
+}
+
+void ReferenceSpill::read_at(double* dst, int64_t count, int64_t at) const {
+  transfer_all(::pread, "pread", EIO, fd_, reinterpret_cast<char*>(dst), static_cast<size_t>(count) * sizeof(double),
+               static_cast<off_t>(at), "cannot read the FP64 reference slice back from its temporary file in " + dir_);
+}
+
+void ReferenceSpill::put(ResultTensor t, std::vector<double>& v) {
+  put_part(t, v, 1, 1, static_cast<int64_t>(v.size()), 0, 1);
+}
+
+void ReferenceSpill::put_part(ResultTensor t, std::vector<double>& v, int64_t rows, int64_t heads, int64_t width,
+                              int64_t first, int64_t count) {
+  KCP_CHECK(static_cast<int64_t>(v.size()) == rows * count * width && first >= 0 && first + count <= heads,
+            "reference part of {} values for heads [{}, {}) of {} x {} x {}", v.size(), first, first + count, rows,
+            heads, width);
+  Layout& l = layout_[static_cast<size_t>(t)];
+  if (l.parts.empty()) l = Layout{rows, heads, width, {}};
+  KCP_CHECK(l.rows == rows && l.heads == heads && l.width == width, "reference parts of {} differ in shape",
+            to_string(t));
+  write_at(v, end_);
+  l.parts.push_back(Part{first, count, end_});
+  end_ += static_cast<int64_t>(v.size() * sizeof(double));
   std::vector<double>().swap(v);
+}
+
+std::vector<double> ReferenceSpill::load_tensor(ResultTensor t) const {
+  const Layout& l = layout_[static_cast<size_t>(t)];
+  std::vector<double> v(static_cast<size_t>(l.parts.empty() ? 0 : l.rows * l.heads * l.width));
+  if (l.parts.size() == 1 && l.parts[0].count == l.heads) {  // whole: straight into place
+    read_at(v.data(), static_cast<int64_t>(v.size()), l.parts[0].offset);
+    return v;
+  }
+  int64_t heads = 0;
+  for (const Part& p : l.parts) heads += p.count;
+  KCP_CHECK(heads == l.heads || l.parts.empty(), "reference of {}: {} of {} heads were put", to_string(t), heads,
+            l.heads);
+  std::vector<double> part;
+  for (const Part& p : l.parts) {
+    const int64_t run = p.count * l.width;
+    part.resize(static_cast<size_t>(l.rows * run));
+    read_at(part.data(), l.rows * run, p.offset);
+    for (int64_t r = 0; r < l.rows; ++r)
+      std::copy_n(part.begin() + r * run, run, v.begin() + (r * l.heads + p.first) * l.width);
+  }
+  return v;
 }
 
 RankReference ReferenceSpill::load() const {
   RankReference r;
-  for (int i = 0; i < kResultTensorCount; ++i) {
-    if (!has_[i]) continue;
-    std::vector<double>& v = r.tensors[i];
-    v.resize(static_cast<size_t>(count_[i]));
-    char* p = reinterpret_cast<char*>(v.data());
-    size_t left = v.size() * sizeof(double);
-    off_t at = static_cast<off_t>(offset_[i]);
-    while (left > 0) {
-      const ssize_t n = ::pread(fd_, p, left, at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        raise_api_error("I/O", "pread", n < 0 ? errno : EIO,
-                        "cannot read the FP64 reference slice back from its temporary file in " + dir_, __FILE__,
-                        __LINE__);
-      p += n;
-      left -= static_cast<size_t>(n);
-      at += n;
-    }
-  }
+  for (int i = 0; i < kResultTensorCount; ++i) r.tensors[i] = load_tensor(result_tensor(i));
   return r;
 }
 

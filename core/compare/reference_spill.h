@@ -24,16 +24,31 @@ class ReferenceSpill {
 
   // Writes `v` as tensor t's reference and frees it (ApiError when the write fails: disk full).
   void put(ResultTensor t, std::vector<double>& v);
+  // Writes `v` as heads [first, first + count) of tensor t, a tensor of `rows` rows of `heads`
+  // heads of `width` elements (v: [rows, count, width]), and frees it: the FP64 reference made
+  // one group of heads at a time. A tensor is whole once every head is put.
+  void put_part(ResultTensor t, std::vector<double>& v, int64_t rows, int64_t heads, int64_t width, int64_t first,
+                int64_t count);
+  // Tensor t read back ([rows, heads, width] from its parts; empty when never put; thread-safe).
+  std::vector<double> load_tensor(ResultTensor t) const;
   // Every tensor put, read back (thread-safe: positioned reads).
   RankReference load() const;
   int64_t bytes() const { return end_; }
   const std::string& folder() const { return dir_; }
 
  private:
+  struct Part {
+    int64_t first = 0, count = 0, offset = 0;  // heads and where they lie in the file
+  };
+  struct Layout {
+    int64_t rows = 0, heads = 0, width = 0;
+    std::vector<Part> parts;
+  };
+  void write_at(const std::vector<double>& v, int64_t at) const;
+  void read_at(double* p, int64_t n, int64_t at) const;
   int fd_ = -1;
   std::string dir_;
-  std::array<int64_t, kResultTensorCount> offset_{}, count_{};
-  std::array<bool, kResultTensorCount> has_{};
+  std::array<Layout, kResultTensorCount> layout_{};
   int64_t end_ = 0;
 };
 

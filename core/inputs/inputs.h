@@ -21,6 +21,18 @@
 
 namespace kcp {
 
+// Heads [first, first + count) of the row's q/k heads and their value heads [first G, (first +
+// count) G) (G = HV / H); count 0 = every head. Heads are independent in the recurrence, so the
+// FP64 reference can run a row one group of heads at a time (core/compare/reference_data.h).
+struct HeadRange {
+  int first = 0, count = 0;
+  bool whole(int H) const { return count == 0 || (first == 0 && count == H); }
+};
+
+// The row restricted to a head range: H = count, HV = count G, every other field as the row's
+// (the shape of what the FP64 reference computes for the range).
+RowConfig head_range_row(const RowConfig& row, HeadRange heads);
+
 struct RowInputs {
   int64_t t_begin = 0, t_end = 0;  // global token range of this shard
   std::vector<float> q, k, v, g, beta, dO;
@@ -29,8 +41,14 @@ struct RowInputs {
   int64_t tokens() const { return t_end - t_begin; }
 };
 
-// Generates the shard [t_begin, t_end) of the row's inputs.
-RowInputs make_inputs(const RowConfig& row, const std::string& row_digest, int64_t t_begin, int64_t t_end);
+// Generates the shard [t_begin, t_end) of the row's inputs; with a head range only those heads
+// (q, k: its q/k heads; v, dO, g, beta, A_log, dt_bias, h0, dht: its value heads), each element
+// the value it has in the whole shard (the same counters), packed as a row of that many heads.
+RowInputs make_inputs(const RowConfig& row, const std::string& row_digest, int64_t t_begin, int64_t t_end,
+                      HeadRange heads = {});
+// Only the gates of the shard (g, A_log, dt_bias; the other tensors empty): the same values as
+// make_inputs (what the reference's dA_log / ddt_bias scales read).
+RowInputs make_gate_inputs(const RowConfig& row, const std::string& row_digest, int64_t t_begin, int64_t t_end);
 
 // Counter-based RNG: a stateless hash of (key, counter) (Philox-like quality is not needed;
 // SplitMix64 finalisers on a 128-bit input are enough for test data and are exactly reproducible).

@@ -334,31 +334,89 @@ const RankReference& judged_reference(const RowContext& c, RankReference& loaded
   return loaded;
 }
 
-// This rank's slice of the row's FP64 reference, built one tensor at a time from the sequences'
-// whole references (and put away tensor by tensor when it is large), the scales from the
-// shard's gates, and per piece the Param gradients and probes. Collective (the scales).
+// The same, one tensor at a time: a spilled slice is read back tensor by tensor into `loaded`
+// (the previous tensor freed first), so judging holds one tensor of it.
+ReferenceSource judged_source(const RowContext& c, std::vector<double>& loaded) {
+  if (c.prep->ref) {
+    std::shared_ptr<const RankReference> ref = c.prep->ref;
+    return [ref](ResultTensor t) -> const std::vector<double>& { return (*ref)[t]; };
+  }
+  std::shared_ptr<const ReferenceSpill> spill = c.prep->spill;
+  return [spill, &loaded](ResultTensor t) -> const std::vector<double>& {
+    std::vector<double>().swap(loaded);
+    loaded = spill->load_tensor(t);
+    return loaded;
+  };
+}
+
+// Where a rank's reference slice goes while it is built: into memory, or its spill file.
+struct SliceSink {
+  std::shared_ptr<RankReference> ref;  // null when spilled
+  std::shared_ptr<ReferenceSpill> file;
+  // Tensor t's part of the head range (the whole tensor when whole), freed once put.
+  void put(const RowConfig& row, const RankPlan& rp, ResultTensor t, HeadRange heads, std::vector<double>& part) {
+    if (heads.whole(row.H)) {
+      if (file) return file->put(t, part);
+      (*ref)[t] = std::move(part);
+      return;
+    }
+    const HeadPart at = head_part(row, rp, t, heads);
+    if (file) return file->put_part(t, part, at.rows, at.heads, at.width, at.first, at.count);
+    std::vector<double>& whole = (*ref)[t];
+    whole.resize(static_cast<size_t>(at.rows * at.heads * at.width));
+    scatter_heads(part, at, whole);
+    std::vector<double>().swap(part);
+  }
+};
+
+// One head range of the rank's slice: its sequences' references for those heads, their parts of
+// every tensor and of the pieces' probes and Param gradients.
+void add_head_range(const RowContext& c, const RankPlan& my, ReferenceCache& cache, HeadRange heads, SliceSink& sink,
+                    std::vector<SequenceReference>& pieces) {
+  const auto refs = rank_references(my, cache, heads);
+  for (size_t p = 0; p < refs.size(); ++p) add_piece_part(c.row, *piece_slice(*refs[p], my.pieces[p]), pieces[p]);
+  for (int i = 0; i < kResultTensorCount; ++i) {
+    const ResultTensor t = result_tensor(i);
+    std::vector<double> v = reference_tensor_for_rank(c.row, my, refs, t, heads);
+    if (!v.empty()) sink.put(c.row, my, t, heads, v);
+  }
+}
+
+// The cancellation-aware scales of dA_log / ddt_bias from the rank's gates and reference dg
+// (collective; none without those parameters).
+ParamScales rank_param_scales(const RowContext& c, const RankPlan& my, const SliceSink& sink, Communicator& comm) {
+  if (!c.row.A_log && !c.row.dt_bias) return {};
+  const std::vector<double> dg = sink.file ? sink.file->load_tensor(ResultTensor::dg) : (*sink.ref)[ResultTensor::dg];
+  return param_grad_scales(c.row, make_gate_inputs(c.row, c.sel.digest, my.global_begin, my.global_end), dg, comm);
+}
+
+// This rank's slice of the row's FP64 reference, built one group of heads at a time (all heads
+// at once unless the sequences' results pass RunOptions::reference_group_bytes) and one tensor at
+// a time from the sequences' references, put away part by part when it is large; the scales from
+// the gates, and per piece the Param gradients and probes. Collective (a barrier per group, after
+// which the group's sequences go; the scales).
 std::shared_ptr<const RankPrepared> prepare_reference(const RowContext& c, const RunOptions& opt, Communicator& comm,
                                                       ReferenceCache& cache) {
   const RowConfig& row = c.row;
   const RankPlan& my = c.planned.ranks[comm.rank()];
-  auto prep = std::make_shared<RankPrepared>();
-  const auto my_refs = rank_references(my, cache);
-  for (size_t p = 0; p < my_refs.size(); ++p) prep->piece_refs.push_back(piece_slice(*my_refs[p], my.pieces[p]));
   const bool spill = opt.reference_spill_bytes >= 0 && reference_slice_bytes(row, my) >= opt.reference_spill_bytes;
-  std::shared_ptr<ReferenceSpill> file = spill ? std::make_shared<ReferenceSpill>() : nullptr;
-  auto ref = spill ? nullptr : std::make_shared<RankReference>();
-  for (int i = 0; i < kResultTensorCount; ++i) {
-    const ResultTensor t = result_tensor(i);
-    std::vector<double> v = reference_tensor_for_rank(row, my, my_refs, t);
-    if (t == ResultTensor::dg) prep->param_scales = param_grad_scales(row, form_shard(c, comm.rank()), v, comm);
-    if (v.empty()) continue;
-    if (file)
-      file->put(t, v);
-    else
-      (*ref)[t] = std::move(v);
+  SliceSink sink{spill ? nullptr : std::make_shared<RankReference>(),
+                 spill ? std::make_shared<ReferenceSpill>() : nullptr};
+  std::vector<SequenceReference> pieces(my.pieces.size());
+  const int groups = reference_head_groups(row, opt.reference_group_bytes);
+  for (int g = 0; g < groups; ++g) {
+    const HeadRange heads = groups == 1 ? HeadRange{} : HeadRange{g * row.H / groups, row.H / groups};
+    add_head_range(c, my, cache, heads, sink, pieces);
+    if (groups == 1) continue;
+    comm.barrier();  // every rank of the process has its part: the group's sequences go
+    cache.release(heads);
   }
-  prep->ref = ref;
-  prep->spill = file;
+  auto prep = std::make_shared<RankPrepared>();
+  for (SequenceReference& p : pieces)
+    prep->piece_refs.push_back(std::make_shared<const SequenceReference>(std::move(p)));
+  prep->param_scales = rank_param_scales(c, my, sink, comm);
+  prep->ref = sink.ref;
+  prep->spill = sink.file;
   return prep;
 }  // this rank's hold on the sequences' full FP64 results ends here
 
@@ -658,8 +716,8 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   const RankReference boundary = boundary_reference(c.row, plan.ranks[r], c.prep->piece_refs);
   std::vector<TensorMetrics> ms;
   {
-    RankReference loaded;  // a spilled slice lives only while this form is judged
-    ms = compare_rank(c.row, plan.ranks[r], res, judged_reference(c, loaded), boundary, r);
+    std::vector<double> loaded;  // a spilled slice's tensor lives only while it is judged
+    ms = compare_rank(c.row, plan.ranks[r], res, judged_source(c, loaded), boundary, r);
   }
   if (opt.dumper) dump_result(*opt.dumper, c.row, form, plan.ranks[r], res, boundary, r);
   reduce_metrics(ms, comm);
@@ -692,8 +750,8 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
 std::vector<TensorMetrics> judge_external(const RowContext& c, const ExternalRun& run, Communicator& comm, Verdict& v) {
   const RankPlan& rp = c.planned.ranks[0];
   const RankReference boundary = boundary_reference(c.row, rp, c.prep->piece_refs);
-  RankReference loaded;
-  std::vector<TensorMetrics> ms = compare_rank(c.row, rp, run.result, judged_reference(c, loaded), boundary, 0);
+  std::vector<double> loaded;
+  std::vector<TensorMetrics> ms = compare_rank(c.row, rp, run.result, judged_source(c, loaded), boundary, 0);
   reduce_metrics(ms, comm);
   for (auto& m : compare_parameter_grads(c.row, rp, run.result, c.prep->piece_refs, c.prep->param_scales, comm))
     ms.push_back(m);

@@ -268,7 +268,25 @@ void rank_host_bytes(const RowConfig& row, const RankPlan& rp, const std::vector
             "the row's preparation");
 }
 
+// Doubles per token of a sequence's FP64 results (o, dq, dk, dv, dg, dbeta).
+int64_t reference_per_token(const RowConfig& row) {
+  int64_t tok = 0;
+  for (ResultTensor t :
+       {ResultTensor::o, ResultTensor::dq, ResultTensor::dk, ResultTensor::dv, ResultTensor::dg, ResultTensor::dbeta})
+    tok += per_token(row, t);
+  return tok;
+}
+
 }  // namespace
+
+int reference_head_groups(const RowConfig& row, int64_t group_bytes) {
+  if (group_bytes < 0 || row.seqlens.empty()) return 1;
+  const int64_t longest = *std::max_element(row.seqlens.begin(), row.seqlens.end());
+  const double whole = double(kDouble) * double(longest) * double(reference_per_token(row));
+  for (int n = 1; n < row.H; ++n)
+    if (row.H % n == 0 && whole / n <= double(group_bytes)) return n;
+  return row.H;
+}
 
 int64_t reference_slice_bytes(const RowConfig& row, const RankPlan& rp) {
   const Sizer s{row.name};

@@ -52,6 +52,17 @@ namespace kcp {
 // memory, every int3 row spills).
 inline constexpr int64_t kReferenceSpillBytes = int64_t(64) << 20;
 
+// The FP64 reference of a row whose longest sequence's results (o, dq, dk, dv, dg, dbeta in
+// double) pass this many bytes runs one group of heads at a time (RunOptions::
+// reference_group_bytes): the sequences' results and the reference's working set then hold one
+// group's heads (heads are independent; the bits are the same).
+inline constexpr int64_t kReferenceGroupBytes = int64_t(512) << 20;
+
+// Groups of q/k heads (each with its value heads) the FP64 reference of the row runs in: 1 when
+// group_bytes < 0 or the longest sequence's results take at most group_bytes, else the fewest
+// groups, a divisor of H, whose part of them takes at most that (H groups at most).
+int reference_head_groups(const RowConfig& row, int64_t group_bytes);
+
 // Bytes of a rank's FP64 reference slice as the runner builds it (Token tensors, ht / dh0 per
 // piece, double): what it spills.
 int64_t reference_slice_bytes(const RowConfig& row, const RankPlan& rp);
@@ -65,6 +76,7 @@ struct MemoryRequest {
   const kernels::Backend* backend = nullptr;             // for its private workspace scratch (null: none)
   bool spare_workspace = false;                          // the workspace-of-other-package fault allocates a second one
   int64_t reference_spill_bytes = kReferenceSpillBytes;  // RunOptions::reference_spill_bytes
+  int64_t reference_group_bytes = kReferenceGroupBytes;  // RunOptions::reference_group_bytes
 };
 
 struct RankMemory {
