@@ -32,6 +32,7 @@ nlohmann::json ranks_json(const MemoryEstimate& m) {
                      {"probes", r.probes},
                      {"form_arrays", r.form_arrays},
                      {"form_inputs", r.form_inputs},
+                     {"twin_scratch", r.twin_scratch},
                      {"saved_set", r.saved_set},
                      {"workspace", r.workspace},
                      {"host_results", r.host_results},
@@ -58,6 +59,7 @@ nlohmann::json memory_json(const MemoryEstimate& cpu, const MemoryEstimate& gpu,
           {"phase_forms", cpu.phase_forms},
           {"sequences", cpu.sequences},
           {"reference_work", cpu.reference_work},
+          {"reference_groups", cpu.reference_groups},
           {"fixed", cpu.fixed},
           {"ranks", ranks_json(cpu)},
           {"gpu",
@@ -73,9 +75,11 @@ std::string describe_memory(const MemoryEstimate& cpu, const MemoryEstimate& gpu
   for (const RankMemory& r : cpu.ranks) spilled += r.reference_spilled ? 1 : 0;
   std::string s = fmt::format(
       "  memory: host {} ({} bytes) for run and calibrate on the CPU twin ({} ranks as threads, up to {} a rank; "
-      "FP64 reference {} + its working set {} while prepared, then forms {}{})",
+      "FP64 reference {} + its working set {}{} while prepared, then forms {}{})",
       human_bytes(cpu.host_bytes), cpu.host_bytes, W, human_bytes(largest(cpu, &RankMemory::host_peak)),
-      human_bytes(cpu.sequences), human_bytes(cpu.reference_work), human_bytes(cpu.phase_forms),
+      human_bytes(cpu.sequences), human_bytes(cpu.reference_work),
+      cpu.reference_groups > 1 ? fmt::format(" (one of {} groups of heads at a time)", cpu.reference_groups) : "",
+      human_bytes(cpu.phase_forms),
       spilled ? fmt::format("; {} rank slices spilled to $TMPDIR, {}", spilled,
                             human_bytes(largest(cpu, &RankMemory::reference) * int64_t(spilled)))
               : std::string());

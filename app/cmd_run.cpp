@@ -374,10 +374,11 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                   "written to an unlinked file in $TMPDIR and read back to judge each form (auto: 64MiB; 0: "
                   "always; never: kept in memory). The values are the same either way")
       ->capture_default_str();
-  sub->add_option("--reference-group", o->reference_group,
-                  "How the FP64 reference of a long sequence runs: when a sequence's results pass BYTES, one group "
-                  "of heads at a time, each group's results freed once the ranks have their part (auto: 512MiB; 0: "
-                  "one q/k head at a time; never: every head at once). The values are the same either way")
+  sub->add_option(
+         "--reference-group", o->reference_group,
+         "How the FP64 reference of a large row runs: when the results of its sequences pass BYTES, one "
+         "group of heads at a time, each group's results freed once the ranks have their part (auto: 512MiB; 0: "
+         "one q/k head at a time; never: every head at once). The values are the same either way")
       ->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;

@@ -386,7 +386,9 @@ void add_head_range(const RowContext& c, const RankPlan& my, ReferenceCache& cac
 // (collective; none without those parameters).
 ParamScales rank_param_scales(const RowContext& c, const RankPlan& my, const SliceSink& sink, Communicator& comm) {
   if (!c.row.A_log && !c.row.dt_bias) return {};
-  const std::vector<double> dg = sink.file ? sink.file->load_tensor(ResultTensor::dg) : (*sink.ref)[ResultTensor::dg];
+  std::vector<double> loaded;  // a spilled slice's dg, read back
+  if (sink.file) loaded = sink.file->load_tensor(ResultTensor::dg);
+  const std::vector<double>& dg = sink.file ? loaded : (*sink.ref)[ResultTensor::dg];
   return param_grad_scales(c.row, make_gate_inputs(c.row, c.sel.digest, my.global_begin, my.global_end), dg, comm);
 }
 

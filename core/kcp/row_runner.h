@@ -54,7 +54,7 @@ struct RunOptions {
   // A rank's FP64 reference slice of at least this many bytes is put away in a temporary file
   // while the forms run (core/plan/memory_estimate.h kReferenceSpillBytes; 0 = always, < 0 = never).
   int64_t reference_spill_bytes = kReferenceSpillBytes;
-  // The FP64 reference runs one group of heads at a time when a sequence's results pass this many
+  // The FP64 reference runs one group of heads at a time when the row's results pass this many
   // bytes (core/plan/memory_estimate.h reference_head_groups; < 0 = never, every head at once).
   int64_t reference_group_bytes = kReferenceGroupBytes;
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "core/inputs/inputs.h"
 #include "core/kcp/kcp_engine.h"
 #include "core/kcp/rank_exchange.h"
 #include "core/kcp/rank_result.h"
@@ -103,14 +104,20 @@ int64_t shard_bytes(const RowConfig& row, int64_t tokens, const Sizer& s) {
                "the input shard");
 }
 
-// Host bytes of the FP64 reference of one sequence as ReferenceCache holds it, with S_p and dS_p
-// at `probes` positions (docs/algorithm.md 1.4).
-int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, int64_t probes, const Sizer& s) {
-  const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
+// Doubles per token of a sequence's FP64 results (o, dq, dk, dv, dg, dbeta).
+int64_t reference_per_token(const RowConfig& row) {
   int64_t tok = 0;
   for (ResultTensor t :
        {ResultTensor::o, ResultTensor::dq, ResultTensor::dk, ResultTensor::dv, ResultTensor::dg, ResultTensor::dbeta})
     tok += per_token(row, t);
+  return tok;
+}
+
+// Host bytes of the FP64 reference of one sequence as ReferenceCache holds it, with S_p and dS_p
+// at `probes` positions (docs/algorithm.md 1.4).
+int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, int64_t probes, const Sizer& s) {
+  const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
+  const int64_t tok = reference_per_token(row);
   const int64_t gw = row.op == Op::Kda ? row.K : 1;
   return s.mul({kDouble, s.add({s.mul({len, tok}, "the FP64 reference"), HVKV, row.initial_state ? HVKV : 0,
                                 int64_t(row.HV) * (1 + gw), s.mul({2, probes, HVKV}, "the FP64 probes")},
@@ -119,28 +126,22 @@ int64_t sequence_reference_bytes(const RowConfig& row, int64_t len, int64_t prob
 }
 
 // Host bytes the FP64 reference computation of one sequence uses besides its results: the
-// sequence's inputs as float (make_inputs) and as double, the prepared per-token arrays
-// (reference/detail.h Prepared) and the checkpointed states of the work items running at once
-// (at most one per thread and value head, each over all of K x V).
+// sequence's inputs as float (make_inputs; the reference reads them as double where it reads
+// them), the prepared per-token arrays (reference/detail.h Prepared) and the checkpointed states
+// of the work items running at once (at most one per thread and value head, each over all of
+// K x V). `row`: the shape computed (head_range_row of a group of heads).
 int64_t reference_work_bytes(const RowConfig& row, int64_t len, int threads, const Sizer& s) {
   const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
   const int64_t gw = row.op == Op::Kda ? row.K : 1;
   const int64_t nseq = static_cast<int64_t>(row.seqlens.size());
   const int64_t states = (row.initial_state ? 1 : 0) + (row.dht ? 1 : 0);
-  // The float inputs are freed one by one as they become double (reference_data.cpp take_double):
-  // besides the double inputs, at most the largest float token tensor (q or v) exists at once.
-  const int64_t widest = std::max(int64_t(row.H) * row.K, int64_t(row.HV) * row.V);
-  const int64_t in_f =
-      s.mul({kFloat,
-             s.add({s.mul({len, widest}, "the reference inputs"), s.mul({states, nseq, HVKV}, "the reference inputs")},
-                   "the reference inputs")},
-            "the reference inputs");
-  const int64_t in_d = s.mul({kDouble, s.add({s.mul({len, input_per_token(row)}, "the reference inputs"),
-                                              s.mul({states, HVKV}, "the reference inputs")},
-                                             "the reference inputs")},
+  // Every input token tensor, and h0 / dht of every sequence (make_inputs makes them for all).
+  const int64_t in_f = s.mul({kFloat, s.add({s.mul({len, input_per_token(row)}, "the reference inputs"),
+                                             s.mul({states, nseq, HVKV}, "the reference inputs")},
+                                            "the reference inputs")},
                              "the reference inputs");
   int64_t prep_per_token = int64_t(row.H) + int64_t(row.HV) * gw;  // qk, dec
-  if (row.qk_l2norm) prep_per_token += 2 * int64_t(row.H) * row.K + 2 * int64_t(row.H);
+  if (row.qk_l2norm) prep_per_token += 2 * int64_t(row.H);         // rstd_q, rstd_k
   const int64_t prepared = s.mul({kDouble, len, prep_per_token}, "the reference's prepared arrays");
   const int64_t windows = (len + kRefWindow - 1) / kRefWindow;
   const int64_t seg = int64_t(std::ceil(std::sqrt(double(windows))));
@@ -148,7 +149,7 @@ int64_t reference_work_bytes(const RowConfig& row, int64_t len, int threads, con
   const int64_t items = std::min<int64_t>(std::max(threads, 1), row.HV);
   const int64_t checkpoints =
       s.mul({kDouble, items, ckpt + 4, int64_t(row.K), int64_t(row.V)}, "the reference's checkpoints");
-  return s.add({in_f, in_d, prepared, checkpoints}, "the FP64 reference's working set");
+  return s.add({in_f, prepared, checkpoints}, "the FP64 reference's working set");
 }
 
 // One form's arrays on one rank (core/kcp/form_buffers.cpp), in bytes; saved / ws out.
@@ -229,9 +230,40 @@ int64_t slice_elements(const RowConfig& row, const RankPlan& rp, const Sizer& s,
 // running it (the form's arrays on a host backend, the host exchange, the boundary states
 // downloaded before the arrays go), or judging it (the results downloaded as the arrays were
 // freed, the slice read back when spilled, the boundary reference, the comparison's scratch).
-void rank_host_bytes(const RowConfig& row, const RankPlan& rp, const std::vector<SegmentPlan>& plans,
-                     const std::vector<std::set<int64_t>>& probes, const MemoryRequest& req, const Sizer& s,
-                     RankMemory& m) {
+// Host bytes the CPU twin uses beside a form's arrays while a phase runs: it decodes the 16-bit
+// caller tensors a phase reads or writes to floats for that phase (kernels/cpu/cpu_common.h
+// CallerIn / CallerOut; at most three [T, HV, V] in the chunk backward: dO, v, dv; two [T, H, K]
+// in prep and finalize); calibrate's exact-storage twin instead keeps the eight caller tensors
+// as floats (2 bytes more an element than the 16-bit arrays counted). The larger of the two.
+int64_t twin_scratch_bytes(const RowConfig& row, int64_t T, const Sizer& s) {
+  const int64_t qk = s.mul({T, row.H, row.K}, "the twin's scratch"),
+                vo = s.mul({T, row.HV, row.V}, "the twin's scratch");
+  const int64_t decode = kFloat * std::max(3 * vo, 2 * qk);
+  const int64_t exact = 2 * s.add({4 * qk, 4 * vo}, "the twin's scratch");
+  return std::max(decode, exact);
+}
+
+// Host bytes of a rank while the row is prepared (core/kcp/row_runner.cpp prepare_reference):
+// its pieces' probes (twice: a group's part and every head's), and one group of heads' part of a
+// tensor on its way to the spill file or into the slice in memory (the whole slice then); then
+// the scales of dA_log / ddt_bias: the rank's gates (float) and, read back when spilled, its dg.
+int64_t rank_prepare_bytes(const RowConfig& row, const RowConfig& part, const RankPlan& rp, const RankMemory& m,
+                           const Sizer& s) {
+  int64_t largest = 0, largest_part = 0;
+  slice_elements(row, rp, s, &largest);
+  slice_elements(part, rp, s, &largest_part);
+  const int64_t gw = row.op == Op::Kda ? row.K : 1, dg = s.mul({rp.tokens(), row.HV, gw}, "the scales");
+  int64_t scales = 0;
+  if (row.A_log || row.dt_bias) scales = s.mul({dg, m.reference_spilled ? kFloat + kDouble : kFloat}, "the scales");
+  const bool grouped = part.H != row.H;
+  const int64_t building = s.mul({kDouble, grouped || m.reference_spilled ? largest_part : 0}, "the reference slice");
+  return s.add({m.probes, m.probes, m.reference_spilled ? 0 : m.reference, std::max(building, scales)},
+               "the row's preparation");
+}
+
+void rank_host_bytes(const RowConfig& row, const RowConfig& part, const RankPlan& rp,
+                     const std::vector<SegmentPlan>& plans, const std::vector<std::set<int64_t>>& probes,
+                     const MemoryRequest& req, const Sizer& s, RankMemory& m) {
   const int r = rp.rank, world = plans.front().world;
   const int64_t T = rp.tokens();
   const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
@@ -255,34 +287,29 @@ void rank_host_bytes(const RowConfig& row, const RankPlan& rp, const std::vector
   const int64_t host_form = req.device_is_host ? m.form_arrays : 0;
   const int64_t host_inputs = req.device_is_host ? m.form_inputs : 0;
   m.upload = s.add({m.inputs, host_inputs}, "a form's upload");
-  m.run = s.add({host_form, exchange, boundary_f}, "a form's run");
-  m.judge = s.add({s.mul({kFloat, elems}, "the downloaded results"), boundary_f, m.reference_spilled ? m.reference : 0,
-                   boundary_d, s.mul({4, T}, "the comparison")},
+  m.twin_scratch = req.device_is_host ? twin_scratch_bytes(row, T, s) : 0;
+  m.run = s.add({host_form, m.twin_scratch, exchange, boundary_f}, "a form's run");
+  // A spilled slice is read back one tensor at a time (with one group's part of it in a buffer).
+  int64_t largest_part = 0;
+  slice_elements(part, rp, s, &largest_part);
+  const int64_t read_back =
+      m.reference_spilled
+          ? s.mul({kDouble, s.add({largest, part.H != row.H ? largest_part : 0}, "the slice")}, "the slice read back")
+          : 0;
+  m.judge = s.add({s.mul({kFloat, elems}, "the downloaded results"), boundary_f, read_back, boundary_d,
+                   s.mul({4, T}, "the comparison")},
                   "a form's judging");
   m.host_results = m.judge;
   m.host_peak = s.add({m.kept, std::max({m.upload, m.run, m.judge})}, "the rank");
-  // While the row is prepared: the shard (made for the scales) and the slice, or its largest
-  // tensor on its way to the spill file.
-  m.prepare =
-      s.add({m.probes, m.inputs, m.reference_spilled ? s.mul({kDouble, largest}, "the reference slice") : m.reference},
-            "the row's preparation");
-}
-
-// Doubles per token of a sequence's FP64 results (o, dq, dk, dv, dg, dbeta).
-int64_t reference_per_token(const RowConfig& row) {
-  int64_t tok = 0;
-  for (ResultTensor t :
-       {ResultTensor::o, ResultTensor::dq, ResultTensor::dk, ResultTensor::dv, ResultTensor::dg, ResultTensor::dbeta})
-    tok += per_token(row, t);
-  return tok;
+  m.prepare = rank_prepare_bytes(row, part, rp, m, s);
 }
 
 }  // namespace
 
 int reference_head_groups(const RowConfig& row, int64_t group_bytes) {
   if (group_bytes < 0 || row.seqlens.empty()) return 1;
-  const int64_t longest = *std::max_element(row.seqlens.begin(), row.seqlens.end());
-  const double whole = double(kDouble) * double(longest) * double(reference_per_token(row));
+  // A threads launch holds every sequence's results until its ranks have their part.
+  const double whole = double(kDouble) * double(row.total_tokens()) * double(reference_per_token(row));
   for (int n = 1; n < row.H; ++n)
     if (row.H % n == 0 && whole / n <= double(group_bytes)) return n;
   return row.H;
@@ -309,6 +336,10 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
     plans.push_back(make_plan(row, fr));
   }
   const SavedKind kind = SavedKind::Full;
+  // The FP64 reference runs one group of heads at a time: the sequences' results and its working
+  // set are those of one group (head_range_row's shape); every rank's slice gets all of them.
+  e.reference_groups = reference_head_groups(row, req.reference_group_bytes);
+  const RowConfig part = head_range_row(row, HeadRange{0, row.H / e.reference_groups});
 
   std::vector<int> ranks = req.ranks;
   if (ranks.empty())
@@ -335,7 +366,7 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
       }
       m.form_inputs = std::max(m.form_inputs, in);
     }
-    rank_host_bytes(row, rp, plans, probes, req, s, m);
+    rank_host_bytes(row, part, rp, plans, probes, req, s, m);
     for (const Piece& pc : rp.pieces) seqs.insert(pc.seq);
     prepare = s.add({prepare, m.prepare}, "the row");
     forms = s.add({forms, m.host_peak}, "the row");
@@ -348,14 +379,14 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   for (int q : seqs) {
     const int64_t n_probes = static_cast<int64_t>(probes[size_t(q)].size());
     e.sequences =
-        s.add({e.sequences, sequence_reference_bytes(row, row.seqlens[q], n_probes, s)}, "the FP64 reference");
+        s.add({e.sequences, sequence_reference_bytes(part, row.seqlens[q], n_probes, s)}, "the FP64 reference");
     lens.push_back(row.seqlens[q]);
   }
   std::sort(lens.rbegin(), lens.rend());
   const size_t at_once = std::min(lens.size(), ranks.size());
   for (size_t i = 0; i < at_once; ++i)
     e.reference_work =
-        s.add({e.reference_work, reference_work_bytes(row, lens[i], req.reference_threads, s)}, "the FP64 reference");
+        s.add({e.reference_work, reference_work_bytes(part, lens[i], req.reference_threads, s)}, "the FP64 reference");
   e.phase_prepare = s.add({prepare, e.sequences, e.reference_work}, "the row");
   e.phase_forms = forms;
   e.host_bytes = s.add({e.fixed, std::max(e.phase_prepare, e.phase_forms)}, "the row");

@@ -52,15 +52,15 @@ namespace kcp {
 // memory, every int3 row spills).
 inline constexpr int64_t kReferenceSpillBytes = int64_t(64) << 20;
 
-// The FP64 reference of a row whose longest sequence's results (o, dq, dk, dv, dg, dbeta in
-// double) pass this many bytes runs one group of heads at a time (RunOptions::
+// The FP64 reference of a row whose sequences' results (o, dq, dk, dv, dg, dbeta in double, over
+// every token of the row) pass this many bytes runs one group of heads at a time (RunOptions::
 // reference_group_bytes): the sequences' results and the reference's working set then hold one
 // group's heads (heads are independent; the bits are the same).
 inline constexpr int64_t kReferenceGroupBytes = int64_t(512) << 20;
 
 // Groups of q/k heads (each with its value heads) the FP64 reference of the row runs in: 1 when
-// group_bytes < 0 or the longest sequence's results take at most group_bytes, else the fewest
-// groups, a divisor of H, whose part of them takes at most that (H groups at most).
+// group_bytes < 0 or the row's results take at most group_bytes, else the fewest groups, a
+// divisor of H, whose part of them takes at most that (H groups at most).
 int reference_head_groups(const RowConfig& row, int64_t group_bytes);
 
 // Bytes of a rank's FP64 reference slice as the runner builds it (Token tensors, ht / dh0 per
@@ -89,6 +89,7 @@ struct RankMemory {
   int64_t form_inputs = 0;         //   of which the uploaded inputs
   int64_t saved_set = 0;           //   of which the saved set arena
   int64_t workspace = 0;           //   of which the workspace arena(s)
+  int64_t twin_scratch = 0;        // host, CPU twin only: its floats of the 16-bit caller tensors while a phase runs
   int64_t host_results = 0;        // host: judging a form (= judge)
   // Host moments of one form (memory_estimate.h, phase B) and what the rank keeps for the row.
   int64_t kept = 0, upload = 0, run = 0, judge = 0;
@@ -99,7 +100,8 @@ struct RankMemory {
 struct MemoryEstimate {
   std::string row;
   std::vector<RankMemory> ranks;  // the ranks of this process
-  int64_t sequences = 0;          // host: FP64 results of every sequence the process holds at once
+  int reference_groups = 1;       // groups of heads the FP64 reference runs in (reference_head_groups)
+  int64_t sequences = 0;          // host: FP64 results of every sequence the process holds at once (one group's)
   int64_t reference_work = 0;     // host: working set of the reference computations running at once
   int64_t fixed = 0;              // host: binary, libraries, thread stacks
   int64_t phase_prepare = 0;      // host peak while the reference is prepared (A)

@@ -130,7 +130,8 @@ TEST(MemoryEstimate, HostTermsFollowTheShapes) {
   EXPECT_EQ(m.host_peak, m.kept + std::max({m.upload, m.run, m.judge}));
   EXPECT_EQ(m.upload, m.inputs + m.form_inputs);
   EXPECT_GE(m.run, m.form_arrays);
-  EXPECT_LT(m.run, m.form_arrays + m.form_arrays / 8) << "the form's arrays, counted once";
+  EXPECT_LT(m.run - m.twin_scratch, m.form_arrays + m.form_arrays / 8)
+      << "the form's arrays, counted once (besides the twin's decoded caller tensors)";
   EXPECT_LT(m.judge, m.form_arrays) << "judging holds the results, not the arrays";
   EXPECT_LT(e.phase_forms, m.inputs + m.reference + m.form_arrays + 4 * T * per_token_out)
       << "the shard, the arrays and the downloaded results are never all whole at once";
@@ -153,7 +154,8 @@ TEST(MemoryEstimate, HostTermsFollowTheShapes) {
 }
 
 // A slice at or above the spill threshold waits in a file while forms run: the rank keeps only
-// its probes, and judging reads the slice back; the runner decides on the same bytes.
+// its probes, and judging reads the slice back one tensor at a time (its largest tensor counts);
+// the runner decides on the same bytes.
 TEST(MemoryEstimate, ASpilledSliceIsCountedWhileJudgingOnly) {
   const RowConfig row = gdn_row({600, 400}, 1);
   MemoryRequest req = request(row);
@@ -163,7 +165,15 @@ TEST(MemoryEstimate, ASpilledSliceIsCountedWhileJudgingOnly) {
   const RankMemory &a = kept.ranks[0], &b = spilled.ranks[0];
   EXPECT_TRUE(b.reference_spilled);
   EXPECT_EQ(b.kept, b.probes);
-  EXPECT_EQ(b.judge, a.judge + a.reference);
+  const RankPlan rp = make_plan(row, req.plan).ranks[0];
+  int64_t largest = 0;
+  for (int i = 0; i < kResultTensorCount; ++i) {
+    const ResultTensor t = result_tensor(i);
+    if (row_has(row, t) && (place_of(t) == TensorPlace::Token || place_of(t) == TensorPlace::State))
+      largest = std::max(largest, result_elements(row, t, rp.tokens(), int64_t(rp.pieces.size()), 0));
+  }
+  EXPECT_EQ(b.judge, a.judge + 8 * largest);
+  EXPECT_LT(8 * largest, a.reference / 3) << "one tensor of the slice, not all of it";
   EXPECT_LE(spilled.phase_forms, kept.phase_forms);
   EXPECT_EQ(reference_slice_bytes(row, make_plan(row, req.plan).ranks[0]), a.reference);
   req.reference_spill_bytes = a.reference + 1;
@@ -215,4 +225,45 @@ TEST(MemoryEstimate, OverflowIsAnErrorNamingTheRow) {
   EXPECT_EQ(checked_mul(int64_t(1) << 31, int64_t(1) << 31, "X", "y"), int64_t(1) << 62);
   EXPECT_EQ(human_bytes(3 * (int64_t(1) << 50)), "3.0 PiB");
   EXPECT_EQ(human_bytes(512), "512 B");
+}
+
+// The FP64 reference of a row whose results pass the group threshold runs one group of heads at
+// a time (a divisor of H): the sequences' results and the working set counted are one group's,
+// the ranks' slices stay whole; never groups: every head at once.
+TEST(MemoryEstimate, TheReferenceRunsOneGroupOfHeadsAtATime) {
+  RowConfig row = gdn_row({16384}, 2);
+  row.H = 4;
+  row.HV = 8;
+  row.K = row.V = 128;
+  MemoryRequest req = request(row);
+  req.reference_group_bytes = -1;
+  const MemoryEstimate whole = estimate_memory(row, req);
+  EXPECT_EQ(whole.reference_groups, 1);
+  // 16384 tokens x (o, dv: 8 x 128; dq, dk: 4 x 128; dg, dbeta: 8) doubles = 405 MB in all.
+  EXPECT_EQ(reference_head_groups(row, 500 << 20), 1);
+  EXPECT_EQ(reference_head_groups(row, 250 << 20), 2);
+  EXPECT_EQ(reference_head_groups(row, 120 << 20), 4);
+  EXPECT_EQ(reference_head_groups(row, 1), 4) << "one q/k head at the least";
+  EXPECT_EQ(reference_head_groups(row, -1), 1);
+  req.reference_group_bytes = 120 << 20;
+  const MemoryEstimate grouped = estimate_memory(row, req);
+  EXPECT_EQ(grouped.reference_groups, 4);
+  EXPECT_NEAR(double(grouped.sequences), double(whole.sequences) / 4, 0.01 * double(whole.sequences));
+  EXPECT_LT(grouped.reference_work, whole.reference_work / 2);
+  EXPECT_LT(grouped.phase_prepare, whole.phase_prepare / 2);
+  EXPECT_EQ(grouped.ranks[0].reference, whole.ranks[0].reference);
+  EXPECT_EQ(grouped.phase_forms, whole.phase_forms) << "the forms do not depend on how the reference ran";
+}
+
+// The CPU twin's floats of the 16-bit caller tensors while a phase runs (three [T, HV, V] in the
+// chunk backward) count in its run moment; on a GPU they are not host memory.
+TEST(MemoryEstimate, TheTwinsDecodedCallerTensorsCountOnTheHost) {
+  const RowConfig row = gdn_row({4096}, 1);
+  MemoryRequest req = request(row);
+  const RankMemory twin = estimate_memory(row, req).ranks[0];
+  const int64_t T = 4096, vo = T * row.HV * row.V, qk = T * row.H * row.K;
+  EXPECT_EQ(twin.twin_scratch, std::max(4 * std::max(3 * vo, 2 * qk), 2 * (4 * qk + 4 * vo)));
+  EXPECT_GE(twin.run, twin.form_arrays + twin.twin_scratch);
+  req.device_is_host = false;
+  EXPECT_EQ(estimate_memory(row, req).ranks[0].twin_scratch, 0);
 }
