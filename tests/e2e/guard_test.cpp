@@ -275,6 +275,36 @@ TEST(Guard, ASpilledReferenceSliceJudgesExactlyAsOneKeptInMemory) {
       << bad.out;
 }
 
+// The FP64 reference one group of heads at a time (--reference-group 0: one q/k head, with its
+// value heads, per group) judges every form exactly as the reference of every head at once: the
+// same metrics, bit for bit, with the slices in memory and spilled part by part, on rows with
+// grouped value heads, several ranks and sequences, initial states, raw gates (dA_log / ddt_bias
+// and their scales) and forced schedules.
+TEST(Guard, TheReferenceByGroupsOfHeadsJudgesExactlyAsAllAtOnce) {
+  const std::string all = tmp("guard_group_all.json"), kept = tmp("guard_group_kept.json"),
+                    spilled = tmp("guard_group_spilled.json");
+  const std::string rows = "-q run --rows int1 --row A2 --row D1 --row E1 --row KB1 --row KV1 --cache none --json ";
+  const CmdResult a = run_kcpbench(rows + all + " --reference-group never");
+  ASSERT_EQ(a.code, 0) << a.out;
+  const CmdResult b = run_kcpbench(rows + kept + " --reference-group 0 --reference-spill never");
+  ASSERT_EQ(b.code, 0) << b.out;
+  const CmdResult c = run_kcpbench(rows + spilled + " --reference-group 0 --reference-spill 0");
+  ASSERT_EQ(c.code, 0) << c.out;
+  const nlohmann::json ja = read_json(all);
+  ASSERT_GT(ja["entries"].size(), 8u);
+  for (const std::string& other : {kept, spilled}) {
+    const nlohmann::json jb = read_json(other);
+    ASSERT_EQ(ja["entries"].size(), jb["entries"].size());
+    for (size_t i = 0; i < ja["entries"].size(); ++i) {
+      EXPECT_EQ(ja["entries"][i]["id"], jb["entries"][i]["id"]);
+      EXPECT_EQ(ja["entries"][i]["status"], jb["entries"][i]["status"]);
+      EXPECT_EQ(ja["entries"][i]["tensors"], jb["entries"][i]["tensors"]) << other << " " << ja["entries"][i]["id"];
+    }
+  }
+  const CmdResult plan = run_kcpbench("plan --rows int3 --row A4");
+  EXPECT_NE(plan.out.find("(one of 16 groups of heads at a time)"), std::string::npos) << plan.out;
+}
+
 // calibrate holds what run holds for the same forms and refuses, before anything runs, a row whose
 // estimate does not fit (as run does), naming the row and the bytes.
 TEST(Guard, CalibrateRefusesARowThatDoesNotFit) {
