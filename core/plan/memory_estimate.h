@@ -2,13 +2,16 @@
 // allocated (`kcpbench plan` prints it; `kcpbench run` refuses a row that does not fit, exit 2).
 //
 // What a process holds while it runs a row (core/kcp/row_runner.cpp), in two phases:
-//  A. preparing the row: the FP64 reference of every sequence its ranks touch as ReferenceCache
-//     holds it (core/compare/reference_data.h: o, dq, dk, dv, dg, dbeta, ht, dh0 in double), the
-//     working set of the sequences being computed at once (the sequence's inputs in double and
-//     the largest in float, the reference's prepared arrays and its checkpointed states), and per
-//     rank its input shard (made for the scales of dA_log / ddt_bias) and its slice of the
-//     reference, built one tensor at a time (RankPrepared). The sequences go once every rank of
-//     the process has its slice.
+//  A. preparing the row: the FP64 reference runs one group of heads at a time (reference_head_
+//     groups: one group unless the row's results pass kReferenceGroupBytes; heads are independent,
+//     so the bits are the same). Held at once: the FP64 results of one group of heads of every
+//     sequence the process's ranks touch as ReferenceCache holds them (core/compare/
+//     reference_data.h: o, dq, dk, dv, dg, dbeta, ht, dh0, probes in double), the working set of
+//     the sequences being computed at once (that group's inputs in float, the reference's
+//     prepared arrays and its checkpointed states), and per rank its pieces' probes and one
+//     group's part of one tensor of its slice on its way to the spill file (or its whole slice
+//     in memory); then the scales of dA_log / ddt_bias from the rank's gates and reference dg.
+//     A group's sequences go once every rank of the process has its part (a barrier per group).
 //  B. running forms: per rank what it keeps for the row (the probes of its pieces, and its
 //     reference slice unless spilled) and the largest of three moments of one form:
 //       upload: the shard, made afresh for the form, and the form's inputs (run_form frees the
@@ -18,8 +21,12 @@
 //               exchange blocks and fold states), the host exchange buffers and the boundary
 //               states downloaded before the arrays go;
 //       judge:  the results, downloaded one by one as the form's arrays are freed (FormBuffers::
-//               take_results: never both whole), the slice read back when it was spilled, the
-//               form's boundary reference and the comparison's scratch.
+//               take_results: never both whole), one tensor of the slice read back when it was
+//               spilled (judged tensor by tensor), the form's boundary reference and the
+//               comparison's scratch.
+//     On the CPU twin the run moment also counts the twin's floats of the 16-bit caller tensors
+//     a phase reads or writes (CallerIn / CallerOut), or calibrate's exact-storage twin's float
+//     caller tensors, whichever is larger.
 //     Only one form's arrays exist at a time (FormRun frees them before the next form, and before
 //     the det rerun); counted is the largest form of any schedule the row runs.
 // A rank's reference slice of at least kReferenceSpillBytes is spilled: written to an unlinked
