@@ -53,6 +53,11 @@ constexpr int64_t kFloat = 4, kDouble = 8;
 // 7 MiB for `plan` and 23 MiB for the smallest int1 run (A2, one rank); 48 MiB leaves room for
 // the per-thread allocator arenas of more ranks.
 constexpr int64_t kFixedBytes = int64_t(48) << 20;
+// Per rank of the process: what its thread's allocator arena keeps of freed arrays below glibc's
+// mmap threshold (main sets it to 1 MiB) and its stacks. int3 A4's calibrate peaked 33 MB above
+// the sum of the terms counted here (20685444 kB with main's code at a2569bf; 20558104 kB now,
+// 94 MB under them): 32 MiB a rank keeps the estimate above both.
+constexpr int64_t kPerRankBytes = int64_t(32) << 20;
 // The FP64 reference's checkpoint windows (reference/detail.h Tuning: window 64, at most 256
 // checkpoints per work item before it switches to two levels of about sqrt(windows) each).
 constexpr int64_t kRefWindow = 64, kRefMaxCheckpoints = 256;
@@ -324,7 +329,7 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   const Sizer s{row.name};
   MemoryEstimate e;
   e.row = row.name;
-  e.fixed = kFixedBytes;
+
   const SegmentPlan planned = make_plan(row, req.plan);
   // The largest form: the planned schedule or a forced one (more segments), with the full saved
   // set (a light-only run needs slightly less).
@@ -344,6 +349,7 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   std::vector<int> ranks = req.ranks;
   if (ranks.empty())
     for (int r = 0; r < planned.world; ++r) ranks.push_back(r);
+  e.fixed = kFixedBytes + kPerRankBytes * static_cast<int64_t>(ranks.size());
   // The probe positions the reference computes (every schedule's segment boundaries).
   std::vector<std::set<int64_t>> probes(row.seqlens.size());
   for (const SegmentPlan& pl : plans) add_probe_positions(pl, row.seqlens, probes);

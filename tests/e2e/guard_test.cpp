@@ -342,7 +342,10 @@ int64_t peak_rss_of(const std::vector<std::string>& args, int& code) {
 // (both twins). On two cores each takes seconds. main() fixes glibc's mmap threshold at 1 MiB: with
 // its default dynamic threshold, freed arrays of 8-50 MiB stayed in the allocator's arenas and the
 // peak was up to 7% above the estimate (estimate 742 MB, calibrate 796 MB); with it, run 657 MB and
-// calibrate 653 MB (2026-12-04, two cores). On int3 A4 the estimate is 4% above the peak.
+// calibrate 653 MB (2026-12-04, two cores). Once the FP64 reference ran by groups of heads the
+// forms set the peak, and the estimate (608 MB) fell below it until it counted the twin's floats
+// of the caller tensors and 32 MiB a rank thread: 776 MB (2026-12-05). On int3 A4 the estimate is
+// 1.7% above calibrate's peak (docs/reliability.md, Memory).
 TEST(Guard, TheEstimateBoundsTheMeasuredPeakClosely) {
   const std::string rows = tmp("guard_rss_row.json");
   std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "rss", "rows": [
