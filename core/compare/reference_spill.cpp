@@ -1,5 +1,7 @@
 #include "core/compare/reference_spill.h"
 
+#include "core/compare/compare.h"  // scatter_heads
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -103,8 +105,7 @@ std::vector<double> ReferenceSpill::load_tensor(ResultTensor t) const {
     const int64_t run = p.count * l.width;
     part.resize(static_cast<size_t>(l.rows * run));
     read_at(part.data(), l.rows * run, p.offset);
-    for (int64_t r = 0; r < l.rows; ++r)
-      std::copy_n(part.begin() + r * run, run, v.begin() + (r * l.heads + p.first) * l.width);
+    scatter_heads(part, HeadPart{l.rows, l.heads, l.width, p.first, p.count}, v);
   }
   return v;
 }
