@@ -2,7 +2,8 @@
 # One device call (issue 18 item 3): FLA judged on int1 and ext1 (docs/external.md 10, on one machine): build kcpbench,
 # write every entry's folder (exec:true), run fla_adapter.py on all folders in parallel (with and
 # without --bypass-hopper-check), then judge through copy_outputs.py. JSON + logs to $OUT.
-# Usage (repository root on the GPU machine, wheels in .whl/): OUT=DIR [SETS="int1 ext1"] [PAR=14] [ALIM=300] bash scripts/fla_judge_parallel.sh
+# Usage (repository root on the GPU machine, wheels in .whl/): OUT=DIR [SETS="int1 ext1"] [MODES="bypass plain"]
+#   [PAR=14] [ALIM=300] bash scripts/fla_judge_parallel.sh
 set -uo pipefail
 start=$(date +%s)
 export CUDACXX=/usr/local/cuda/bin/nvcc TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1
@@ -14,21 +15,24 @@ cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_E
 cmake --build build-dev -j16 --target kcpbench >$OUT/logs/build.log 2>&1 || { tail -30 $OUT/logs/build.log; exit 1; }
 echo "built at +$(( $(date +%s) - start )) s"
 k=build-dev/app/kcpbench
+tag() { basename "$1" .json; }   # a set name or a row file's name: int1, ext1, bench_rows
 for s in ${SETS:-int1 ext1}; do
-  $k -q --configs configs run --rows $s --backend exec:true --external-dir /tmp/src-$s-bypass --cache none >$OUT/logs/gen-$s.log 2>&1
-  cp -r /tmp/src-$s-bypass /tmp/src-$s-plain
+  t=$(tag $s)
+  $k -q --configs configs run --rows $s --backend exec:true --external-dir /tmp/src-$t-bypass --cache none >$OUT/logs/gen-$t.log 2>&1
+  cp -r /tmp/src-$t-bypass /tmp/src-$t-plain
 done
 echo "folders at +$(( $(date +%s) - start )) s"
-for mode in bypass plain; do
+for mode in ${MODES:-bypass plain}; do
   flag=""; [ $mode = bypass ] && flag=--bypass-hopper-check
   ls -d /tmp/src-*-$mode/*/ | xargs -P ${PAR:-14} -I{} sh -c "timeout ${ALIM:-300} python3 scripts/adapters/fla_adapter.py $flag {} >{}adapter.log 2>&1; echo \"\$? {}\"" >$OUT/logs/adapter-$mode.txt
   echo "$mode adapters at +$(( $(date +%s) - start )) s: $(awk '$1!=0' $OUT/logs/adapter-$mode.txt | wc -l) nonzero of $(wc -l <$OUT/logs/adapter-$mode.txt)"
 done
-for s in ${SETS:-int1 ext1}; do for mode in bypass plain; do
-  $k -q --configs configs run --rows $s --backend "exec:python3 scripts/adapters/copy_outputs.py /tmp/src-$s-$mode" --cache none \
-    --external-dir /tmp/judge-$s-$mode --json $OUT/fla-$s-$mode.json >$OUT/logs/judge-$s-$mode.log 2>&1
-  echo "$s $mode: exit $? $(tail -1 $OUT/logs/judge-$s-$mode.log)"
+for s in ${SETS:-int1 ext1}; do for mode in ${MODES:-bypass plain}; do
+  t=$(tag $s)
+  $k -q --configs configs run --rows $s --backend "exec:python3 scripts/adapters/copy_outputs.py /tmp/src-$t-$mode" --cache none \
+    --external-dir /tmp/judge-$t-$mode --json $OUT/fla-$t-$mode.json >$OUT/logs/judge-$t-$mode.log 2>&1
+  echo "$t $mode: exit $? $(tail -1 $OUT/logs/judge-$t-$mode.log)"
 done; done
-for m in bypass plain; do for d in /tmp/src-*-$m/*/; do n=$(basename $(dirname $d))/$(basename $d); mkdir -p $OUT/logs/al/$n; cp $d/adapter.log $OUT/logs/al/$n/ 2>/dev/null; done; done
+for m in ${MODES:-bypass plain}; do for d in /tmp/src-*-$m/*/; do n=$(basename $(dirname $d))/$(basename $d); mkdir -p $OUT/logs/al/$n; cp $d/adapter.log $OUT/logs/al/$n/ 2>/dev/null; done; done
 echo "total $(( $(date +%s) - start )) s"
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $OUT/logs
