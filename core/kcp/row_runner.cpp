@@ -767,7 +767,10 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   std::optional<Determinism> det;  // null when no det check runs
   if (checks) det = det_checks(c, form, plan, bits, det_full, comm, backend, eo, broken);
   // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
-  const Timings timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
+  Timings timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
+  if (c.head_groups > 1)
+    timings.what += fmt::format("; the forms ran in {} groups of heads (--head-group): each time is the groups' sum",
+                                c.head_groups);
   std::vector<double> mem_all(comm.size());
   const double mem_mine = double(res.device_bytes);
   comm.allgather(&mem_mine, mem_all.data(), 1);
