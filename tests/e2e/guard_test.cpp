@@ -315,6 +315,10 @@ TEST(Guard, CalibrateRefusesARowThatDoesNotFit) {
 }
 
 namespace {
+// The row of the peak RSS tests: 16384 tokens of GDN, K = V = 128, two ranks as threads.
+const char* kRssRow = R"({"schema": "kcpbench.rows/1", "name": "rss", "rows": [
+    {"name": "M1", "op": "gdn", "H": 2, "HV": 4, "K": 128, "V": 128, "seqlens": [16384], "world": 2,
+     "plan_device": "cpu", "forms": {"packages": ["det"], "saved": ["full"], "forced_P": [4]}}]})";
 // Peak RSS in bytes of one run of `kcpbench args` (its own rusage, by wait4), and its exit code.
 int64_t peak_rss_of(const std::vector<std::string>& args, int& code) {
   std::vector<char*> argv{const_cast<char*>(KCPBENCH_EXE)};
@@ -348,9 +352,7 @@ int64_t peak_rss_of(const std::vector<std::string>& args, int& code) {
 // 1.7% above calibrate's peak (docs/reliability.md, Memory).
 TEST(Guard, TheEstimateBoundsTheMeasuredPeakClosely) {
   const std::string rows = tmp("guard_rss_row.json");
-  std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "rss", "rows": [
-    {"name": "M1", "op": "gdn", "H": 2, "HV": 4, "K": 128, "V": 128, "seqlens": [16384], "world": 2,
-     "plan_device": "cpu", "forms": {"packages": ["det"], "saved": ["full"], "forced_P": [4]}}]})";
+  std::ofstream(rows) << kRssRow;
   const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json");
   ASSERT_EQ(plan.code, 0) << plan.out;
   const nlohmann::json mem = nlohmann::json::parse(plan.out)[0]["memory"];
@@ -377,9 +379,7 @@ TEST(Guard, TheEstimateBoundsTheMeasuredPeakClosely) {
 // fixed 451 MB, peak RSS run 353 MB, calibrate 353 MB (two cores).
 TEST(Guard, TheEstimateWithGroupsOfHeadsBoundsTheMeasuredPeak) {
   const std::string rows = tmp("guard_rss_groups_row.json");
-  std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "rss", "rows": [
-    {"name": "M1", "op": "gdn", "H": 2, "HV": 4, "K": 128, "V": 128, "seqlens": [16384], "world": 2,
-     "plan_device": "cpu", "forms": {"packages": ["det"], "saved": ["full"], "forced_P": [4]}}]})";
+  std::ofstream(rows) << kRssRow;
   const CmdResult whole = run_kcpbench("plan --rows " + rows + " --json --head-group never");
   const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json --head-group 0");
   ASSERT_EQ(plan.code, 0) << plan.out;
