@@ -29,7 +29,8 @@ namespace kcp::app {
 namespace {
 
 struct CalibrateCli {
-  std::string rows = "int1", device = "h200", cache, seeds = "1:8", inject = "none", max_host_mem = "auto";
+  std::string rows = "int1", device = "h200", cache, seeds = "1:8", inject = "none", max_host_mem = "auto",
+              head_group = "auto";
   std::vector<std::string> row;
   double k = 2.0;
   bool write = false, check = false;
@@ -251,6 +252,8 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
                   "Host memory this process may use (as run --max-host-mem): a row whose estimate (kcpbench plan) "
                   "is larger is refused before anything runs (exit 2)")
       ->capture_default_str();
+  sub->add_option("--head-group", o->head_group, head_group_help() + " (as run --head-group; both twins)")
+      ->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     KCP_REQUIRE(!(o->write && o->check), "calibrate: --write and --check exclude each other");
@@ -259,7 +262,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     const std::vector<uint64_t> seeds = parse_seeds("--seeds", o->seeds);
     const std::string file = resolve_row_file(o->rows, g.configs_dir);
     RowSet set = load_row_set(file);
-    const auto rows = selected_rows(set, o->row);
+    auto rows = selected_rows(set, o->row);
     RunOptions opt;
     opt.packages = {Package::Det};
     opt.saved = {SavedKind::Full};
@@ -272,6 +275,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
                     !is_package_mismatch(opt.fault.kind),
                 "calibrate --inject: {} does not change the twin's numbers; give a fault that does", o->inject);
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
+    opt.head_group_bytes = parse_head_group(o->head_group);
     {  // the twins hold what run holds for the same forms (core/plan/memory_estimate.h)
       RunGuard guard;
       guard.max_host_mem = o->max_host_mem;

@@ -7,7 +7,7 @@
 #include "app/commands.h"
 #include "app/run_guard.h"
 #include "core/config/row_loader.h"
-#include "core/plan/memory_estimate.h"
+#include "core/plan/head_groups.h"
 #include "core/plan/segment_plan.h"
 #include "core/report/plan_json.h"
 #include "core/util/error.h"
@@ -60,13 +60,29 @@ nlohmann::json memory_json(const MemoryEstimate& cpu, const MemoryEstimate& gpu,
           {"sequences", cpu.sequences},
           {"reference_work", cpu.reference_work},
           {"reference_groups", cpu.reference_groups},
+          {"head_groups", cpu.head_groups},
           {"fixed", cpu.fixed},
           {"ranks", ranks_json(cpu)},
           {"gpu",
-           {{"host_bytes", gpu.host_bytes},
+           {{"head_groups", gpu.head_groups},
+            {"host_bytes", gpu.host_bytes},
             {"host_per_rank", largest(gpu, &RankMemory::host_peak)},
             {"device_bytes", gpu.device_bytes},
             {"device_per_rank", largest(gpu, &RankMemory::form_arrays)}}}};
+}
+
+// "; forms in 4 groups of heads (2 q/k heads each)", "" for one group.
+std::string groups_text(const MemoryEstimate& e) {
+  if (e.head_groups <= 1) return "";
+  return fmt::format("; forms in {} groups of heads", e.head_groups);
+}
+
+// The device memory of a GPU of the class where known (what the CUDA runtime reports on the
+// machines this project uses: H100 about 78 GiB, H200 about 139 GiB), else 0 (no limit).
+int64_t class_device_memory(const std::string& device) {
+  if (device == "h100") return int64_t(78) << 30;
+  if (device == "h200") return int64_t(139) << 30;
+  return 0;
 }
 
 std::string describe_memory(const MemoryEstimate& cpu, const MemoryEstimate& gpu, int64_t available) {
@@ -75,19 +91,20 @@ std::string describe_memory(const MemoryEstimate& cpu, const MemoryEstimate& gpu
   for (const RankMemory& r : cpu.ranks) spilled += r.reference_spilled ? 1 : 0;
   std::string s = fmt::format(
       "  memory: host {} ({} bytes) for run and calibrate on the CPU twin ({} ranks as threads, up to {} a rank; "
-      "FP64 reference {} + its working set {}{} while prepared, then forms {}{})",
+      "FP64 reference {} + its working set {}{} while prepared, then forms {}{}{})",
       human_bytes(cpu.host_bytes), cpu.host_bytes, W, human_bytes(largest(cpu, &RankMemory::host_peak)),
       human_bytes(cpu.sequences), human_bytes(cpu.reference_work),
       cpu.reference_groups > 1 ? fmt::format(" (one of {} groups of heads at a time)", cpu.reference_groups) : "",
-      human_bytes(cpu.phase_forms),
+      human_bytes(cpu.phase_forms), groups_text(cpu),
       spilled ? fmt::format("; {} rank slices spilled to $TMPDIR, {}", spilled,
                             human_bytes(largest(cpu, &RankMemory::reference) * int64_t(spilled)))
               : std::string());
   if (available > 0 && cpu.host_bytes > available)
     s += fmt::format(": more than the {} available here, `run` refuses it", human_bytes(available));
-  s += fmt::format("\n  memory on a GPU: device {} a rank, {} in all; host {} ({} ranks as threads, up to {} a rank)\n",
-                   human_bytes(largest(gpu, &RankMemory::form_arrays)), human_bytes(gpu.device_bytes),
-                   human_bytes(gpu.host_bytes), W, human_bytes(largest(gpu, &RankMemory::host_peak)));
+  s += fmt::format(
+      "\n  memory on a GPU: device {} a rank, {} in all; host {} ({} ranks as threads, up to {} a rank{})\n",
+      human_bytes(largest(gpu, &RankMemory::form_arrays)), human_bytes(gpu.device_bytes), human_bytes(gpu.host_bytes),
+      W, human_bytes(largest(gpu, &RankMemory::host_peak)), groups_text(gpu));
   return s;
 }
 
@@ -106,6 +123,7 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
     int P = 0;
     bool json = false;
     bool segments = false;
+    std::string head_group = "auto", max_host_mem = "auto", max_device_mem = "auto";
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
@@ -120,11 +138,23 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
       ->check(CLI::Range(1, kMaxP));
   sub->add_flag("--json", o->json, "Print JSON (one plan per row) instead of text");
   sub->add_flag("--segments", o->segments, "Include every segment's token range");
+  sub->add_option("--head-group", o->head_group, head_group_help())->capture_default_str();
+  sub->add_option("--max-host-mem", o->max_host_mem,
+                  "Host memory the groups of heads are chosen for (BYTES, or auto: MemAvailable here), as run "
+                  "--max-host-mem")
+      ->capture_default_str();
+  sub->add_option("--max-device-mem", o->max_device_mem,
+                  "Device memory the GPU estimate's groups of heads are chosen for (BYTES, or auto: the device "
+                  "class's, H100 78 GiB, H200 139 GiB; others no limit)")
+      ->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
     nlohmann::json out = nlohmann::json::array();
-    const int64_t available = host_memory_available();
+    const int64_t host_flag = parse_bytes(o->max_host_mem, "--max-host-mem");
+    const int64_t available = host_flag >= 0 ? host_flag : host_memory_available();
+    const int64_t device_flag = parse_bytes(o->max_device_mem, "--max-device-mem");
+    const int64_t group_bytes = parse_head_group(o->head_group);
     for (const RowConfig* row : select_rows(set, o->row)) {
       PlanRequest req;
       req.device = !o->device.empty() ? o->device : !row->plan_device.empty() ? row->plan_device : "h200";
@@ -143,9 +173,10 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
       mreq.plan = req;
       mreq.forced_P = row->forms.forced_P;
       mreq.reference_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      const MemoryEstimate mem = estimate_memory(*row, mreq);
+      const MemoryEstimate mem = choose_head_groups(*row, mreq, group_bytes, available, 0).estimate;
       mreq.device_is_host = false;
-      const MemoryEstimate gpu = estimate_memory(*row, mreq);
+      const int64_t device = device_flag >= 0 ? device_flag : class_device_memory(req.device);
+      const MemoryEstimate gpu = choose_head_groups(*row, mreq, group_bytes, 0, device).estimate;
       if (o->json) {
         nlohmann::json j = plan_json(plan, o->segments);
         j["memory"] = memory_json(mem, gpu, available);

@@ -120,7 +120,7 @@ struct RunCli {
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
   std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir, reference_spill = "auto",
-              reference_group = "auto";
+              reference_group = "auto", head_group = "auto";
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
@@ -142,7 +142,7 @@ std::vector<SelectedRow> rows_at_seed(const std::vector<SelectedRow>& rows, uint
   for (const SelectedRow& sr : rows) {
     store.push_back(*sr.row);
     store.back().seed = seed;
-    out.push_back({&store.back(), sr.digest, sr.json, sr.other_seed || seed != sr.row->seed});
+    out.push_back({&store.back(), sr.digest, sr.json, sr.other_seed || seed != sr.row->seed, sr.head_groups});
   }
   return out;
 }
@@ -380,6 +380,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
          "group of heads at a time, each group's results freed once the ranks have their part (auto: 512MiB; 0: "
          "one q/k head at a time; never: every head at once). The values are the same either way")
       ->capture_default_str();
+  sub->add_option("--head-group", o->head_group, head_group_help())->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
@@ -444,6 +445,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.reference_group_bytes = o->reference_group == "never"  ? int64_t(-1)
                                 : o->reference_group == "auto" ? kReferenceGroupBytes
                                                                : parse_bytes(o->reference_group, "--reference-group");
+    opt.head_group_bytes = parse_head_group(o->head_group);
     KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi" || o->comm == "nccl",
                 "--comm: expected local, mpi, nccl or auto, got \"{}\"", o->comm);
     KCP_REQUIRE(o->comm != "mpi" || launched,

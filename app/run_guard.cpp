@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "core/comm/mpi_communicator.h"
-#include "core/plan/memory_estimate.h"
+#include "core/plan/head_groups.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
 
@@ -40,6 +40,21 @@ int64_t parse_bytes(const std::string& text, const char* option) {
   const double bytes = v * std::pow(1024.0, u == std::string::npos ? 0 : double(u + 1));
   KCP_REQUIRE(bytes < 9.2e18, "{}: {} bytes do not fit in 64 bits", option, text);
   return static_cast<int64_t>(bytes);
+}
+
+int64_t parse_head_group(const std::string& text) {
+  if (text == "auto") return kHeadGroupAuto;
+  if (text == "never") return kHeadGroupNever;
+  return parse_bytes(text, "--head-group");
+}
+
+std::string head_group_help() {
+  return "How the forms of a row run: every head at once, or one group of q/k heads (with their value heads) at a "
+         "time, each group's arrays and results freed before the next (heads are independent: the metrics, "
+         "verdicts and det checks are those of every head at once; the plan and P stay the whole row's; times are "
+         "the groups' summed). auto: every head when the row fits the memory at hand, else the fewest groups with "
+         "which it fits; BYTES: the fewest groups whose form arrays take at most BYTES a rank (0: one q/k head a "
+         "group); never: every head at once. `kcpbench plan` shows the groups";
 }
 
 int64_t host_memory_available() {
@@ -71,7 +86,7 @@ void check_hang(const RunOptions& opt, const RunGuard& guard) {
 
 }  // namespace
 
-void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
+void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
                   const RunGuard& guard) {
   const int64_t host_flag = parse_bytes(guard.max_host_mem, "--max-host-mem");
   const int64_t device_flag = parse_bytes(guard.max_device_mem, "--max-device-mem");
@@ -86,7 +101,11 @@ void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, c
       device_flag >= 0 ? "--max-device-mem" : fmt::format("{} memory", backend.device_name());
   const bool device_is_host = std::string(backend.name()) == "cpu";
   const int hw = std::max(1u, std::thread::hardware_concurrency());
-  for (const SelectedRow& sr : rows) {
+  // --dump writes whole tensors: every head at once (a forced grouping is refused).
+  KCP_REQUIRE(guard.dump.empty() || opt.head_group_bytes == kHeadGroupAuto || opt.head_group_bytes == kHeadGroupNever,
+              "--dump writes whole tensors: it runs every head at once, and --head-group asks for groups of heads");
+  const int64_t group_bytes = guard.dump.empty() ? opt.head_group_bytes : kHeadGroupNever;
+  for (SelectedRow& sr : rows) {
     const RowConfig& row = *sr.row;
     MemoryRequest req;
     req.plan.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
@@ -106,8 +125,16 @@ void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, c
     } else {
       req.reference_threads = hw;
     }
-    const MemoryEstimate e = estimate_memory(row, req);
-    const char* per = guard.use_mpi ? " in this rank's process" : " in this process (its ranks are threads)";
+    const HeadGroupChoice choice = choose_head_groups(row, req, group_bytes, host_avail, device_avail);
+    const MemoryEstimate& e = choice.estimate;
+    sr.head_groups = choice.groups;
+    if (choice.groups > 1)
+      log::info0("row {}: its forms run in {} groups of heads ({} q/k head{} each): host {}, device {}", row.name,
+                 choice.groups, row.H / choice.groups, row.H / choice.groups > 1 ? "s" : "", human_bytes(e.host_bytes),
+                 human_bytes(e.device_bytes));
+    const std::string per =
+        std::string(guard.use_mpi ? " in this rank's process" : " in this process (its ranks are threads)") +
+        (choice.groups > 1 ? fmt::format(" in {} groups of heads", choice.groups) : "");
     if (host_avail > 0 && e.host_bytes > host_avail)
       KCP_THROW(ConfigError,
                 "row {} needs {} bytes ({}) of host memory{} and {} bytes ({}) are available ({}); --max-host-mem "
@@ -151,7 +178,7 @@ void check_output_path(const std::string& path, const char* flag, bool folder) {
   fs::remove(probe, ec);
 }
 
-void check_before_run(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
+void check_before_run(std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
                       const RunGuard& guard) {
   if (!guard.use_mpi || mpi_world_rank() == 0) check_output_path(guard.json, "--json", false);
   check_output_path(guard.dump, "--dump", true);

@@ -23,13 +23,15 @@ struct RunGuard {
   std::string dump;      // --dump ("" none)
 };
 
-void check_before_run(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
+void check_before_run(std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
                       const RunGuard& guard);
 
-// Refuses (ConfigError, exit 2) a row whose estimated host or device memory
-// (core/plan/memory_estimate.h) is more than there is; `run` calls it through check_before_run,
-// `calibrate` directly (its twins need what `run` needs for the same forms).
-void check_memory(const std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
+// Chooses each row's groups of heads (SelectedRow::head_groups, from RunOptions::head_group_bytes:
+// core/plan/head_groups.h; one group with --dump) and refuses (ConfigError, exit 2) a row whose
+// estimated host or device memory (core/plan/memory_estimate.h) with them is more than there is;
+// `run` calls it through check_before_run, `calibrate` directly (its twins need what `run` needs
+// for the same forms).
+void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
                   const RunGuard& guard);
 
 // Refuses (ConfigError, exit 2) an output that cannot be written, naming the flag, the path and
@@ -41,6 +43,11 @@ void check_output_path(const std::string& path, const char* flag, bool folder);
 // "auto" -> -1; "123", "64G", "1.5GiB", "512MB" -> bytes (K/M/G/T/P are powers of 1024).
 // Throws ConfigError naming the option.
 int64_t parse_bytes(const std::string& text, const char* option);
+
+// --head-group of run, calibrate and plan: "auto" -> kHeadGroupAuto, "never" -> kHeadGroupNever,
+// else a byte count (parse_bytes). head_group_help() is its --help text.
+int64_t parse_head_group(const std::string& text);
+std::string head_group_help();
 
 // MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.
 int64_t host_memory_available();

@@ -95,6 +95,14 @@ void scatter_heads(const std::vector<double>& part, const HeadPart& at, std::vec
     std::copy_n(part.begin() + r * run, run, whole.begin() + (r * at.heads + at.first) * at.width);
 }
 
+std::vector<double> gather_heads(const std::vector<double>& whole, const HeadPart& at) {
+  const int64_t run = at.count * at.width;
+  std::vector<double> part(static_cast<size_t>(at.rows * run));
+  for (int64_t r = 0; r < at.rows; ++r)
+    std::copy_n(whole.begin() + (r * at.heads + at.first) * at.width, run, part.begin() + r * run);
+  return part;
+}
+
 std::vector<double> reference_tensor_for_rank(const RowConfig& row_, const RankPlan& rp,
                                               const std::vector<std::shared_ptr<const SequenceReference>>& refs,
                                               ResultTensor t, HeadRange heads) {
@@ -175,17 +183,21 @@ void add_piece_part(const RowConfig& row, const SequenceReference& part, Sequenc
 }
 
 RankReference boundary_reference(const RowConfig& row, const RankPlan& rp,
-                                 const std::vector<std::shared_ptr<const SequenceReference>>& piece_refs) {
-  const int64_t state = int64_t(row.HV) * row.K * row.V, S = static_cast<int64_t>(rp.segments.size());
+                                 const std::vector<std::shared_ptr<const SequenceReference>>& piece_refs,
+                                 HeadRange heads) {
+  // The whole state of a probe is [HV, K, V]; the range's value heads are one run of it.
+  const int64_t KV = int64_t(row.K) * row.V, state = row.HV * KV, S = static_cast<int64_t>(rp.segments.size());
+  const int64_t G = row.HV / row.H, first = heads.whole(row.H) ? 0 : heads.first * G * KV;
+  const int64_t part = heads.whole(row.H) ? state : heads.count * G * KV;
   RankReference rr;
-  rr[ResultTensor::h_entry].assign(static_cast<size_t>(S * state), std::nan(""));
-  rr[ResultTensor::dh_exit].assign(static_cast<size_t>(S * state), std::nan(""));
+  rr[ResultTensor::h_entry].assign(static_cast<size_t>(S * part), std::nan(""));
+  rr[ResultTensor::dh_exit].assign(static_cast<size_t>(S * part), std::nan(""));
   // The state at position p of the segment's sequence, into segment s's slot of tensor t.
   auto put = [&](ResultTensor t, size_t s, const std::vector<double> SequenceReference::*field, int64_t p) {
     const SequenceReference& ref = *piece_refs.at(static_cast<size_t>(rp.segments[s].piece));
     const double* src = ref.probe_state(ref.*field, p, state);
     KCP_CHECK(src, "no FP64 probe at position {} of sequence {} (rank {} segment {})", p, ref.seq, rp.rank, s);
-    std::copy_n(src, state, rr[t].begin() + int64_t(s) * state);
+    std::copy_n(src + first, part, rr[t].begin() + int64_t(s) * part);
   };
   for (size_t s = 0; s < rp.segments.size(); ++s) {
     const SequenceReference& ref = *piece_refs.at(static_cast<size_t>(rp.segments[s].piece));

@@ -57,6 +57,8 @@ struct HeadPart {
 HeadPart head_part(const RowConfig& row, const RankPlan& rp, ResultTensor t, HeadRange heads);
 // Copies a part ([rows, count, width]) into its heads of `whole` ([rows, heads, width]).
 void scatter_heads(const std::vector<double>& part, const HeadPart& at, std::vector<double>& whole);
+// The reverse: heads [first, first + count) of `whole` as a part [rows, count, width].
+std::vector<double> gather_heads(const std::vector<double>& whole, const HeadPart& at);
 
 // What a rank keeps of its sequences' references after the row's preparation, per piece: dA_log,
 // ddt_bias, and the probes inside the piece (seq_offset <= p <= seq_offset + length) with their
@@ -67,9 +69,11 @@ std::shared_ptr<const SequenceReference> piece_slice(const SequenceReference& fu
 void add_piece_part(const RowConfig& row, const SequenceReference& part, SequenceReference& into);
 // h_entry / dh_exit of a form's segments on this rank ([S, HV, K, V]): S_p at each segment's first
 // token p where p > 0, dS_p at its end p where p < len (docs/algorithm.md 1.4); NaN elsewhere
-// (not judged). piece_refs: piece_slice per piece.
+// (not judged). piece_refs: piece_slice per piece (every head). With a head range, only those
+// heads' value heads: [S, count G, K, V] (a form run by groups of heads, core/kcp/head_group_run.h).
 RankReference boundary_reference(const RowConfig& row, const RankPlan& rp,
-                                 const std::vector<std::shared_ptr<const SequenceReference>>& piece_refs);
+                                 const std::vector<std::shared_ptr<const SequenceReference>>& piece_refs,
+                                 HeadRange heads = {});
 
 // Local metrics of one rank; then reduce_metrics makes them global (collective). ref: Token and
 // State tensors; boundary: the form's boundary_reference.

@@ -110,6 +110,42 @@ std::vector<double> ReferenceSpill::load_tensor(ResultTensor t) const {
   return v;
 }
 
+std::vector<double> ReferenceSpill::load_part(ResultTensor t, const HeadPart& at) const {
+  Layout l = layout_[static_cast<size_t>(t)];
+  if (l.parts.empty()) return {};
+  const int64_t first = at.first, count = at.count;
+  KCP_CHECK(l.rows * l.heads * l.width == at.rows * at.heads * at.width && first >= 0 && count > 0 &&
+                first + count <= at.heads,
+            "reference of {}: heads [{}, {}) of {} x {} x {} asked of a tensor of {} x {} x {}", to_string(t), first,
+            first + count, at.rows, at.heads, at.width, l.rows, l.heads, l.width);
+  if (l.heads != at.heads) {  // put whole (put): one part of every head, in the caller's shape
+    KCP_CHECK(l.parts.size() == 1 && l.parts[0].count == l.heads, "reference of {}: {} parts of {} heads, asked {}",
+              to_string(t), l.parts.size(), l.heads, at.heads);
+    l = Layout{at.rows, at.heads, at.width, {Part{0, at.heads, l.parts[0].offset}}};
+  }
+  std::vector<double> v(static_cast<size_t>(l.rows * count * l.width));
+  std::vector<double> block;
+  for (const Part& p : l.parts) {
+    const int64_t lo = std::max(first, p.first), hi = std::min(first + count, p.first + p.count);
+    if (lo >= hi) continue;
+    if (p.first == first && p.count == count) {  // the part is the range: straight into place
+      read_at(v.data(), static_cast<int64_t>(v.size()), p.offset);
+      continue;
+    }
+    // Blocks of whole rows of the part, then each row's heads of the range into place.
+    const int64_t row_n = p.count * l.width, rows = std::max<int64_t>(1, kReadBlockBytes / (8 * row_n));
+    for (int64_t r0 = 0; r0 < l.rows; r0 += rows) {
+      const int64_t n = std::min(rows, l.rows - r0);
+      block.resize(static_cast<size_t>(n * row_n));
+      read_at(block.data(), n * row_n, p.offset + 8 * r0 * row_n);
+      for (int64_t r = 0; r < n; ++r)
+        std::copy_n(block.begin() + r * row_n + (lo - p.first) * l.width, (hi - lo) * l.width,
+                    v.begin() + ((r0 + r) * count + (lo - first)) * l.width);
+    }
+  }
+  return v;
+}
+
 RankReference ReferenceSpill::load() const {
   RankReference r;
   for (int i = 0; i < kResultTensorCount; ++i) r.tensors[i] = load_tensor(result_tensor(i));

@@ -31,6 +31,12 @@ class ReferenceSpill {
                 int64_t count);
   // Tensor t read back ([rows, heads, width] from its parts; empty when never put; thread-safe).
   std::vector<double> load_tensor(ResultTensor t) const;
+  // Heads [at.first, at.first + at.count) of tensor t, a tensor of at.rows x at.heads x at.width,
+  // read back as [rows, count, width] (a form judged one group of heads at a time: core/kcp/
+  // head_group_run.h), whether it was put whole or by parts; the parts' rows are read in blocks of
+  // at most kReadBlockBytes. Empty when never put; thread-safe.
+  std::vector<double> load_part(ResultTensor t, const HeadPart& at) const;
+  static constexpr int64_t kReadBlockBytes = int64_t(8) << 20;
   // Every tensor put, read back (thread-safe: positioned reads).
   RankReference load() const;
   int64_t bytes() const { return end_; }

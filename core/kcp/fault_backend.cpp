@@ -37,8 +37,11 @@ void flip_lowest_bit(const kernels::Backend& be, kernels::DtypeTensor o, const k
 }  // namespace
 
 FaultInjectingBackend::FaultInjectingBackend(const kernels::Backend& inner, const Fault& fault, const FaultSite& site,
-                                             int rank)
-    : BackendDecorator(inner), kind_(fault.kind), here_(site.rank == rank) {
+                                             int rank, bool holds_head0)
+    : BackendDecorator(inner),
+      kind_(fault.kind),
+      here_(site.rank == rank &&
+            (holds_head0 || (kind_ != FaultKind::SkipOutputTile && kind_ != FaultKind::NondeterministicRerun))) {
   if (here_ && kind_ == FaultKind::DropSegmentEntry) segment_ = site.segment;
   if (here_ && kind_ == FaultKind::SkipOutputTile) tile_token_ = site.local_token;
 }

@@ -14,8 +14,12 @@ namespace kcp {
 
 class FaultInjectingBackend final : public BackendDecorator {
  public:
-  // rank: the calling rank; site: place_fault(fault, plan).
-  FaultInjectingBackend(const kernels::Backend& inner, const Fault& fault, const FaultSite& site, int rank);
+  // rank: the calling rank; site: place_fault(fault, plan). holds_head0: the run holds value head
+  // 0 of the row (false for the other groups of a form run by groups of heads, core/kcp/
+  // head_group_run.h): the faults of one head (skip-output-tile, nondeterministic-rerun: value
+  // head 0) go only into the run that holds it, as they would into a run of every head.
+  FaultInjectingBackend(const kernels::Backend& inner, const Fault& fault, const FaultSite& site, int rank,
+                        bool holds_head0 = true);
 
   void fwd_states(const kernels::FwdStateArgs& a) const override;
   void fwd_output(const kernels::FwdOutputArgs& a) const override;

@@ -89,7 +89,7 @@ FormRun::FormRun(const RowConfig& row, const SegmentPlan& plan, const Form& form
       site_(place_fault(opt.fault, plan)),
       problem_(kernel_problem(row)),
       layout_(kernel_layout(rp_)),
-      faulty_(real_backend, opt.fault, site_, comm.rank()),
+      faulty_(real_backend, opt.fault, site_, comm.rank(), opt.heads.first == 0),
       backend_(faulty_),
       exec_(form_exec(form, opt)),
       buf_(backend_, row, rp_, plan.world, shard, problem_, layout_.view(), form.saved, exec_),

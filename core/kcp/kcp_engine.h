@@ -43,6 +43,10 @@ struct EngineOptions {
   int repeats = 1;           // timed runs; the results of the last one are returned
   bool phase_times = false;  // then `repeats` more runs with every phase call timed (phase_kernel_ms)
   Fault fault;
+  // The row's heads this run holds (a form run by groups of heads: core/kcp/head_group_run.h; the
+  // row passed is then head_range_row's): the faults of value head 0 go only into the group that
+  // holds it. Every head by default.
+  HeadRange heads;
 };
 
 // Runs the forward and backward of `row` on this rank. `plan` is the plan of this form (forced

@@ -30,4 +30,8 @@ ResultDigest digest(const RankResult& r) {
   return d;
 }
 
+void fold_digest(ResultDigest& into, const ResultDigest& group) {
+  for (size_t i = 0; i < into.size(); ++i) into[i] = (into[i] * 0x100000001B3ull) ^ group[i];
+}
+
 }  // namespace kcp

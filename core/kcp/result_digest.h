@@ -21,5 +21,9 @@ using ResultDigest = std::array<uint64_t, kResultTensorCount>;
 uint64_t digest_bits(const std::vector<float>& v);
 // One digest_bits per tensor, in kResultTensors order.
 ResultDigest digest(const RankResult& r);
+// Folds the digest of one group of heads into `into`, tensor by tensor (a form run by groups of
+// heads: core/kcp/head_group_run.h). Each step is a bijection of either side for a given other, so
+// two runs whose groups, folded in the same order, differ in one group's bits differ here.
+void fold_digest(ResultDigest& into, const ResultDigest& group);
 
 }  // namespace kcp

@@ -9,8 +9,10 @@
 #include <set>
 
 #include "core/compare/compare.h"
+#include "core/compare/group_metrics.h"
 #include "core/inputs/inputs.h"
 #include "core/kcp/external_backend.h"
+#include "core/kcp/head_group_run.h"
 #include "core/kcp/phase_timing_backend.h"
 #include "core/kcp/result_digest.h"
 #include "core/plan/segment_plan.h"
@@ -77,11 +79,6 @@ std::vector<int> auto_sweep_P(const SegmentPlan& planned) {
 }
 
 namespace {
-
-// Frees the tensors of a result whose metrics, dump and digest are taken (timings stay).
-void release_tensors(RankResult& r) {
-  for (std::vector<float>& v : r.tensors) std::vector<float>().swap(v);
-}
 
 // The tensors whose bits differ between two results on any rank (every rank gets the same list).
 std::vector<std::string> differing_tensors(Communicator& comm, const ResultDigest& a, const ResultDigest& b) {
@@ -291,6 +288,8 @@ struct RowContext {
   double ref_seconds = 0;
   bool announce = false;  // long rows print their steps
   size_t row_no = 0, row_total = 0;
+  int head_groups = 1;  // every form runs in this many groups of heads (core/kcp/head_group_run.h)
+  int rank = 0;
 };
 
 // The schedule a forced P runs with (forced_p_unfit_reason, the row's rule unless in a sweep),
@@ -335,13 +334,22 @@ const RankReference& judged_reference(const RowContext& c, RankReference& loaded
 }
 
 // The same, one tensor at a time: a spilled slice is read back tensor by tensor into `loaded`
-// (the previous tensor freed first), so judging holds one tensor of it.
-ReferenceSource judged_source(const RowContext& c, std::vector<double>& loaded) {
-  if (c.prep->ref) {
-    std::shared_ptr<const RankReference> ref = c.prep->ref;
-    return [ref](ResultTensor t) -> const std::vector<double>& { return (*ref)[t]; };
-  }
+// (the previous tensor freed first), so judging holds one tensor of it. With a head range, the
+// range's part of each tensor ([rows, heads of the range, width]; a form run by groups of heads).
+ReferenceSource judged_source(const RowContext& c, std::vector<double>& loaded, HeadRange heads = {}) {
+  std::shared_ptr<const RankReference> ref = c.prep->ref;
   std::shared_ptr<const ReferenceSpill> spill = c.prep->spill;
+  if (!heads.whole(c.row.H)) {
+    const RowConfig& row = c.row;
+    const RankPlan& rp = c.planned.ranks[static_cast<size_t>(c.rank)];
+    return [ref, spill, &loaded, &row, &rp, heads](ResultTensor t) -> const std::vector<double>& {
+      std::vector<double>().swap(loaded);
+      const HeadPart at = head_part(row, rp, t, heads);
+      loaded = ref ? gather_heads((*ref)[t], at) : spill->load_part(t, at);
+      return loaded;
+    };
+  }
+  if (ref) return [ref](ResultTensor t) -> const std::vector<double>& { return (*ref)[t]; };
   return [spill, &loaded](ResultTensor t) -> const std::vector<double>& {
     std::vector<double>().swap(loaded);
     loaded = spill->load_tensor(t);
@@ -434,6 +442,16 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
   RowContext c{row, sel, {}, {}, {}, {}, {}, {}};
   c.row_no = row_no;
   c.row_total = row_total;
+  c.rank = r;
+  int64_t groups = opt.external ? 1 : sel.head_groups;  // every rank runs the most any was given
+  comm.allreduce(&groups, 1, ReduceOp::Max);
+  c.head_groups = static_cast<int>(groups);
+  KCP_REQUIRE(!opt.dumper || groups == 1,
+              "row {}: --dump writes whole tensors, and the row runs in {} groups of heads (--head-group never, or a "
+              "smaller row)",
+              row.name, groups);
+  KCP_CHECK(groups >= 1 && row.H % groups == 0, "row {}: {} groups of heads do not divide H = {}", row.name, groups,
+            row.H);
   c.req.world = W;
   c.req.device = !row.plan_device.empty() ? row.plan_device : opt.device_class;
   c.req.sm_count = opt.sm_count;
@@ -510,15 +528,17 @@ Entry entry_head(const RowContext& c, const Form& form, const RunOptions& opt, c
 }
 
 // The det package's bitwise checks (docs/design.md 5): a rerun of det/full gives the same bits,
-// and det/light the bits of det/full (compared by digest; det_full keeps one per schedule).
-// Returns the checks made (none when no check applies) and sets `broken` to why not.
+// and det/light the bits of det/full (compared by digest; det_full keeps one per schedule; a
+// form run by groups of heads compares the groups' digests folded in group order). Returns the checks made (none when
+// no check applies) and sets `broken` to why not.
 Determinism det_checks(const RowContext& c, const Form& form, const SegmentPlan& plan, const ResultDigest& bits,
                        std::map<int, ResultDigest>& det_full, Communicator& comm, const kernels::Backend& backend,
                        const EngineOptions& eo, std::string& broken) {
   Determinism det;
   std::vector<std::string> differ;
   if (form.saved == SavedKind::Full) {
-    const ResultDigest again = digest(run_form(c.row, plan, form, form_shard(c, comm.rank()), comm, backend, eo));
+    const ResultDigest again =
+        run_form_by_head_groups(c.row, c.sel.digest, plan, form, c.head_groups, comm, backend, eo, nullptr).bits;
     differ = differing_tensors(comm, bits, again);
     det.rerun_identical = differ.empty();
     if (!differ.empty()) broken = fmt::format("det package: a rerun differs in {}", fmt::join(differ, ", "));
@@ -674,6 +694,24 @@ void record_refusal(const RowContext& c, const Form& form, const std::string& me
   outcome.entries.push_back(std::move(entry));
 }
 
+// Runs one form on this rank group of heads by group (one group: every head at once) and judges
+// each group's result as it comes: `ms` gets this rank's local metrics of every head (before
+// reduce_metrics), --dump the whole result (one group). Returns the Param tensors, the times and
+// the digest of the bits.
+GroupedFormRun run_and_judge(const RowContext& c, const Form& form, const SegmentPlan& plan, Communicator& comm,
+                             const kernels::Backend& backend, const EngineOptions& eo, Dumper* dumper,
+                             std::vector<TensorMetrics>& ms) {
+  const int r = comm.rank();
+  const RankPlan& rp = plan.ranks[r];
+  auto judge_group = [&](const RowConfig& part, HeadRange heads, const RankResult& res) {
+    const RankReference boundary = boundary_reference(c.row, rp, c.prep->piece_refs, heads);
+    std::vector<double> loaded;  // a spilled slice's tensor lives only while it is judged
+    fold_head_group(ms, compare_rank(part, rp, res, judged_source(c, loaded, heads), boundary, r), c.row, heads);
+    if (dumper) dump_result(*dumper, c.row, form, rp, res, boundary, r);
+  };
+  return run_form_by_head_groups(c.row, c.sel.digest, plan, form, c.head_groups, comm, backend, eo, judge_group);
+}
+
 // Runs one form on every rank, judges it and counts it; rank 0 appends its entry.
 void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, Communicator& comm,
                   const kernels::Backend& backend, std::map<int, ResultDigest>& det_full, RunOutcome& outcome) {
@@ -707,35 +745,32 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   if (c.announce)
     log::progress0("[{}/{}] {} {}: running{} ...", c.row_no, c.row_total, c.row.name, form.label(),
                    checks && form.saved == SavedKind::Full ? " (and a det rerun)" : "");
-  RankResult res;
+  GroupedFormRun run;
+  std::vector<TensorMetrics> ms;  // this rank's, every group folded in
   try {
-    res = run_form(c.row, plan, form, form_shard(c, r), comm, backend, eo);
+    run = run_and_judge(c, form, plan, comm, backend, eo, opt.dumper, ms);
   } catch (const RefusedError& e) {
     if (!is_package_mismatch(opt.fault.kind)) throw;
     record_refusal(c, form, e.what(), std::move(entry), r, outcome);  // every rank refuses in the same phase
     return;
   }
-  const RankReference boundary = boundary_reference(c.row, plan.ranks[r], c.prep->piece_refs);
-  std::vector<TensorMetrics> ms;
-  {
-    std::vector<double> loaded;  // a spilled slice's tensor lives only while it is judged
-    ms = compare_rank(c.row, plan.ranks[r], res, judged_source(c, loaded), boundary, r);
-  }
-  if (opt.dumper) dump_result(*opt.dumper, c.row, form, plan.ranks[r], res, boundary, r);
   reduce_metrics(ms, comm);
+  RankResult& res = run.rest;  // the Param tensors of every head, the times
   for (auto& m : compare_parameter_grads(c.row, plan.ranks[r], res, c.prep->piece_refs, c.prep->param_scales, comm))
     ms.push_back(m);
   judge(ms, c.row, form.forced_P);
   const Verdict v = summarize(ms);
-  const ResultDigest bits = digest(res);
-  release_tensors(res);  // the tensors are freed before a det rerun
+  const ResultDigest bits = run.bits;
   std::string broken;
   if (is_package_mismatch(opt.fault.kind))
     broken = fmt::format("the backend ran a backward given {} instead of refusing it", opt.fault.name());
   std::optional<Determinism> det;  // null when no det check runs
   if (checks) det = det_checks(c, form, plan, bits, det_full, comm, backend, eo, broken);
   // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
-  const Timings timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
+  Timings timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
+  if (c.head_groups > 1)
+    timings.what += fmt::format("; the forms ran in {} groups of heads (--head-group): each time is the groups' sum",
+                                c.head_groups);
   std::vector<double> mem_all(comm.size());
   const double mem_mine = double(res.device_bytes);
   comm.allgather(&mem_mine, mem_all.data(), 1);

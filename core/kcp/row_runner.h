@@ -57,6 +57,9 @@ struct RunOptions {
   // The FP64 reference runs one group of heads at a time when the row's results pass this many
   // bytes (core/plan/memory_estimate.h reference_head_groups; < 0 = never, every head at once).
   int64_t reference_group_bytes = kReferenceGroupBytes;
+  // How the forms run by groups of heads (core/plan/memory_estimate.h kHeadGroupAuto / Never / a
+  // byte count): the app turns it into each row's SelectedRow::head_groups (core/plan/head_groups.h).
+  int64_t head_group_bytes = kHeadGroupAuto;
 };
 
 // What one rank keeps of a row's FP64 reference once the row is prepared: its slice (in memory,
@@ -109,6 +112,10 @@ struct SelectedRow {
   std::string digest;
   std::string json;         // the row as loaded, echoed into every entry (replay reads it back)
   bool other_seed = false;  // run at a seed other than the row's own (--seeds): entry ids say it
+  // Groups of q/k heads each form runs in (core/kcp/head_group_run.h; a divisor of H; 1: every
+  // head at once). The app chooses it from the memory estimate (core/plan/head_groups.h); the
+  // ranks take the largest any of them was given.
+  int head_groups = 1;
 };
 
 RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,

@@ -61,6 +61,8 @@ constexpr int64_t kPerRankBytes = int64_t(32) << 20;
 // The FP64 reference's checkpoint windows (reference/detail.h Tuning: window 64, at most 256
 // checkpoints per work item before it switches to two levels of about sqrt(windows) each).
 constexpr int64_t kRefWindow = 64, kRefMaxCheckpoints = 256;
+// The block a spilled slice's part is read back in (core/compare/reference_spill.h kReadBlockBytes).
+constexpr int64_t kReadBlock = int64_t(8) << 20;
 
 // Sums of sizes, every step checked and named.
 struct Sizer {
@@ -266,14 +268,17 @@ int64_t rank_prepare_bytes(const RowConfig& row, const RowConfig& part, const Ra
                "the row's preparation");
 }
 
-void rank_host_bytes(const RowConfig& row, const RowConfig& part, const RankPlan& rp,
+// `part`: the shape the FP64 reference computes (one of its groups of heads); `run`: the shape a
+// form runs in (one of its groups of heads, head_range_row).
+void rank_host_bytes(const RowConfig& row, const RowConfig& part, const RowConfig& run, const RankPlan& rp,
                      const std::vector<SegmentPlan>& plans, const std::vector<std::set<int64_t>>& probes,
                      const MemoryRequest& req, const Sizer& s, RankMemory& m) {
   const int r = rp.rank, world = plans.front().world;
   const int64_t T = rp.tokens();
-  const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state");
-  int64_t largest = 0;
-  const int64_t elems = slice_elements(row, rp, s, &largest);
+  const int64_t HVKV = s.mul({row.HV, row.K, row.V}, "a state"), run_HVKV = s.mul({run.HV, run.K, run.V}, "a state");
+  const bool grouped = run.H != row.H;
+  int64_t largest = 0, run_largest = 0;
+  const int64_t elems = slice_elements(row, rp, s, &largest), run_elems = slice_elements(run, rp, s, &run_largest);
   m.reference = s.mul({kDouble, elems}, "the reference slice");
   m.reference_spilled = req.reference_spill_bytes >= 0 && m.reference >= req.reference_spill_bytes;
   // piece_slice: S_p and dS_p at every probe inside each piece (over every schedule's probes).
@@ -283,25 +288,30 @@ void rank_host_bytes(const RowConfig& row, const RowConfig& part, const RankPlan
       if (p >= pc.seq_offset && p <= pc.seq_offset + pc.length()) ++kept_probes;
   m.probes = s.mul({kDouble, 2, kept_probes, HVKV}, "the probes");
   m.kept = s.add({m.probes, m.reference_spilled ? 0 : m.reference}, "the reference slice");
-  const int64_t block = int64_t(row.HV) * row.K * (row.K + row.V);
+  const int64_t block = int64_t(run.HV) * run.K * (run.K + run.V);
   const int64_t exchange = s.mul({kFloat, int64_t(world) + 1, block}, "the exchange");
   int64_t S = 0;  // the most segments of any schedule
   for (const SegmentPlan& pl : plans) S = std::max<int64_t>(S, static_cast<int64_t>(pl.ranks[r].segments.size()));
-  const int64_t boundary_f = s.mul({kFloat, 2, S, HVKV}, "the boundary states");
-  const int64_t boundary_d = s.mul({kDouble, 2, S, HVKV}, "the boundary states");
+  const int64_t boundary_f = s.mul({kFloat, 2, S, run_HVKV}, "the boundary states");
+  const int64_t boundary_d = s.mul({kDouble, 2, S, run_HVKV}, "the boundary states");
   const int64_t host_form = req.device_is_host ? m.form_arrays : 0;
   const int64_t host_inputs = req.device_is_host ? m.form_inputs : 0;
   m.upload = s.add({m.inputs, host_inputs}, "a form's upload");
-  m.twin_scratch = req.device_is_host ? twin_scratch_bytes(row, T, s) : 0;
+  m.twin_scratch = req.device_is_host ? twin_scratch_bytes(run, T, s) : 0;
   m.run = s.add({host_form, m.twin_scratch, exchange, boundary_f}, "a form's run");
-  // A spilled slice is read back one tensor at a time (with one group's part of it in a buffer).
+  // The slice while judging: a spilled one read back one tensor at a time (with one reference
+  // group's part of it in a buffer); by groups of heads, one run group's part of one tensor
+  // (gathered from memory, or read back in blocks of ReferenceSpill::kReadBlockBytes).
   int64_t largest_part = 0;
   slice_elements(part, rp, s, &largest_part);
-  const int64_t read_back =
-      m.reference_spilled
-          ? s.mul({kDouble, s.add({largest, part.H != row.H ? largest_part : 0}, "the slice")}, "the slice read back")
-          : 0;
-  m.judge = s.add({s.mul({kFloat, elems}, "the downloaded results"), boundary_f, read_back, boundary_d,
+  int64_t read_back = 0;
+  if (grouped)
+    read_back = s.add({s.mul({kDouble, run_largest}, "the slice read back"), m.reference_spilled ? kReadBlock : 0},
+                      "the slice read back");
+  else if (m.reference_spilled)
+    read_back =
+        s.mul({kDouble, s.add({largest, part.H != row.H ? largest_part : 0}, "the slice")}, "the slice read back");
+  m.judge = s.add({s.mul({kFloat, run_elems}, "the downloaded results"), boundary_f, read_back, boundary_d,
                    s.mul({4, T}, "the comparison")},
                   "a form's judging");
   m.host_results = m.judge;
@@ -345,6 +355,11 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   // set are those of one group (head_range_row's shape); every rank's slice gets all of them.
   e.reference_groups = reference_head_groups(row, req.reference_group_bytes);
   const RowConfig part = head_range_row(row, HeadRange{0, row.H / e.reference_groups});
+  // The forms run one group of heads at a time: their shard, arrays and results are one group's.
+  if (req.head_groups < 1 || row.H % req.head_groups != 0)
+    KCP_THROW(ConfigError, "row {}: {} groups of heads do not divide H = {}", row.name, req.head_groups, row.H);
+  e.head_groups = req.head_groups;
+  const RowConfig run = head_range_row(row, HeadRange{0, row.H / req.head_groups});
 
   std::vector<int> ranks = req.ranks;
   if (ranks.empty())
@@ -360,11 +375,11 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
     const RankPlan& rp = planned.ranks[r];
     RankMemory m;
     m.rank = r;
-    m.inputs = shard_bytes(row, rp.tokens(), s);
+    m.inputs = shard_bytes(run, rp.tokens(), s);
     // One form's arrays at a time: the largest form (FormRun frees them before the next).
     for (const SegmentPlan& pl : plans) {
       int64_t saved = 0, ws = 0, in = 0;
-      const int64_t f = form_bytes(row, pl.ranks[r], pl.world, kind, req, s, saved, ws, in);
+      const int64_t f = form_bytes(run, pl.ranks[r], pl.world, kind, req, s, saved, ws, in);
       if (f > m.form_arrays) {
         m.form_arrays = f;
         m.saved_set = saved;
@@ -372,7 +387,7 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
       }
       m.form_inputs = std::max(m.form_inputs, in);
     }
-    rank_host_bytes(row, part, rp, plans, probes, req, s, m);
+    rank_host_bytes(row, part, run, rp, plans, probes, req, s, m);
     for (const Piece& pc : rp.pieces) seqs.insert(pc.seq);
     prepare = s.add({prepare, m.prepare}, "the row");
     forms = s.add({forms, m.host_peak}, "the row");

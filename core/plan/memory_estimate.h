@@ -29,6 +29,11 @@
 //     caller tensors, whichever is larger.
 //     Only one form's arrays exist at a time (FormRun frees them before the next form, and before
 //     the det rerun); counted is the largest form of any schedule the row runs.
+//     A form run by groups of heads (MemoryRequest::head_groups; core/kcp/head_group_run.h) holds
+//     one group's shard, arrays, twin scratch, exchange, boundary states and results at a time
+//     (head_range_row's shape), and while judging one group's part of one tensor of the slice
+//     (gathered from memory or read back from the spill file in blocks of 8 MiB); what the rank
+//     keeps for the row (probes, a slice in memory) and phase A stay those of every head.
 // A rank's reference slice of at least kReferenceSpillBytes is spilled: written to an unlinked
 // temporary file (core/compare/reference_spill.h) while the forms run, read back to judge each.
 // The form arrays are device memory on a GPU and host memory on the CPU twin; the threads of one
@@ -65,6 +70,14 @@ inline constexpr int64_t kReferenceSpillBytes = int64_t(64) << 20;
 // group's heads (heads are independent; the bits are the same).
 inline constexpr int64_t kReferenceGroupBytes = int64_t(512) << 20;
 
+// How the forms of a row are run by groups of q/k heads (core/kcp/head_group_run.h; RunOptions::
+// head_group_bytes, core/plan/head_groups.h): kHeadGroupAuto every head at once when the row fits
+// the memory at hand, else the fewest groups with which it fits; kHeadGroupNever every head at
+// once; a byte count B >= 0: the fewest groups whose form arrays take at most B a rank (0: one q/k
+// head a group).
+inline constexpr int64_t kHeadGroupAuto = -2;
+inline constexpr int64_t kHeadGroupNever = -1;
+
 // Groups of q/k heads (each with its value heads) the FP64 reference of the row runs in: 1 when
 // group_bytes < 0 or the row's results take at most group_bytes, else the fewest groups, a
 // divisor of H, whose part of them takes at most that (H groups at most).
@@ -84,6 +97,7 @@ struct MemoryRequest {
   bool spare_workspace = false;                          // the workspace-of-other-package fault allocates a second one
   int64_t reference_spill_bytes = kReferenceSpillBytes;  // RunOptions::reference_spill_bytes
   int64_t reference_group_bytes = kReferenceGroupBytes;  // RunOptions::reference_group_bytes
+  int head_groups = 1;                                   // groups of heads each form runs in (a divisor of H)
 };
 
 struct RankMemory {
@@ -108,6 +122,7 @@ struct MemoryEstimate {
   std::string row;
   std::vector<RankMemory> ranks;  // the ranks of this process
   int reference_groups = 1;       // groups of heads the FP64 reference runs in (reference_head_groups)
+  int head_groups = 1;            // groups of heads each form runs in (MemoryRequest::head_groups)
   int64_t sequences = 0;          // host: FP64 results of every sequence the process holds at once (one group's)
   int64_t reference_work = 0;     // host: working set of the reference computations running at once
   int64_t fixed = 0;              // host: binary, libraries, thread stacks

@@ -315,6 +315,10 @@ TEST(Guard, CalibrateRefusesARowThatDoesNotFit) {
 }
 
 namespace {
+// The row of the peak RSS tests: 16384 tokens of GDN, K = V = 128, two ranks as threads.
+const char* kRssRow = R"({"schema": "kcpbench.rows/1", "name": "rss", "rows": [
+    {"name": "M1", "op": "gdn", "H": 2, "HV": 4, "K": 128, "V": 128, "seqlens": [16384], "world": 2,
+     "plan_device": "cpu", "forms": {"packages": ["det"], "saved": ["full"], "forced_P": [4]}}]})";
 // Peak RSS in bytes of one run of `kcpbench args` (its own rusage, by wait4), and its exit code.
 int64_t peak_rss_of(const std::vector<std::string>& args, int& code) {
   std::vector<char*> argv{const_cast<char*>(KCPBENCH_EXE)};
@@ -348,9 +352,7 @@ int64_t peak_rss_of(const std::vector<std::string>& args, int& code) {
 // 1.7% above calibrate's peak (docs/reliability.md, Memory).
 TEST(Guard, TheEstimateBoundsTheMeasuredPeakClosely) {
   const std::string rows = tmp("guard_rss_row.json");
-  std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "rss", "rows": [
-    {"name": "M1", "op": "gdn", "H": 2, "HV": 4, "K": 128, "V": 128, "seqlens": [16384], "world": 2,
-     "plan_device": "cpu", "forms": {"packages": ["det"], "saved": ["full"], "forced_P": [4]}}]})";
+  std::ofstream(rows) << kRssRow;
   const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json");
   ASSERT_EQ(plan.code, 0) << plan.out;
   const nlohmann::json mem = nlohmann::json::parse(plan.out)[0]["memory"];
@@ -367,4 +369,35 @@ TEST(Guard, TheEstimateBoundsTheMeasuredPeakClosely) {
   EXPECT_GE(double(cal), 0.80 * double(estimate)) << "calibrate: measured " << cal << ", estimated " << estimate;
   std::printf("estimate %lld, peak RSS of run %lld, of calibrate %lld\n", static_cast<long long>(estimate),
               static_cast<long long>(run), static_cast<long long>(cal));
+}
+
+// The same row run by groups of one q/k head (--head-group 0): the estimate with the groups is
+// below the one of every head at once (one group's form arrays, shard, scratch and results) and
+// still bounds the measured peak of run and calibrate. The forms then no longer set the estimate:
+// the FP64 reference's phase does (464 MB, its checkpoint term an upper bound), so closeness is
+// held against the forms' phase with the fixed term: 2026-12-05, estimate 582 MB, forms' phase and
+// fixed 451 MB, peak RSS run 353 MB, calibrate 353 MB (two cores).
+TEST(Guard, TheEstimateWithGroupsOfHeadsBoundsTheMeasuredPeak) {
+  const std::string rows = tmp("guard_rss_groups_row.json");
+  std::ofstream(rows) << kRssRow;
+  const CmdResult whole = run_kcpbench("plan --rows " + rows + " --json --head-group never");
+  const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json --head-group 0");
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  const nlohmann::json mem = nlohmann::json::parse(plan.out)[0]["memory"];
+  EXPECT_EQ(mem["head_groups"].get<int>(), 2);
+  const int64_t estimate = mem["host_bytes"].get<int64_t>();
+  const int64_t forms = mem["phase_forms"].get<int64_t>() + mem["fixed"].get<int64_t>();
+  EXPECT_LT(estimate, nlohmann::json::parse(whole.out)[0]["memory"]["host_bytes"].get<int64_t>());
+  int code = 0;
+  const int64_t run = peak_rss_of({"-q", "run", "--rows", rows, "--cache", "none", "--head-group", "0"}, code);
+  EXPECT_EQ(code, 1) << "no budgets: the row fails, after running";
+  EXPECT_LE(run, estimate) << "run: measured " << run << ", estimated " << estimate;
+  EXPECT_GE(double(run), 0.7 * double(forms)) << "run: measured " << run << ", forms " << forms;
+  const int64_t cal =
+      peak_rss_of({"-q", "calibrate", "--rows", rows, "--seeds", "1", "--cache", "none", "--head-group", "0"}, code);
+  EXPECT_EQ(code, 0);
+  EXPECT_LE(cal, estimate) << "calibrate: measured " << cal << ", estimated " << estimate;
+  EXPECT_GE(double(cal), 0.7 * double(forms)) << "calibrate: measured " << cal << ", forms " << forms;
+  std::printf("by groups of heads: estimate %lld, peak RSS of run %lld, of calibrate %lld\n",
+              static_cast<long long>(estimate), static_cast<long long>(run), static_cast<long long>(cal));
 }

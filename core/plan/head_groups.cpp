@@ -1,0 +1,36 @@
+#include "core/plan/head_groups.h"
+
+#include <algorithm>
+
+namespace kcp {
+
+namespace {
+
+int64_t largest_form(const MemoryEstimate& e) {
+  int64_t most = 0;
+  for (const RankMemory& r : e.ranks) most = std::max(most, r.form_arrays);
+  return most;
+}
+
+bool within(const MemoryEstimate& e, int64_t host_avail, int64_t device_avail) {
+  return (host_avail <= 0 || e.host_bytes <= host_avail) && (device_avail <= 0 || e.device_bytes <= device_avail);
+}
+
+}  // namespace
+
+HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
+                                   int64_t device_avail) {
+  HeadGroupChoice c;
+  for (int n = 1; n <= row.H; ++n) {
+    if (row.H % n != 0) continue;
+    req.head_groups = n;
+    c.groups = n;
+    c.estimate = estimate_memory(row, req);
+    c.fits = within(c.estimate, host_avail, device_avail);
+    if (group_bytes == kHeadGroupNever) return c;
+    if (group_bytes == kHeadGroupAuto ? c.fits : largest_form(c.estimate) <= group_bytes) return c;
+  }
+  return c;  // H groups: the least memory
+}
+
+}  // namespace kcp

@@ -1,0 +1,29 @@
+// How many groups of q/k heads the forms of a row run in (core/kcp/head_group_run.h), from its
+// memory estimate (core/plan/memory_estimate.h): `run` and `calibrate` choose it for every row
+// before any row runs, `plan` prints it. The plan (segments, P per rank) is the whole row's
+// whatever the groups: only the memory changes.
+#pragma once
+
+#include <cstdint>
+
+#include "core/plan/memory_estimate.h"
+
+namespace kcp {
+
+struct HeadGroupChoice {
+  int groups = 1;           // a divisor of H
+  MemoryEstimate estimate;  // of the row with that many groups
+  bool fits = true;         // the estimate is within host_avail and device_avail
+};
+
+// group_bytes (RunOptions::head_group_bytes):
+//   kHeadGroupNever: 1 group;
+//   kHeadGroupAuto: 1 group when the row fits, else the fewest groups (a divisor of H) with
+//     which it fits; H groups (the least memory) with fits false when no count fits;
+//   B >= 0: the fewest groups whose largest rank's form arrays take at most B (0: H groups).
+// host_avail / device_avail: bytes at hand (<= 0: no limit). req.head_groups is ignored.
+// Throws ConfigError as estimate_memory does.
+HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
+                                   int64_t device_avail);
+
+}  // namespace kcp
