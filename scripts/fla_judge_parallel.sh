@@ -3,18 +3,20 @@
 # write every entry's folder (exec:true), run fla_adapter.py on all folders in parallel (with and
 # without --bypass-hopper-check), then judge through copy_outputs.py. JSON + logs to $OUT.
 # Usage (repository root on the GPU machine, wheels in .whl/): OUT=DIR [SETS="int1 ext1"] [MODES="bypass plain"]
-#   [PAR=14] [ALIM=300] bash scripts/fla_judge_parallel.sh
+#   [PAR=14] [ALIM=300] [KCPBENCH=a kcpbench built elsewhere: no build] bash scripts/fla_judge_parallel.sh
 set -uo pipefail
 start=$(date +%s)
 export CUDACXX=/usr/local/cuda/bin/nvcc TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 2
 export PYTHONPATH=/tmp/site
 mkdir -p $OUT/logs
-cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_ENABLE_MPI=OFF \
-  -DKCP_ENABLE_DEVICE_TESTS=OFF >$OUT/logs/cfg.log 2>&1 || { tail -20 $OUT/logs/cfg.log; exit 1; }
-cmake --build build-dev -j16 --target kcpbench >$OUT/logs/build.log 2>&1 || { tail -30 $OUT/logs/build.log; exit 1; }
+if [ -z "${KCPBENCH:-}" ]; then
+  cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_ENABLE_MPI=OFF \
+    -DKCP_ENABLE_DEVICE_TESTS=OFF >$OUT/logs/cfg.log 2>&1 || { tail -20 $OUT/logs/cfg.log; exit 1; }
+  cmake --build build-dev -j16 --target kcpbench >$OUT/logs/build.log 2>&1 || { tail -30 $OUT/logs/build.log; exit 1; }
+fi
 echo "built at +$(( $(date +%s) - start )) s"
-k=build-dev/app/kcpbench
+k=${KCPBENCH:-build-dev/app/kcpbench}
 tag() { basename "$1" .json; }   # a set name or a row file's name: int1, ext1, bench_rows
 for s in ${SETS:-int1 ext1}; do
   t=$(tag $s)
