@@ -123,6 +123,14 @@ RowConfig kda_row() {
   r.plan_device = "cpu";
   return r;
 }
+
+// The CPU twin's memory request for `groups` groups of heads (0: the row's default, one group).
+MemoryRequest cpu_request(int groups = 0) {
+  MemoryRequest req;
+  req.plan.device = "cpu";
+  if (groups > 0) req.head_groups = groups;
+  return req;
+}
 }  // namespace
 
 // With n groups of heads a rank's form arrays, shard, twin scratch and results are one group's
@@ -130,11 +138,9 @@ RowConfig kda_row() {
 // row and the FP64 reference's preparation stay every head's, and the plan is the row's.
 TEST(HeadGroups, TheEstimateCountsOneGroupsForm) {
   const RowConfig row = kda_row();
-  MemoryRequest req;
-  req.plan.device = "cpu";
+  const MemoryRequest req = cpu_request();
   const MemoryEstimate whole = estimate_memory(row, req);
-  req.head_groups = 4;
-  const MemoryEstimate four = estimate_memory(row, req);
+  const MemoryEstimate four = estimate_memory(row, cpu_request(4));
   EXPECT_EQ(four.head_groups, 4);
   const RankMemory &w = whole.ranks[0], &f = four.ranks[0];
   EXPECT_NEAR(double(f.form_arrays), double(w.form_arrays) / 4, 0.01 * double(w.form_arrays));
@@ -144,19 +150,16 @@ TEST(HeadGroups, TheEstimateCountsOneGroupsForm) {
   EXPECT_EQ(f.kept, w.kept);
   EXPECT_EQ(f.reference, w.reference);
   EXPECT_EQ(four.phase_prepare, whole.phase_prepare);
-  req.head_groups = 3;
-  EXPECT_THROW(estimate_memory(row, req), ConfigError) << "3 does not divide H = 4";
+  EXPECT_THROW(estimate_memory(row, cpu_request(3)), ConfigError) << "3 does not divide H = 4";
 }
 
 // auto: one group when the row fits, else the fewest that fit (H when none does, fits false);
 // never: one; a byte count: the fewest groups whose form arrays take at most that a rank.
 TEST(HeadGroups, TheFewestGroupsThatFitAreChosen) {
   const RowConfig row = kda_row();
-  MemoryRequest req;
-  req.plan.device = "cpu";
+  const MemoryRequest req = cpu_request();
   const MemoryEstimate whole = estimate_memory(row, req);
-  req.head_groups = 2;
-  const MemoryEstimate two = estimate_memory(row, req);
+  const MemoryEstimate two = estimate_memory(row, cpu_request(2));
   EXPECT_EQ(choose_head_groups(row, req, kHeadGroupAuto, whole.host_bytes, 0).groups, 1);
   const HeadGroupChoice c = choose_head_groups(row, req, kHeadGroupAuto, two.host_bytes, 0);
   EXPECT_EQ(c.groups, 2);
@@ -168,8 +171,9 @@ TEST(HeadGroups, TheFewestGroupsThatFitAreChosen) {
   EXPECT_EQ(choose_head_groups(row, req, kHeadGroupNever, 1 << 20, 0).groups, 1);
   EXPECT_EQ(choose_head_groups(row, req, 0, 0, 0).groups, 4);
   EXPECT_EQ(choose_head_groups(row, req, two.ranks[0].form_arrays, 0, 0).groups, 2);
-  req.device_is_host = false;
-  const MemoryEstimate gpu = estimate_memory(row, req);
-  EXPECT_EQ(choose_head_groups(row, req, kHeadGroupAuto, 0, gpu.device_bytes - 1).groups, 4)
+  MemoryRequest gpu_two = cpu_request(2);
+  gpu_two.device_is_host = false;
+  const MemoryEstimate gpu = estimate_memory(row, gpu_two);
+  EXPECT_EQ(choose_head_groups(row, gpu_two, kHeadGroupAuto, 0, gpu.device_bytes - 1).groups, 4)
       << "the device limit counts too (two groups' estimate here is " << gpu.device_bytes << ")";
 }
