@@ -363,6 +363,12 @@ struct Tile16 {
   // per-row factor can live in a register array indexed by i).
   template <class DT, class F>
   __device__ __forceinline__ void store_by_iter(uint16_t* dst, int ld, F&& f) const {
+    store_by_elem<DT>(dst, ld, [&](int i, int r, int, float x) { return f(i, r, x); });
+  }
+  // f(i, r, u, x): as above, with u in [0, 8) the element's place in the i-th 16-byte load (for
+  // per-element factors fetched with the tile: GateTile16).
+  template <class DT, class F>
+  __device__ __forceinline__ void store_by_elem(uint16_t* dst, int ld, F&& f) const {
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int e = threadIdx.x + i * kThreads, r = e / V8, c = (e % V8) * 8;
@@ -371,11 +377,80 @@ struct Tile16 {
       uint32_t o[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u)
-        o[u] = DT::pack(f(i, r, DT::from_raw(uint16_t(w[u] & 0xffffu))), f(i, r, DT::from_raw(uint16_t(w[u] >> 16))));
+        o[u] = DT::pack(f(i, r, 2 * u, DT::from_raw(uint16_t(w[u] & 0xffffu))),
+                        f(i, r, 2 * u + 1, DT::from_raw(uint16_t(w[u] >> 16))));
       *reinterpret_cast<uint4*>(dst + r * ld + c) = make_uint4(o[0], o[1], o[2], o[3]);
     }
   }
 };
+
+// fp32 values of a ROWS x COLS row tile held by the same threads as the elements of a
+// Tile16<ROWS, COLS> (two 16-byte loads per 16-bit load): per-element factors (the KDA gates)
+// applied while that tile is stored (Tile16::store_by_elem). Rows [rows_valid, ROWS) are zeros,
+// never read from memory.
+template <int ROWS, int COLS>
+struct GateTile16 {
+  using T16 = Tile16<ROWS, COLS>;
+  static constexpr int ITERS = T16::ITERS;
+  float4 lo[ITERS], hi[ITERS];
+  __device__ __forceinline__ void load(const float* src, int64_t src_stride, int rows_valid) {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int e = threadIdx.x + i * kThreads, r = e / T16::V8, c = (e % T16::V8) * 8;
+      const bool ok = e < T16::TOTAL && r < rows_valid;
+      const float4* s = reinterpret_cast<const float4*>(src + r * src_stride + c);
+      lo[i] = ok ? __ldg(s) : make_float4(0.f, 0.f, 0.f, 0.f);
+      hi[i] = ok ? __ldg(s + 1) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
+  // Element u in [0, 8) of load i (both compile-time constants after unrolling).
+  __device__ __forceinline__ float at(int i, int u) const {
+    const float4& q = u < 4 ? lo[i] : hi[i];
+    switch (u & 3) {
+      case 0:
+        return q.x;
+      case 1:
+        return q.y;
+      case 2:
+        return q.z;
+      default:
+        return q.w;
+    }
+  }
+};
+
+// Asynchronous global -> shared copies (cp.async, 16 bytes, no registers held while in flight)
+// of a ROWS x COLS row tile (fp32, or 16-bit raw bits) into shared memory of the same type (row
+// stride ld, rows 16-byte aligned).
+// Rows [rows_valid, ROWS) are zero-filled, never read. Then cp_async_commit(); before reading:
+// cp_async_wait_all() and a block barrier.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+template <class T, int ROWS, int COLS>
+__device__ __forceinline__ void cp_async_rows(T* dst, int ld, const T* src, int64_t src_stride, int rows_valid) {
+  constexpr int E = 16 / int(sizeof(T)), V4 = COLS / E;  // elements per copy, copies per row
+  static_assert(COLS % E == 0, "16-byte copies");
+  for (int e = threadIdx.x; e < ROWS * V4; e += kThreads) {
+    const int r = e / V4, c = (e % V4) * E;
+    const bool ok = r < rows_valid;
+    cp_async16(dst + r * ld + c, ok ? src + r * src_stride + c : src, ok);
+  }
+}
+// dst (16-bit, ld) = src (fp32 dtype values, ld_src) over a ROWS x COLS tile: exact conversion.
+template <class DT, int ROWS, int COLS>
+__device__ __forceinline__ void pack_rows16(uint16_t* dst, int ld, const float* src, int ld_src) {
+  static_assert(COLS % 4 == 0, "4 values per step");
+  constexpr int V4 = COLS / 4;
+  for (int e = threadIdx.x; e < ROWS * V4; e += kThreads) {
+    const int r = e / V4, c = (e % V4) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(src + r * ld_src + c);
+    *reinterpret_cast<uint2*>(dst + r * ld + c) = make_uint2(DT::pack(x.x, x.y), DT::pack(x.z, x.w));
+  }
+}
 
 template <class DT, int ROWS, int COLS>
 __device__ __forceinline__ void stage_rows16(uint16_t* dst, int ld, const uint16_t* src, int64_t src_stride,

@@ -1,28 +1,42 @@
-// GDN state walks over the chunks of a segment (docs/algorithm.md F4, 4.2, B3, 4.3). Included only by
-// gdn_chunk_state.cu.
+// State walks of GDN and KDA over the chunks of a segment (docs/algorithm.md F4, 4.2, B3, 4.3): the
+// CPU twin's chunk_state.cpp fwd_walk / bwd_walk ([S1]-[S5], [B1]-[B3]), one template per direction
+// with KDA = true for KDA's per-channel decay. Included only by gdn_chunk_state.cu and
+// kda_chunk_state.cu.
 //
-// gdn_fwd_walk_kernel<DT, K, V, STATES>: grid S * HV * tiles, block b -> (segment s, value head j,
+// The gates (docs/algorithm.md 7.1, 7.5): GDN has one log2 decay per token (gcum [T, HV]), KDA one
+// per token and key channel (gcum [T, HV, K]), and KDA's gated keys kg = dtype(k exp2(gL - g_r))
+// come from prep. So every product below is a plain matrix product with dtype operands (exact in
+// the 16-bit mma operands, fp32 accumulation); the decay Gam = exp2(gL) multiplies the carried
+// state: one scalar (GDN) or one factor per row a = key channel (KDA).
+//
+// fwd_walk_kernel<DT, K, V, STATES, KDA>: grid S * HV * tiles, block b -> (segment s, value head j,
 //   tile) = (b / (tiles HV), (b / tiles) % HV, b % tiles), 256 threads. A tile is kBV = 32
 //   columns: tiles [0, V/32) are state tiles S[:, c0 : c0 + 32] (K x 32, fp32 in the mma
 //   accumulators); in summary mode (STATES = false) tiles [V/32, V/32 + K/32) are transfer tiles
 //   M[:, c0 : c0 + 32] (columns of M are independent). Per chunk, first to last:
 //     state tile:  Sb = dtype(S) (-> h[n] in STATES mode); vr = U - W Sb; v_new = dtype(vr);
-//                  S <- Gam S + k^T dtype(vr * exp2(gL - g_r))          ([S1]-[S3] of the twin)
-//     M tile:      M <- Gam M - Kt^T (W M), Kt = dtype(k * exp2(gL - g_r)); W M and Kt^T (W M)
-//                  use split fp32 operands (hi + lo, both dtype), so the chain stays ~fp32 ([S4]).
+//                  S <- Gam S + Kt^T op                                   ([S1]-[S3] of the twin)
+//                  GDN: Kt = k, op = dtype(vr * exp2(gL - g_r)); KDA: Kt = kg, op = dtype(vr).
+//     M tile:      M <- Gam M - Kt^T (W M), GDN Kt = dtype(k * exp2(gL - g_r)), KDA Kt = kg: the
+//                  twin's M_c M = (Gam - Kt^T W) M reassociated; W M and Kt^T (W M) use split fp32
+//                  operands (hi + lo, both dtype), so the chain stays ~fp32 ([S4]).
 //   Summary mode writes seg_h_ext (from S = 0) and seg_Mt = M^T (from M = I); a block whose part
 //   nobody reads (kernels/api/summary_needs.h) writes zeros for its tile and returns before the
 //   walk. STATES mode starts from seg_entry and writes h, v_new and ht (the piece's last segment).
-//   Shared memory (16-bit tiles): W, k 64 x (K+8); U 64 x 40; X0, X1 K x 40; Y0, Y1 64 x 40.
-// gdn_bwd_walk_kernel<DT, K, V, STATES>: grid S * HV * V/32, same mapping, chunks last to first:
-//     dSb = dtype(dS) (-> dh[n]); dv2 = dtype((k dSb) * exp2(gL - g_r) + dv_local);
+//   Shared memory (16-bit tiles): W, Kt 64 x (K+8); U 64 x 40; X0, X1 K x 40; Y0, Y1 64 x 40;
+//   gates (fp32, 64 GDN / K KDA); KDA also the fp32 staging of kg 64 x K (cp.async, one chunk
+//   ahead: kg is fp32 storage, too wide for the register prefetch).
+// bwd_walk_kernel<DT, K, V, STATES, KDA>: grid S * HV * V/32, same mapping, chunks last to first:
+//     dSb = dtype(dS) (-> dh[n]); dv2 = dtype((Kt dSb) f_r + dv_local);
 //     dS <- Gam dS + qs^T dO - W^T dv2, qs = dtype((q scale) exp2(g_r))   ([B1]-[B3])
+//     GDN: Kt = k, f_r = exp2(gL - g_r), g_r per token; KDA: Kt = kg, f_r = 1, g_r per channel.
 //   Summary mode starts from 0 and writes seg_dh_ext (zeros, without the walk, where nobody reads
 //   it); STATES mode starts from seg_exit and writes dh, dv2 and dh0 (first segment of each piece).
-//   Shared memory (16-bit): k, qs, W 64 x (K+8); dO, dv_local 64 x 40; X0 K x 40; Y0 64 x 40.
+//   Shared memory (16-bit): Kt, qs, W 64 x (K+8); dO, dv_local 64 x 40; X0 K x 40; Y0 64 x 40;
+//   gates (fp32); KDA also the fp32 staging of kg 64 x K.
 // Rows beyond a partial chunk are zero in every staged tile and masked in every epilogue.
-// Tiles of 32 columns keep both kernels at <= 128 registers and ~70-80 KB of shared
-// memory, so two blocks share an SM: a walk is a chain of dependent steps (loads, barriers, two
+// Tiles of 32 columns keep both kernels at <= 128 registers and <= 113 KB of shared memory, so
+// two blocks share an SM: a walk is a chain of dependent steps (loads, barriers, two
 // products per chunk), and a second block hides one block's waits. An element's sums do not
 // depend on the tile width, so neither do the bits.
 #pragma once
@@ -40,8 +54,9 @@ struct FwdWalkParams {
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
   const PieceDesc* pieces;
-  const uint16_t* k;       // [T, H, K] dtype, 16-bit storage
-  const float* gcum;       // [T, HV] fp32 log2
+  const uint16_t* k;       // [T, H, K] dtype, 16-bit storage (GDN)
+  const float* kg;         // [T, HV, K] dtype, fp32 storage (KDA)
+  const float* gcum;       // [T, HV] (GDN) or [T, HV, K] (KDA) fp32 log2
   const uint16_t* W;       // [T, HV, K] dtype, 16-bit storage
   const uint16_t* U;       // [T, HV, V] dtype, 16-bit storage
   const float* seg_entry;  // [S, HV, K, V] fp32 (STATES)
@@ -59,19 +74,94 @@ __device__ __forceinline__ void zero_tile(float* o, int64_t ld, int rows, int co
   for (int e = int(threadIdx.x); e < rows * cols; e += int(blockDim.x)) o[int64_t(e / cols) * ld + e % cols] = 0.0f;
 }
 
-template <int K>
-struct WalkSmem {
-  static constexpr int kKld = K + 8, kTld = kBV + 8;
-  static constexpr size_t bytes =
-      (2 * size_t(kC) * kKld + size_t(kC) * kTld + 2 * size_t(K) * kTld + 2 * size_t(kC) * kTld) * 2 + kC * 4;
+// The gates a walk keeps per chunk in shared memory (sG) and their register prefetch: GDN the
+// chunk's gcum rows (one per token, kC floats), KDA Gam = exp2(gL) per key channel (K floats).
+template <int K, bool KDA>
+struct WalkGates {
+  static constexpr int kN = KDA ? K : kC;
+  // This thread's gate of chunk c (threads [0, kN) hold one each).
+  static __device__ __forceinline__ float load(const float* gcum, int HV, int j, const ChunkDesc& c) {
+    const int t = int(threadIdx.x);
+    if constexpr (KDA)
+      return t < K ? gcum[((c.begin + c.len - 1) * HV + j) * K + t] : 0.0f;
+    else
+      return t < c.len ? gcum[(c.begin + t) * HV + j] : 0.0f;
+  }
+  static __device__ __forceinline__ void store(float* sG, float g) {
+    if (int(threadIdx.x) < kN) sG[threadIdx.x] = KDA ? exp2f(g) : g;
+  }
+  // gL of a chunk of L rows (GDN; KDA keeps Gam per channel instead).
+  static __device__ __forceinline__ float last(const float* sG, int L) { return KDA ? 0.0f : sG[L - 1]; }
+  // Gam of row (key channel) a; Gam0 = exp2(gL) (GDN).
+  static __device__ __forceinline__ float gam(const float* sG, float Gam0, int a) { return KDA ? sG[a] : Gam0; }
+  // The factor exp2(gL - g_r) of chunk row r (GDN); 1 for KDA, whose keys come gated.
+  static __device__ __forceinline__ float row_factor(const float* sG, float gL, int r) {
+    if constexpr (KDA)
+      return 1.0f;
+    else
+      return exp2f(gL - sG[r]);
+  }
 };
 
+// The Kt operand of a walk (k or kg, 64 x K rows of the chunk) on its way to 16-bit shared memory:
+// GDN k (16-bit storage) through registers, KDA kg (fp32 storage) through cp.async into an fp32
+// staging tile. issue() starts the loads of chunk c, store() (after cp_async_wait_all and a
+// barrier) writes the 16-bit tile.
+template <class DT, int K, bool KDA>
+struct KeyTile {
+  Tile16<kC, K> t;
+  template <class P>
+  __device__ __forceinline__ void issue(const P& p, int j, const ChunkDesc& c, float* stage) {
+    if constexpr (KDA) {
+      cp_async_rows<float, kC, K>(stage, K, p.kg + (c.begin * p.sh.HV + j) * K, int64_t(p.sh.HV) * K, c.len);
+      cp_async_commit();
+    } else {
+      t.load(p.k + (c.begin * p.sh.H + j / p.sh.G) * K, int64_t(p.sh.H) * K, c.len);
+    }
+  }
+  __device__ __forceinline__ void store(uint16_t* dst, int ld, const float* stage) const {
+    if constexpr (KDA)
+      pack_rows16<DT, kC, K>(dst, ld, stage, K);
+    else
+      t.template store<DT>(dst, ld);
+  }
+};
+
+template <int K, bool KDA>
+struct WalkSmem {
+  static constexpr int kKld = K + 8, kTld = kBV + 8;
+  static constexpr size_t kStage = KDA ? size_t(kC) * K * 4 : 0;  // fp32 staging of kg
+  static constexpr size_t bytes =
+      (2 * size_t(kC) * kKld + size_t(kC) * kTld + 2 * size_t(K) * kTld + 2 * size_t(kC) * kTld) * 2 +
+      WalkGates<K, KDA>::kN * 4 + kStage;
+};
+
+// [S1] Sb = dtype(S) into X0 (the operand of W Sb) and h[n] (STATES); [S4] M = hi + lo into X0, X1.
+template <class DT, int K, int V, bool STATES, class TS, class Acc>
+__device__ __forceinline__ void walk_split_state(Acc& acc, bool mtile, uint16_t* sX0, uint16_t* sX1, int ld,
+                                                 uint16_t* h, int c0) {
+  if (!mtile) {
+    TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
+      const uint32_t b = DT::pack(v0, v1);
+      *reinterpret_cast<uint32_t*>(sX0 + a * ld + c) = b;
+      if constexpr (STATES) *reinterpret_cast<uint32_t*>(h + int64_t(a) * V + c0 + c) = b;
+    });
+  } else {
+    TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
+      const float h0 = DT::rnd(v0), h1 = DT::rnd(v1);
+      *reinterpret_cast<uint32_t*>(sX0 + a * ld + c) = DT::pack(h0, h1);
+      *reinterpret_cast<uint32_t*>(sX1 + a * ld + c) = DT::pack(v0 - h0, v1 - h1);
+    });
+  }
+}
+
 // Both modes run two blocks per SM (32-wide tiles, 16-bit operands: <= 128 registers with the
-// next chunk's tiles prefetched into registers), so one block's loads and barriers overlap the
-// other's products.
-template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_fwd_walk_kernel(FwdWalkParams p) {
-  using Sm = WalkSmem<K>;
+// next chunk's tiles prefetched into registers, or for KDA's kg into shared memory), so one
+// block's loads and barriers overlap the other's products.
+template <class DT, int K, int V, bool STATES, bool KDA>
+__global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) fwd_walk_kernel(FwdWalkParams p) {
+  using Sm = WalkSmem<K, KDA>;
+  using Gt = WalkGates<K, KDA>;
   using TS = Tiling<K, kBV>;   // the K x 32 state / transfer tile
   using TC = Tiling<kC, kBV>;  // 64 x 32 chunk products
   constexpr int NVT = V / kBV;
@@ -85,10 +175,11 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_fwd_walk_
   uint16_t* sY0 = sX1 + K * Sm::kTld;
   uint16_t* sY1 = sY0 + kC * Sm::kTld;
   float* sG = reinterpret_cast<float*>(sY1 + kC * Sm::kTld);
+  float* sStage = sG + Gt::kN;  // KDA: kg, fp32
 
   const int HV = p.sh.HV;
   const int tile = blockIdx.x % NTILES;
-  const int j = (blockIdx.x / NTILES) % HV, i = j / p.sh.G;
+  const int j = (blockIdx.x / NTILES) % HV;
   const int s = blockIdx.x / (NTILES * HV);
   const bool mtile = tile >= NVT;
   const int c0 = (mtile ? tile - NVT : tile) * kBV;
@@ -113,46 +204,45 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_fwd_walk_
     TS::each(acc, [&](int a, int c, float& v) { v = (mtile && a == c0 + c) ? 1.0f : 0.0f; });
   }
 
-  // Register prefetch: the next chunk's tiles are loaded while this chunk computes.
-  Tile16<kC, K> tW, tK;
+  // Prefetch: the next chunk's tiles are loaded while this chunk computes.
+  Tile16<kC, K> tW;
+  KeyTile<DT, K, KDA> tK;
   Tile16<kC, kBV> tU;
   float gpre = 0.0f;
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
     tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
-    tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    tK.issue(p, j, c, sStage);
     if (!mtile) tU.load(p.U + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
-    gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
+    gpre = Gt::load(p.gcum, HV, j, c);
   };
   if (seg.chunk_end > seg.chunk_begin) issue(seg.chunk_begin);
   for (int64_t n = seg.chunk_begin; n < seg.chunk_end; ++n) {
     const ChunkDesc ch = p.chunks[n];
     const int L = ch.len;
     const int64_t t0 = ch.begin;
-    __syncthreads();  // the previous chunk is done with every tile
+    if constexpr (KDA) cp_async_wait_all();
+    __syncthreads();  // the previous chunk is done with every tile; KDA: kg is staged
     tW.template store<DT>(sW, Sm::kKld);
-    tK.template store<DT>(sk, Sm::kKld);
+    tK.store(sk, Sm::kKld, sStage);
     if (!mtile) tU.template store<DT>(sU, Sm::kTld);
-    if (threadIdx.x < kC) sG[threadIdx.x] = gpre;
+    Gt::store(sG, gpre);
     __syncthreads();
     if (n + 1 < seg.chunk_end) issue(n + 1);
-    const float gL = sG[L - 1];
-    const float Gam = exp2f(gL);
-    if (mtile)  // Kt = dtype(k * exp2(gL - g_r)) in place (read before the next barrier's users)
-      map_rows<DT, K>(sk, Sm::kKld, L, [&](int r, float x) { return x * exp2f(gL - sG[r]); });
+    const float gL = Gt::last(sG, L);
+    const float Gam0 = KDA ? 0.0f : exp2f(gL);
+    if (!KDA && mtile)  // GDN Kt = dtype(k * exp2(gL - g_r)) in place (read before the next barrier's users)
+      map_rows<DT, K>(sk, Sm::kKld, L, [&](int r, float x) { return x * Gt::row_factor(sG, gL, r); });
     const int kend = (L + 15) & ~15;
+    // (1) [S1] Sb = dtype(S) (-> h[n]); [S4] M = hi + lo.
+    uint16_t* h = STATES ? p.h + (n * HV + j) * KV : nullptr;
+    walk_split_state<DT, K, V, STATES, TS>(acc, mtile, sX0, sX1, Sm::kTld, h, c0);
+    __syncthreads();
+    float acc2[TC::MT][TC::NT][4];
+    TC::zero(acc2);
+    TC::template mma<DT>(acc2, AView<uint16_t, true>{sW, Sm::kKld}, BView<uint16_t, false>{sX0, Sm::kTld}, 0, K);
     if (!mtile) {
-      // (1) Sb = dtype(S): operand of W Sb, and h[n].
-      TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
-        const uint32_t b = DT::pack(v0, v1);
-        *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = b;
-        if constexpr (STATES) *reinterpret_cast<uint32_t*>(p.h + (n * HV + j) * KV + int64_t(a) * V + c0 + c) = b;
-      });
-      __syncthreads();
-      // (2) vr = U - W Sb; v_new; the update operand dtype(vr * exp2(gL - g_r)).
-      float acc2[TC::MT][TC::NT][4];
-      TC::zero(acc2);
-      TC::template mma<DT>(acc2, AView<uint16_t, true>{sW, Sm::kKld}, BView<uint16_t, false>{sX0, Sm::kTld}, 0, K);
+      // (2) [S2] vr = U - W Sb; v_new; [S3] the update operand dtype(vr f_r).
       TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
         float o0 = 0.0f, o1 = 0.0f;
         if (r < L) {
@@ -160,45 +250,32 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_fwd_walk_
           const float x0 = DT::from_raw(uint16_t(u & 0xffffu)) - v0;
           const float x1 = DT::from_raw(uint16_t(u >> 16)) - v1;
           if constexpr (STATES) st16x2<DT>(p.v_new + ((t0 + r) * HV + j) * V + c0 + c, x0, x1);
-          const float f = exp2f(gL - sG[r]);
+          const float f = Gt::row_factor(sG, gL, r);
           o0 = x0 * f;  // rounded by the pack below
           o1 = x1 * f;
         }
         *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(o0, o1);
       });
-      __syncthreads();
-      // (3) S <- Gam S + k^T op.
-      TS::each(acc, [&](int, int, float& v) { v *= Gam; });
-      TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY0, Sm::kTld}, 0, kend);
     } else {
-      // (1') M = hi + lo, both dtype.
-      TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
-        const float h0 = DT::rnd(v0), h1 = DT::rnd(v1);
-        *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = DT::pack(h0, h1);
-        *reinterpret_cast<uint32_t*>(sX1 + a * Sm::kTld + c) = DT::pack(v0 - h0, v1 - h1);
-      });
-      __syncthreads();
-      // (2') R = W M (two products); stored negated and split.
-      float acc2[TC::MT][TC::NT][4];
-      TC::zero(acc2);
-      TC::template mma<DT>(acc2, AView<uint16_t, true>{sW, Sm::kKld}, BView<uint16_t, false>{sX0, Sm::kTld}, 0, K);
+      // (2') [S4] R = W M (two products); stored negated and split.
       TC::template mma<DT>(acc2, AView<uint16_t, true>{sW, Sm::kKld}, BView<uint16_t, false>{sX1, Sm::kTld}, 0, K);
       TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
         const float h0 = DT::rnd(v0), h1 = DT::rnd(v1);
         *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(-h0, -h1);
         *reinterpret_cast<uint32_t*>(sY1 + r * Sm::kTld + c) = DT::pack(h0 - v0, h1 - v1);
       });
-      __syncthreads();
-      // (3') M <- Gam M - Kt^T R.
-      TS::each(acc, [&](int, int, float& v) { v *= Gam; });
-      TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY0, Sm::kTld}, 0, kend);
-      TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY1, Sm::kTld}, 0, kend);
     }
+    __syncthreads();
+    // (3) [S3] S <- Gam S + Kt^T op; [S4] M <- Gam M - Kt^T R.
+    TS::each(acc, [&](int a, int, float& v) { v *= Gt::gam(sG, Gam0, a); });
+    TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY0, Sm::kTld}, 0, kend);
+    if (mtile)
+      TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY1, Sm::kTld}, 0, kend);
   }
 
   if constexpr (STATES) {
     const PieceDesc pc = p.pieces[seg.piece];
-    if (p.ht && s + 1 == pc.seg_end) {
+    if (p.ht && s + 1 == pc.seg_end) {  // [S5]
       float* o = p.ht + (int64_t(seg.piece) * HV + j) * KV;
       TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
         *reinterpret_cast<float2*>(o + int64_t(a) * V + c0 + c) = make_float2(v0, v1);
@@ -220,8 +297,9 @@ struct BwdWalkParams {
   const ChunkDesc* chunks;
   const SegmentDesc* segments;
   const uint16_t* q;         // [T, H, K] dtype, 16-bit storage
-  const uint16_t* k;         // [T, H, K] dtype, 16-bit storage
-  const float* gcum;         // [T, HV] fp32 log2
+  const uint16_t* k;         // [T, H, K] dtype, 16-bit storage (GDN)
+  const float* kg;           // [T, HV, K] dtype, fp32 storage (KDA)
+  const float* gcum;         // [T, HV] (GDN) or [T, HV, K] (KDA) fp32 log2
   const uint16_t* W;         // [T, HV, K] dtype, 16-bit storage
   const uint16_t* dO;        // [T, HV, V] dtype, 16-bit (caller storage)
   const uint16_t* dv_local;  // [T, HV, V] dtype, 16-bit storage
@@ -234,16 +312,57 @@ struct BwdWalkParams {
   bool has_h0, has_dht;
 };
 
-template <int K>
+template <int K, bool KDA>
 struct BwdWalkSmem {
   static constexpr int kKld = K + 8, kTld = kBV + 8;
+  static constexpr size_t kStage = WalkSmem<K, KDA>::kStage;
   static constexpr size_t bytes =
-      (3 * size_t(kC) * kKld + 2 * size_t(kC) * kTld + size_t(K) * kTld + size_t(kC) * kTld) * 2 + kC * 4;
+      (3 * size_t(kC) * kKld + 2 * size_t(kC) * kTld + size_t(K) * kTld + size_t(kC) * kTld) * 2 +
+      WalkGates<K, KDA>::kN * 4 + kStage;
 };
 
-template <class DT, int K, int V, bool STATES>
-__global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_kernel(BwdWalkParams p) {
-  using Sm = BwdWalkSmem<K>;
+// [B3] operand qs = dtype((q scale) exp2(g_r)) of a chunk, formed while q is stored to shared
+// memory (no extra pass or barrier): q through registers with the gates of the rows (GDN) or of
+// the elements (KDA) this thread stages.
+template <class DT, int K, bool KDA>
+struct QsTile {
+  Tile16<kC, K> tq;
+  float gq[Tile16<kC, K>::ITERS];  // GDN
+  GateTile16<kC, K> tg;            // KDA
+  template <class P>
+  __device__ __forceinline__ void issue_q(const P& p, int j, const ChunkDesc& c) {
+    tq.load(p.q + (c.begin * p.sh.H + j / p.sh.G) * K, int64_t(p.sh.H) * K, c.len);
+  }
+  template <class P>
+  __device__ __forceinline__ void issue_gates(const P& p, int j, const ChunkDesc& c) {
+    const int HV = p.sh.HV;
+    if constexpr (KDA) {
+      tg.load(p.gcum + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    } else {
+#pragma unroll
+      for (int it = 0; it < Tile16<kC, K>::ITERS; ++it) {
+        const int r = Tile16<kC, K>::row_of(it);
+        gq[it] = r < c.len ? p.gcum[(c.begin + r) * HV + j] : 0.0f;
+      }
+    }
+  }
+  __device__ __forceinline__ void store(uint16_t* dst, int ld, float scale) const {
+    if constexpr (KDA) {
+      tq.template store_by_elem<DT>(dst, ld,
+                                    [&](int it, int, int u, float x) { return (x * scale) * exp2f(tg.at(it, u)); });
+    } else {
+      float eq[Tile16<kC, K>::ITERS];
+#pragma unroll
+      for (int it = 0; it < Tile16<kC, K>::ITERS; ++it) eq[it] = exp2f(gq[it]);
+      tq.template store_by_iter<DT>(dst, ld, [&](int it, int, float x) { return (x * scale) * eq[it]; });
+    }
+  }
+};
+
+template <class DT, int K, int V, bool STATES, bool KDA>
+__global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) bwd_walk_kernel(BwdWalkParams p) {
+  using Sm = BwdWalkSmem<K, KDA>;
+  using Gt = WalkGates<K, KDA>;
   using TS = Tiling<K, kBV>;
   using TC = Tiling<kC, kBV>;
   constexpr int NTILES = V / kBV;
@@ -256,10 +375,11 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_
   uint16_t* sX0 = sdl + kC * Sm::kTld;
   uint16_t* sY0 = sX0 + K * Sm::kTld;
   float* sG = reinterpret_cast<float*>(sY0 + kC * Sm::kTld);
+  float* sStage = sG + Gt::kN;  // KDA: kg, fp32
 
   const int HV = p.sh.HV;
   const int tile = blockIdx.x % NTILES;
-  const int j = (blockIdx.x / NTILES) % HV, i = j / p.sh.G;
+  const int j = (blockIdx.x / NTILES) % HV;
   const int s = blockIdx.x / (NTILES * HV);
   const int c0 = tile * kBV;
   const SegmentDesc seg = p.segments[s];
@@ -280,45 +400,51 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_
     TS::zero(acc);
   }
 
-  // Register prefetch: the previous chunk's tiles are loaded while this chunk computes.
-  Tile16<kC, K> tK, tQ, tW;
+  // Prefetch: the previous chunk's tiles are loaded while this chunk computes.
+  KeyTile<DT, K, KDA> tK;
+  QsTile<DT, K, KDA> tQ;
+  Tile16<kC, K> tW;
   Tile16<kC, kBV> tO, tD;
   float gpre = 0.0f;
-  // The gates of the rows this thread stages of q: qs is formed while q is stored to shared
-  // memory (one exp2 per row and thread, no extra pass or barrier).
-  float gq[decltype(tQ)::ITERS] = {};
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
-    tK.load(p.k + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
-    tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
-    tQ.load(p.q + (c.begin * p.sh.H + i) * K, int64_t(p.sh.H) * K, c.len);
+    tK.issue(p, j, c, sStage);
+    if constexpr (!KDA) tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    tQ.issue_q(p, j, c);
+    if constexpr (!KDA) tQ.issue_gates(p, j, c);
     tO.load(p.dO + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     tD.load(p.dv_local + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
-    gpre = int(threadIdx.x) < c.len ? p.gcum[(c.begin + threadIdx.x) * HV + j] : 0.0f;
-#pragma unroll
-    for (int it = 0; it < decltype(tQ)::ITERS; ++it) {
-      const int r = decltype(tQ)::row_of(it);
-      gq[it] = r < c.len ? p.gcum[(c.begin + r) * HV + j] : 0.0f;
+    gpre = Gt::load(p.gcum, HV, j, c);
+  };
+  // KDA: the per-element gates of qs (a K-wide fp32 tile) take the registers GDN gives W, so W
+  // goes by cp.async straight into its tile once the chunk's last product is done with it, and
+  // the gates are loaded then too (fewer registers live across the products). Their latency is
+  // not hidden by this block's compute, only by the SM's other block.
+  auto issue_late = [&](int64_t n) {
+    if constexpr (KDA) {
+      const ChunkDesc c = p.chunks[n];
+      cp_async_rows<uint16_t, kC, K>(sW, Sm::kKld, p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+      cp_async_commit();
+      tQ.issue_gates(p, j, c);
     }
   };
-  if (seg.chunk_end > seg.chunk_begin) issue(seg.chunk_end - 1);
+  if (seg.chunk_end > seg.chunk_begin) {
+    issue(seg.chunk_end - 1);
+    issue_late(seg.chunk_end - 1);
+  }
   for (int64_t n = seg.chunk_end - 1; n >= seg.chunk_begin; --n) {
     const ChunkDesc ch = p.chunks[n];
     const int L = ch.len;
     const int64_t t0 = ch.begin;
-    __syncthreads();
-    tK.template store<DT>(sk, Sm::kKld);
-    tW.template store<DT>(sW, Sm::kKld);
-    {  // qs = dtype((q scale) exp2(g_r))
-      float eq[decltype(tQ)::ITERS];
-#pragma unroll
-      for (int it = 0; it < decltype(tQ)::ITERS; ++it) eq[it] = exp2f(gq[it]);
-      tQ.template store_by_iter<DT>(sQs, Sm::kKld, [&](int it, int, float x) { return (x * scale) * eq[it]; });
-    }
+    if constexpr (KDA) cp_async_wait_all();
+    __syncthreads();  // the previous chunk is done with every tile; KDA: kg and W are staged
+    tK.store(sk, Sm::kKld, sStage);
+    if constexpr (!KDA) tW.template store<DT>(sW, Sm::kKld);
+    tQ.store(sQs, Sm::kKld, scale);
     tO.template store<DT>(sdO, Sm::kTld);
     tD.template store<DT>(sdl, Sm::kTld);
-    if (threadIdx.x < kC) sG[threadIdx.x] = gpre;
-    // (1) dSb = dtype(dS): operand of k dSb, and dh[n] (behind the tiles' barrier).
+    Gt::store(sG, gpre);
+    // (1) [B1] dSb = dtype(dS): operand of Kt dSb, and dh[n] (behind the tiles' barrier).
     TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
       const uint32_t b = DT::pack(v0, v1);
       *reinterpret_cast<uint32_t*>(sX0 + a * Sm::kTld + c) = b;
@@ -326,17 +452,17 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_
     });
     __syncthreads();
     if (n > seg.chunk_begin) issue(n - 1);
-    const float gL = sG[L - 1];
-    const float Gam = exp2f(gL);
+    const float gL = Gt::last(sG, L);
+    const float Gam0 = KDA ? 0.0f : exp2f(gL);
     const int kend = (L + 15) & ~15;
-    // (2) dv2 = dtype((k dSb) f + dv_local); kept negated for the update.
+    // (2) [B2] dv2 = dtype((Kt dSb) f_r + dv_local); kept negated for the update.
     float acc2[TC::MT][TC::NT][4];
     TC::zero(acc2);
     TC::template mma<DT>(acc2, AView<uint16_t, true>{sk, Sm::kKld}, BView<uint16_t, false>{sX0, Sm::kTld}, 0, K);
     TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
       uint32_t u = 0u;
       if (r < L) {
-        const float f = exp2f(gL - sG[r]);
+        const float f = Gt::row_factor(sG, gL, r);
         const uint32_t d = *reinterpret_cast<const uint32_t*>(sdl + r * Sm::kTld + c);
         u = DT::pack(v0 * f + DT::from_raw(uint16_t(d & 0xffffu)), v1 * f + DT::from_raw(uint16_t(d >> 16)));
         if constexpr (STATES) *reinterpret_cast<uint32_t*>(p.dv2 + ((t0 + r) * HV + j) * V + c0 + c) = u;
@@ -344,12 +470,16 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_
       // -dv2 by its sign bits (rows beyond the chunk: -0, as pack(-0, -0) gave).
       *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = u ^ 0x80008000u;
     });
-    // (3) dS <- Gam dS + qs^T dO - W^T dv2, in this order; the first two terms need no dv2, so
-    // they run before the barrier that waits for every warp's part of it.
-    TS::each(acc, [&](int, int, float& v) { v *= Gam; });
+    // (3) [B3] dS <- Gam dS + qs^T dO - W^T dv2, in this order; the first two terms need no dv2,
+    // so they run before the barrier that waits for every warp's part of it.
+    TS::each(acc, [&](int a, int, float& v) { v *= Gt::gam(sG, Gam0, a); });
     TS::template mma<DT>(acc, AView<uint16_t, false>{sQs, Sm::kKld}, BView<uint16_t, false>{sdO, Sm::kTld}, 0, kend);
     __syncthreads();
     TS::template mma<DT>(acc, AView<uint16_t, false>{sW, Sm::kKld}, BView<uint16_t, false>{sY0, Sm::kTld}, 0, kend);
+    if (KDA && n > seg.chunk_begin) {  // uniform
+      __syncthreads();                 // every warp is done with W
+      issue_late(n - 1);
+    }
   }
 
   float* o = nullptr;
@@ -364,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) gdn_bwd_walk_
     });
 }
 
-// ---- launch helpers (host), shared with the KDA walks ----
+// ---- launch helpers (host), shared by the GDN and KDA walks ----
 // Blocks per (segment, value head) of a forward walk (V / kBV state tiles, plus the K / kBV
 // transfer tiles of the summaries: M is K x K) and of a backward walk (V / kBV state tiles).
 template <int K, int V, bool STATES>
@@ -383,9 +513,25 @@ void launch_walk(Kernel kernel, size_t smem, int tiles, const Params& p, cudaStr
   kernel<<<unsigned(int64_t(p.sh.S) * p.sh.HV * tiles), kThreads, smem, st>>>(p);
   KCP_CUDA_LAUNCH_CHECK(st);
 }
+// The mma.sync walk of a direction for the problem's dtype and dims (KDA: the op's gates).
+template <bool KDA, bool STATES>
+void dispatch_fwd_walk(const Problem& pb, const FwdWalkParams& p, cudaStream_t st) {
+  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
+    using DT = typename decltype(dt)::type;
+    constexpr int K = decltype(k)::value, V = decltype(v)::value;
+    launch_walk(fwd_walk_kernel<DT, K, V, STATES, KDA>, WalkSmem<K, KDA>::bytes, fwd_walk_tiles<K, V, STATES>(), p, st);
+  });
+}
+template <bool KDA, bool STATES>
+void dispatch_bwd_walk(const Problem& pb, const BwdWalkParams& p, cudaStream_t st) {
+  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
+    using DT = typename decltype(dt)::type;
+    constexpr int K = decltype(k)::value, V = decltype(v)::value;
+    launch_walk(bwd_walk_kernel<DT, K, V, STATES, KDA>, BwdWalkSmem<K, KDA>::bytes, bwd_walk_tiles<V>(), p, st);
+  });
+}
 
-// ---- the parameters of the four walk phases from their Args (host); the KDA walks
-// (kda_chunk_state_kernel.cuh) extend them by kg ----
+// ---- the parameters of the four walk phases from their Args (host), GDN and KDA ----
 // The layout tables, flags and inputs every walk of a direction reads (Args: the phase's args).
 template <class Params, class Args>
 inline Params walk_params(const Args& a, const DevLayout& L) {
@@ -397,6 +543,7 @@ inline Params walk_params(const Args& a, const DevLayout& L) {
   p.has_h0 = a.ctx.problem.has_h0;
   p.has_dht = a.ctx.problem.has_dht;
   p.k = a.k.packed16();
+  p.kg = a.kg;
   p.gcum = a.gcum;
   p.W = a.W.packed16();
   return p;

@@ -1,10 +1,10 @@
 // The GDN forward state walks (fwd_summaries, fwd_states) on Hopper: wgmma from shared memory,
 // TMA loads by a producer warp into a two-stage mbarrier ring, TMA stores of h and v_new (the
 // technique of tests/gpu/walk_step_bench.cu, issue 17). Included only by gdn_walk_wgmma.cu;
-// launched instead of gdn_fwd_walk_kernel (gdn_chunk_state_kernel.cuh) when
+// launched instead of fwd_walk_kernel (gdn_chunk_state_kernel.cuh) when
 // launch_fwd_walk_wgmma (gdn_walk_wgmma.h) supports the problem: GDN, K = V in {64, 128}, bf16 /
 // fp16, an sm_90 device and an sm_90a build. Same contract, same rounding points, same outputs;
-// bits may differ from gdn_fwd_walk_kernel only by the order of fp32 accumulation inside the
+// bits may differ from fwd_walk_kernel only by the order of fp32 accumulation inside the
 // products.
 //
 // gdn_fwd_walk_wgmma_kernel<DT, K, STATES>: grid S * HV * tiles, block b -> (segment s, value head
@@ -37,7 +37,7 @@
 //   2 stages x (W, k: K / 64 tiles each; U: 1 tile; gates + header: 1 KiB); X0, X1: K x 64;
 //   Y0, Y1: 64 x 64 (Y1: the v_new staging of a state tile); 4 mbarriers; + 1 KiB for aligning the
 //   base. K = 128: 134176 B, one block per SM: a block does the work of two 32-column blocks of
-//   gdn_fwd_walk_kernel, which runs two per SM, so the planner's count of block slots per
+//   fwd_walk_kernel, which runs two per SM, so the planner's count of block slots per
 //   (segment, value head) (kernels/api/tiles.h) holds for both walks. K = 64: 85024 B, two blocks
 //   per SM fit (the planner then counts twice the slots this walk uses).
 // Registers (ptxas, sm_90a): K = 128 168 (summaries) / 150 (states), K = 64 124 / 116; no spills.

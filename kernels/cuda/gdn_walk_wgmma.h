@@ -13,7 +13,7 @@ struct FwdWalkParams;  // gdn_chunk_state_kernel.cuh
 
 // Runs the forward walk (states: fwd_states, else fwd_summaries) with the wgmma kernel and returns
 // true when it supports the problem here (fwd_walk_uses_wgmma and 16-byte-aligned 16-bit
-// tensors); returns false having launched nothing otherwise (the caller runs gdn_fwd_walk_kernel).
+// tensors); returns false having launched nothing otherwise (the caller runs fwd_walk_kernel).
 bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st);
 
 }  // namespace kcp::kernels::cuda

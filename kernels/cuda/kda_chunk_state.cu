@@ -1,48 +1,23 @@
-// Launchers of the KDA state walks: forward summaries / states, backward summaries / states.
-#include "kernels/cuda/kda_chunk_state_kernel.cuh"
+// Launchers of the KDA state walks: forward summaries / states, backward summaries / states. The
+// kernels are the GDN walks with per-channel gates (gdn_chunk_state_kernel.cuh, KDA = true).
+#include "kernels/cuda/gdn_chunk_state_kernel.cuh"
 
 namespace kcp::kernels::cuda {
 
-namespace {
-
-template <class DT, int K, int V, bool STATES>
-void run_kda_fwd_walk(const KdaFwdWalkParams& p, cudaStream_t st) {
-  launch_walk(kda_fwd_walk_kernel<DT, K, V, STATES>, KdaFwdWalkSmem<K>::bytes, fwd_walk_tiles<K, V, STATES>(), p, st);
-}
-template <class DT, int K, int V, bool STATES>
-void run_kda_bwd_walk(const KdaBwdWalkParams& p, cudaStream_t st) {
-  launch_walk(kda_bwd_walk_kernel<DT, K, V, STATES>, KdaBwdWalkSmem<K>::bytes, bwd_walk_tiles<V>(), p, st);
-}
-
-template <bool STATES>
-void dispatch_fwd(const Problem& pb, const KdaFwdWalkParams& p, cudaStream_t st) {
-  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
-    run_kda_fwd_walk<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value, STATES>(p, st);
-  });
-}
-template <bool STATES>
-void dispatch_bwd(const Problem& pb, const KdaBwdWalkParams& p, cudaStream_t st) {
-  dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
-    run_kda_bwd_walk<typename decltype(dt)::type, decltype(k)::value, decltype(v)::value, STATES>(p, st);
-  });
-}
-
-}  // namespace
-
 void launch_kda_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st) {
-  dispatch_fwd<false>(a.ctx.problem, with_kg<KdaFwdWalkParams>(fwd_summaries_params(a, L), a.kg), st);
+  dispatch_fwd_walk<true, false>(a.ctx.problem, fwd_summaries_params(a, L), st);
 }
 
 void launch_kda_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st) {
-  dispatch_fwd<true>(a.ctx.problem, with_kg<KdaFwdWalkParams>(fwd_states_params(a, L), a.kg), st);
+  dispatch_fwd_walk<true, true>(a.ctx.problem, fwd_states_params(a, L), st);
 }
 
 void launch_kda_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st) {
-  dispatch_bwd<false>(a.ctx.problem, with_kg<KdaBwdWalkParams>(bwd_summaries_params(a, L), a.kg), st);
+  dispatch_bwd_walk<true, false>(a.ctx.problem, bwd_summaries_params(a, L), st);
 }
 
 void launch_kda_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st) {
-  dispatch_bwd<true>(a.ctx.problem, with_kg<KdaBwdWalkParams>(bwd_states_params(a, L), a.kg), st);
+  dispatch_bwd_walk<true, true>(a.ctx.problem, bwd_states_params(a, L), st);
 }
 
 }  // namespace kcp::kernels::cuda
