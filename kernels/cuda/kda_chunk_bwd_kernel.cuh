@@ -5,12 +5,14 @@
 // Three kernels, each grid NT * HV, block (chunk n, value head j) = (b / HV, b % HV), kThreads;
 // they pass partial results through dq_hv, dk_hv, dlam, dbeta (each block owns its chunk's rows)
 // and the backend's scratch (dW16, dAqk, dAkk), and add the twin's terms in the twin's order:
-// kda_bwd_inter_kernel (step 4 inter part [E1], step 2 [E3]): a thread per (r, x):
-//   dQi = (dO h^T)[r][x] exp2(g_r[x]) scale, dKint = (v_new dh^T)[r][x] exp2(g_L[x] - g_r[x]),
-//   dW = dtype(-(dv2 h^T)[r][x]) -> dW16; dq_hv = dQi, dk_hv = dKint, dlam = q dQi - k dKint; then
-//   a thread per channel x adds dg_last[x] = Gam[x] (h dh^T)[x][x] + sum_r k dKint to the last row.
-//   dAqk[r][s] = scale (dO v_new^T)[r][s] for s <= r (0 above) -> scratch.
-//   Shared memory (16-bit): dO, v_new, dv2 64 x (V+2); h, dh K x (V+2); (fp32) dKint 64 x K.
+// kda_bwd_inter_kernel (step 4 inter part [E1], step 2 [E3]): four tensor-core products over V
+//   (dtype operands, fp32 accumulation; issue 16 item 5), each 64 x K or 64 x 64 on 8 warps:
+//   dW = dtype(-(dv2 h^T)) -> dW16; dAqk[r][s] = scale (dO v_new^T)[r][s] for s <= r (0 above)
+//   -> scratch; dQi = (dO h^T)[r][x] exp2(g_r[x]) scale, dKint = (v_new dh^T)[r][x]
+//   exp2(g_L[x] - g_r[x]); dq_hv = dQi, dk_hv = dKint, dlam = q dQi - k dKint; then a thread per
+//   channel x adds dg_last[x] = Gam[x] (h dh^T)[x][x] + sum_r k dKint to the last row.
+//   Shared memory: (16-bit) dO, v_new, dv2 64 x (V+8); h, dh K x (V+8); (fp32) dKint 64 x K, g_L K
+//   (K = V = 128: 155,136 bytes, one block per SM).
 // kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): a warp per row r, lanes over channels:
 //   dX = Phi^T dW, dY = Phi^T dv2 (m >= r ascending): dk_hv += dX beta exp2(g), dlam += dX X,
 //   dv = dtype(beta dY), dbeta = sum dX k exp2(g) + sum dY v (lane partials, fixed-order warp sum);
@@ -45,13 +47,15 @@ struct Ld16 {
 
 template <int K, int V>
 struct KdaInterSmem {
-  static constexpr int kVld = Ld16<V>::value;
-  static constexpr size_t bytes = (3 * size_t(kC) + 2 * size_t(K)) * kVld * 2 + size_t(kC) * K * 4;
+  static constexpr int kVld = V + 8;  // 16-bit tiles read by ldmatrix (cuda_common.cuh)
+  static constexpr size_t bytes = (3 * size_t(kC) + 2 * size_t(K)) * kVld * 2 + (size_t(kC) + 1) * K * 4;
 };
 
 template <class DT, int K, int V>
 __global__ void __launch_bounds__(kThreads) kda_bwd_inter_kernel(KdaGradParams p) {
   using Sm = KdaInterSmem<K, V>;
+  using TK = Tiling<kC, K>;   // 64 x K products over V
+  using TA = Tiling<kC, kC>;  // 64 x 64 dAqk
   constexpr int ld = Sm::kVld;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* sdO = reinterpret_cast<uint16_t*>(smem_raw);
@@ -60,56 +64,72 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_inter_kernel(KdaGradParams p
   uint16_t* sS = sdv + kC * ld;
   uint16_t* sdS = sS + K * ld;
   float* sKint = reinterpret_cast<float*>(sdS + K * ld);
+  float* sgL = sKint + kC * K;
 
   const KdaIx ix = kda_ix(p.sh);
   const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
   const int L = w.L, j = w.j, i = w.i;
   const int64_t t0 = w.t0, n = w.n;
   const float scale = p.sh.scale;
-  auto f = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
+  const int64_t ldv = int64_t(p.sh.HV) * V;
 
-  stage_tile16<DT>(sdO, ld, kC, V, L, [&](int r, int e) { return load_caller<DT>(p.dO, ix.vv(t0 + r, j) + e); });
-  stage_tile16<DT>(svn, ld, kC, V, L, [&](int r, int e) { return DT::from_raw(p.v_new[ix.vv(t0 + r, j) + e]); });
-  stage_tile16<DT>(sdv, ld, kC, V, L, [&](int r, int e) { return DT::from_raw(p.dv2[ix.vv(t0 + r, j) + e]); });
-  stage_tile16<DT>(sS, ld, K, V, K, [&](int x, int e) { return DT::from_raw(p.h[ix.kv(n, j) + int64_t(x) * V + e]); });
-  stage_tile16<DT>(sdS, ld, K, V, K,
-                   [&](int x, int e) { return DT::from_raw(p.dh[ix.kv(n, j) + int64_t(x) * V + e]); });
+  stage_rows16<DT, kC, V>(sdO, ld, p.dO + ix.vv(t0, j), ldv, L);
+  stage_rows16<DT, kC, V>(svn, ld, p.v_new + ix.vv(t0, j), ldv, L);
+  stage_rows16<DT, kC, V>(sdv, ld, p.dv2 + ix.vv(t0, j), ldv, L);
+  stage_rows16<DT, K, V>(sS, ld, p.h + ix.kv(n, j), V, K);
+  stage_rows16<DT, K, V>(sdS, ld, p.dh + ix.kv(n, j), V, K);
+  if (threadIdx.x < K) sgL[threadIdx.x] = p.gcum[ix.hk(t0 + L - 1, j) + threadIdx.x];
   __syncthreads();
 
-  const float* gL = p.gcum + ix.hk(t0 + L - 1, j);
-  for (int e = threadIdx.x; e < L * K; e += blockDim.x) {  // [E1]
-    const int r = e / K, x = e % K;
-    float aq = 0.0f, ak = 0.0f, aw = 0.0f;
-    for (int c = 0; c < V; ++c) {
-      const float sx = f(sS, x * ld + c);
-      aq += f(sdO, r * ld + c) * sx;
-      ak += f(svn, r * ld + c) * f(sdS, x * ld + c);
-      aw += f(sdv, r * ld + c) * sx;
-    }
-    const int64_t at = ix.hk(t0 + r, j) + x;
-    const float gr = p.gcum[at];
-    const float dQi = aq * exp2f(gr) * scale;
-    const float dKint = ak * exp2f(gL[x] - gr);
-    p.dW16[at] = DT::raw(-aw);
-    p.dq_hv[at] = dQi;
-    p.dk_hv[at] = dKint;
-    sKint[r * K + x] = dKint;
-    const float qx = DT::from_raw(p.q[ix.qk(t0 + r, i) + x]), kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
-    p.dlam[at] = qx * dQi - kx * dKint;
+  const AView<uint16_t, true> dO{sdO, ld}, vn{svn, ld}, dv{sdv, ld};
+  const BView<uint16_t, true> hT{sS, ld}, dhT{sdS, ld}, vnT{svn, ld};
+  {  // [E1] dW = dtype(-(dv2 h^T)) -> dW16
+    float aw[TK::MT][TK::NT][4];
+    TK::zero(aw);
+    TK::template mma<DT>(aw, dv, hT, 0, V);
+    TK::pairs(aw, [&](int r, int x, float& v0, float& v1) {
+      if (r < L) st16x2<DT>(p.dW16 + ix.hk(t0 + r, j) + x, -v0, -v1);
+    });
   }
-  for (int e = threadIdx.x; e < L * kC; e += blockDim.x) {  // [E3]
-    const int r = e / kC, s = e % kC;
-    float acc = 0.0f;
-    if (s <= r)
-      for (int c = 0; c < V; ++c) acc += f(sdO, r * ld + c) * f(svn, s * ld + c);
-    p.dAqk[ix.cc(t0 + r, j) + s] = s <= r ? scale * acc : 0.0f;
+  {  // [E3] dAqk[r][s] = scale (dO v_new^T)[r][s] for s <= r (0 above)
+    float aa[TA::MT][TA::NT][4];
+    TA::zero(aa);
+    TA::template mma<DT>(aa, dO, vnT, 0, V);
+    TA::pairs(aa, [&](int r, int s, float& v0, float& v1) {
+      if (r < L)
+        *reinterpret_cast<float2*>(p.dAqk + ix.cc(t0 + r, j) + s) =
+            make_float2(s <= r ? scale * v0 : 0.0f, s + 1 <= r ? scale * v1 : 0.0f);
+    });
+  }
+  {  // [E1] dQi = (dO h^T) exp2(g_r) scale, dKint = (v_new dh^T) exp2(g_L - g_r); dq_hv, dk_hv, dlam
+    float aq[TK::MT][TK::NT][4], ak[TK::MT][TK::NT][4];
+    TK::zero(aq);
+    TK::zero(ak);
+    TK::template mma<DT>(aq, dO, hT, 0, V);
+    TK::template mma<DT>(ak, vn, dhT, 0, V);
+    TK::zip_pairs(aq, ak, [&](int r, int x, float& q0, float& q1, float& k0, float& k1) {
+      if (r >= L) return;
+      const int64_t at = ix.hk(t0 + r, j) + x;
+      const float2 gr = *reinterpret_cast<const float2*>(p.gcum + at);
+      const float dQ0 = q0 * exp2f(gr.x) * scale, dQ1 = q1 * exp2f(gr.y) * scale;
+      const float dK0 = k0 * exp2f(sgL[x] - gr.x), dK1 = k1 * exp2f(sgL[x + 1] - gr.y);
+      *reinterpret_cast<float2*>(p.dq_hv + at) = make_float2(dQ0, dQ1);
+      *reinterpret_cast<float2*>(p.dk_hv + at) = make_float2(dK0, dK1);
+      *reinterpret_cast<float2*>(sKint + r * K + x) = make_float2(dK0, dK1);
+      const int64_t aq2 = ix.qk(t0 + r, i) + x;
+      const uint32_t qq = *reinterpret_cast<const uint32_t*>(p.q + aq2);
+      const uint32_t kk = *reinterpret_cast<const uint32_t*>(p.k + aq2);
+      const float qx0 = DT::from_raw(uint16_t(qq & 0xffffu)), qx1 = DT::from_raw(uint16_t(qq >> 16));
+      const float kx0 = DT::from_raw(uint16_t(kk & 0xffffu)), kx1 = DT::from_raw(uint16_t(kk >> 16));
+      *reinterpret_cast<float2*>(p.dlam + at) = make_float2(qx0 * dQ0 - kx0 * dK0, qx1 * dQ1 - kx1 * dK1);
+    });
   }
   __syncthreads();        // sKint and the dlam rows of every thread (global writes of this block)
   if (threadIdx.x < K) {  // dg_last on the last row
     const int x = threadIdx.x;
     float acc = 0.0f;
-    for (int c = 0; c < V; ++c) acc += f(sS, x * ld + c) * f(sdS, x * ld + c);
-    acc *= exp2f(gL[x]);
+    for (int c = 0; c < V; ++c) acc += DT::from_raw(sS[x * ld + c]) * DT::from_raw(sdS[x * ld + c]);
+    acc *= exp2f(sgL[x]);
     for (int r = 0; r < L; ++r) acc += DT::from_raw(p.k[ix.qk(t0 + r, i) + x]) * sKint[r * K + x];
     p.dlam[ix.hk(t0 + L - 1, j) + x] += acc;
   }
