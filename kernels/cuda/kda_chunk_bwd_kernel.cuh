@@ -16,9 +16,11 @@
 // kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): a warp per row r, lanes over channels:
 //   dX = Phi^T dW, dY = Phi^T dv2 (m >= r ascending): dk_hv += dX beta exp2(g), dlam += dX X,
 //   dv = dtype(beta dY), dbeta = sum dX k exp2(g) + sum dY v (lane partials, fixed-order warp sum);
-//   a thread per (r, s): dPhi = dW Xb^T + dv2 Yb^T (s < r), then phi_backward's two dtype-operand
-//   products: dAkk = -stril(Phi^T dtype(stril(dtype(dPhi)) Phi^T)) -> scratch.
-//   Shared memory (16-bit): dW, Xb 64 x (K+2); dv2, Yb 64 x (V+2); (fp32) Phi, dPhi, T1 64 x 64.
+//   then on tensor cores (64 x 64 products, dtype operands, fp32 accumulation; issue 16 item 5):
+//   dPhi = dW Xb^T + dv2 Yb^T (s < r), and phi_backward's two dtype-operand products:
+//   dAkk = -stril(Phi^T dtype(stril(dtype(dPhi)) Phi^T)) -> scratch.
+//   Shared memory (16-bit, ldmatrix rows): dW, Xb 64 x (K+8); dv2, Yb 64 x (V+8); Phi, dPhi, T1
+//   64 x 72 (K = V = 128: 97,280 bytes).
 // kda_bwd_intra_kernel (step 5 [E4]): a warp per row r, lanes over channels x, every pair with
 //   its own factor exp2(g_r[x] - g_s[x]) (r >= s, exponent <= 0): dq2, dk2n (s <= r ascending) and
 //   the column side dkt (r' >= r ascending), all fp32 (7.6); dq_hv += dq2, dk_hv += dk2 + dkt,
@@ -36,13 +38,6 @@ namespace kcp::kernels::cuda {
 struct KdaGradParams : GradParams {
   float* dAqk;  // [T, HV, 64] fp32, scratch: scale tril(dO v_new^T)
   float* dAkk;  // [T, HV, 64] fp32, scratch: -stril(Phi^T dtype(...) ...)
-};
-
-// 16-bit shared-memory rows of n elements: row stride n + 2 elements, an odd number of 32-bit
-// words for n % 64 == 0, so a warp reading one column of 32 rows hits 32 banks.
-template <int N>
-struct Ld16 {
-  static constexpr int value = N + 2;
 };
 
 template <int K, int V>
@@ -137,22 +132,23 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_inter_kernel(KdaGradParams p
 
 template <int K, int V>
 struct KdaWyBwdSmem {
-  static constexpr int kKld = Ld16<K>::value, kVld = Ld16<V>::value;
-  static constexpr size_t bytes = (2 * size_t(kC) * kKld + 2 * size_t(kC) * kVld) * 2 + 3 * size_t(kC) * kC * 4;
+  static constexpr int kKld = K + 8, kVld = V + 8, kCld = kC + 8;  // ldmatrix rows (cuda_common.cuh)
+  static constexpr size_t bytes = (2 * size_t(kC) * kKld + 2 * size_t(kC) * kVld + 3 * size_t(kC) * kCld) * 2;
 };
 
 template <class DT, int K, int V>
 __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   using Sm = KdaWyBwdSmem<K, V>;
-  constexpr int kld = Sm::kKld, vld = Sm::kVld;
+  using TA = Tiling<kC, kC>;
+  constexpr int kld = Sm::kKld, vld = Sm::kVld, cld = Sm::kCld;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* sdW = reinterpret_cast<uint16_t*>(smem_raw);
   uint16_t* sXb = sdW + kC * kld;
   uint16_t* sdv = sXb + kC * kld;
   uint16_t* sYb = sdv + kC * vld;
-  float* sPhi = reinterpret_cast<float*>(sYb + kC * vld);
-  float* sdPhi = sPhi + kC * kC;
-  float* sT1 = sdPhi + kC * kC;
+  uint16_t* sPhi = sYb + kC * vld;
+  uint16_t* sdPhi = sPhi + kC * cld;
+  uint16_t* sT1 = sdPhi + kC * cld;
 
   const KdaIx ix = kda_ix(p.sh);
   const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
@@ -169,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   stage_tile16<DT>(sYb, vld, kC, V, L, [&](int r, int e) {  // ub = dtype(v beta)
     return load_caller<DT>(p.v, ix.vv(t0 + r, j) + e) * beta(r);
   });
-  stage_tile(sPhi, kC, kC, kC, L, [&](int r, int s) { return DT::from_raw(p.Phi[ix.cc(t0 + r, j) + s]); });
+  stage_rows16<DT, kC, kC>(sPhi, cld, p.Phi + ix.cc(t0, j), int64_t(p.sh.HV) * kC, L);
   __syncthreads();
 
   // dX, dY per row: a warp per row, lanes over channels; dbeta by a fixed-order warp sum.
@@ -178,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
     float db = 0.0f;
     for (int x = lane_id(); x < K; x += 32) {
       float dX = 0.0f;
-      for (int m = r; m < L; ++m) dX += sPhi[m * kC + r] * f(sdW, m * kld + x);
+      for (int m = r; m < L; ++m) dX += f(sPhi, m * cld + r) * f(sdW, m * kld + x);
       const int64_t at = ix.hk(t0 + r, j) + x;
       const float kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
       const float eg = exp2f(p.gcum[at]);
@@ -189,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
     }
     for (int e = lane_id(); e < V; e += 32) {
       float dY = 0.0f;
-      for (int m = r; m < L; ++m) dY += sPhi[m * kC + r] * f(sdv, m * vld + e);
+      for (int m = r; m < L; ++m) dY += f(sPhi, m * cld + r) * f(sdv, m * vld + e);
       const int64_t at = ix.vv(t0 + r, j) + e;
       store_caller<DT>(p.dv, at, br * dY);  // [E5]
       db += dY * load_caller<DT>(p.v, at);
@@ -198,33 +194,40 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
     if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] = db;
   }
 
-  // dPhi (strictly lower), rounded: the operand of phi_backward.
-  for (int e = threadIdx.x; e < kC * kC; e += blockDim.x) {
-    const int r = e / kC, s = e % kC;
-    float acc = 0.0f;
-    if (s < r && r < L) {
-      for (int x = 0; x < K; ++x) acc += f(sdW, r * kld + x) * f(sXb, s * kld + x);
-      for (int c = 0; c < V; ++c) acc += f(sdv, r * vld + c) * f(sYb, s * vld + c);
-    }
-    sdPhi[e] = DT::rnd(acc);
+  // dPhi (strictly lower), rounded: the operand of phi_backward; sums over K, then V.
+  {
+    float acc[TA::MT][TA::NT][4];
+    TA::zero(acc);
+    TA::template mma<DT>(acc, AView<uint16_t, true>{sdW, kld}, BView<uint16_t, true>{sXb, kld}, 0, K);
+    TA::template mma<DT>(acc, AView<uint16_t, true>{sdv, vld}, BView<uint16_t, true>{sYb, vld}, 0, V);
+    TA::pairs(acc, [&](int r, int s, float& v0, float& v1) {
+      const bool in = r < L;
+      *reinterpret_cast<uint32_t*>(sdPhi + r * cld + s) =
+          DT::pack(in && s < r ? v0 : 0.0f, in && s + 1 < r ? v1 : 0.0f);
+    });
   }
   __syncthreads();
-  // T1 = dtype(dPhib Phi^T), strictly lower: sum over x <= s (Phi lower, dPhib strictly lower).
-  for (int e = threadIdx.x; e < kC * kC; e += blockDim.x) {
-    const int m = e / kC, s = e % kC;
-    float acc = 0.0f;
-    if (s < m && m < L)
-      for (int x = 0; x <= s; ++x) acc += sdPhi[m * kC + x] * sPhi[s * kC + x];
-    sT1[e] = DT::rnd(acc);
+  // T1 = dtype(dPhib Phi^T), strictly lower (the terms x > s are Phi's zeros above the diagonal).
+  {
+    float acc[TA::MT][TA::NT][4];
+    TA::zero(acc);
+    TA::template mma<DT>(acc, AView<uint16_t, true>{sdPhi, cld}, BView<uint16_t, true>{sPhi, cld}, 0, kC);
+    TA::pairs(acc, [&](int m, int s, float& v0, float& v1) {
+      const bool in = m < L;
+      *reinterpret_cast<uint32_t*>(sT1 + m * cld + s) = DT::pack(in && s < m ? v0 : 0.0f, in && s + 1 < m ? v1 : 0.0f);
+    });
   }
   __syncthreads();
-  // dAkk = -stril(Phi^T T1): sum over m = r .. L-1 ascending.
-  for (int e = threadIdx.x; e < L * kC; e += blockDim.x) {
-    const int r = e / kC, s = e % kC;
-    float acc = 0.0f;
-    if (s < r)
-      for (int m = r; m < L; ++m) acc += sPhi[m * kC + r] * sT1[m * kC + s];
-    p.dAkk[ix.cc(t0 + r, j) + s] = s < r ? -acc : 0.0f;
+  // dAkk = -stril(Phi^T T1) (the terms m < r are Phi's zeros, m >= L T1's zero rows).
+  {
+    float acc[TA::MT][TA::NT][4];
+    TA::zero(acc);
+    TA::template mma<DT>(acc, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sT1, cld}, 0, kC);
+    TA::pairs(acc, [&](int r, int s, float& v0, float& v1) {
+      if (r < L)
+        *reinterpret_cast<float2*>(p.dAkk + ix.cc(t0 + r, j) + s) =
+            make_float2(s < r ? -v0 : 0.0f, s + 1 < r ? -v1 : 0.0f);
+    });
   }
 }
 
