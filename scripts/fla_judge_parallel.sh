@@ -26,7 +26,7 @@ done
 echo "folders at +$(( $(date +%s) - start )) s"
 for mode in ${MODES:-bypass plain}; do
   flag=""; [ $mode = bypass ] && flag=--bypass-hopper-check
-  ls -d /tmp/src-*-$mode/*/ | xargs -P ${PAR:-14} -I{} sh -c "timeout ${ALIM:-300} python3 scripts/adapters/fla_adapter.py $flag {} >{}adapter.log 2>&1; echo \"\$? {}\"" >$OUT/logs/adapter-$mode.txt
+  ls -d /tmp/src-*-$mode/*/ | xargs -P ${PAR:-14} -I{} sh -c "timeout ${ALIM:-300} python3 scripts/adapters/fla_adapter.py $flag {} >{}adapter.log 2>&1; echo \$? >{}adapter.status; echo \"\$(cat {}adapter.status) {}\"" >$OUT/logs/adapter-$mode.txt
   echo "$mode adapters at +$(( $(date +%s) - start )) s: $(awk '$1!=0' $OUT/logs/adapter-$mode.txt | wc -l) nonzero of $(wc -l <$OUT/logs/adapter-$mode.txt)"
 done
 for s in ${SETS:-int1 ext1}; do for mode in ${MODES:-bypass plain}; do

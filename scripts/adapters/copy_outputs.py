@@ -2,6 +2,8 @@
 """Adapter that judges outputs computed elsewhere (docs/external.md 10): copies
 SRC/<row>_seed<seed>/outputs/*.npy into the folder kcpbench made, after checking that SRC's
 manifest.json describes the same problem (protocol, row digest, seed, shapes, cu_seqlens).
+A source folder whose adapter failed is refused with the adapter's own exit status: whoever ran the
+adapter there writes it to SRC/<row>_seed<seed>/adapter.status (scripts/fla_judge_parallel.sh does).
 
     kcpbench run --rows int1 --backend "exec:python3 scripts/adapters/copy_outputs.py SRC" --json out.json
 
@@ -15,6 +17,25 @@ import shutil
 import sys
 
 SAME = ("protocol", "op", "row_digest", "seed", "shape", "cu_seqlens", "dtype", "outputs")
+
+
+def listdir_or_empty(path):
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []
+
+
+def refuse_failed_adapter(src):
+    """Exit naming the adapter's status when SRC/adapter.status records a nonzero one."""
+    try:
+        with open(os.path.join(src, "adapter.status")) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return
+    if text != "0":
+        why = " (killed by the time limit)" if text == "124" else ""
+        sys.exit(f"copy_outputs: the adapter on {src} exited with status {text}{why}; see {src}/adapter.log")
 
 
 def main(argv):
@@ -32,8 +53,12 @@ def main(argv):
     differ = [k for k in SAME if want.get(k) != have.get(k)]
     if differ:
         sys.exit(f"copy_outputs: {src}/manifest.json differs from this run's in {', '.join(differ)}")
+    refuse_failed_adapter(src)
+    names = sorted(n for n in listdir_or_empty(os.path.join(src, "outputs")) if n.endswith(".npy"))
+    if not names:
+        sys.exit(f"copy_outputs: {src}/outputs holds no .npy file: the adapter there wrote nothing")
     os.makedirs(os.path.join(folder, "outputs"), exist_ok=True)
-    for name in sorted(os.listdir(os.path.join(src, "outputs"))):
+    for name in names:
         shutil.copyfile(os.path.join(src, "outputs", name), os.path.join(folder, "outputs", name))
         print(f"copy_outputs: {name} from {src}")
 

@@ -100,6 +100,26 @@ def test_copy_outputs(args, src_root):
     reason = doc["entries"][0].get("reason", "") if doc else ""
     check(p.returncode == 1 and "differs from this run's in row_digest, seed" not in reason
           and "differs from this run's in seed" in reason, f"copy_outputs of another seed: {p.returncode} {reason!r}")
+    test_copy_outputs_refusals(args, src_root)
+
+
+def test_copy_outputs_refusals(args, src_root):
+    """A source whose adapter failed (adapter.status 124: killed by a time limit) or wrote nothing is
+    refused with that reason, not judged as an adapter that exited 0 without output."""
+    cases = (("timeout", "124", True, "the adapter on"), ("empty", "0", False, "holds no .npy file"))
+    for name, status, keep_outputs, text in cases:
+        src = os.path.join(args.workdir, "copy_" + name)
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.copytree(os.path.join(src_root, "D1_seed1"), os.path.join(src, "D1_seed1"))
+        with open(os.path.join(src, "D1_seed1", "adapter.status"), "w") as f:
+            f.write(status + "\n")
+        if not keep_outputs:
+            shutil.rmtree(os.path.join(src, "D1_seed1", "outputs"))
+        p, doc, _ = run(args, "copy_outputs_" + name, ["D1"], f"{sys.executable} scripts/adapters/copy_outputs.py {src}")
+        reason = doc["entries"][0].get("reason", "") if doc else ""
+        check(p.returncode == 1 and text in reason, f"copy_outputs {name}: {p.returncode} {reason!r}")
+        if name == "timeout":
+            check("status 124 (killed by the time limit)" in reason, f"copy_outputs timeout: {reason!r}")
 
 
 def test_broken(args):
