@@ -29,12 +29,13 @@ for mode in ${MODES:-bypass plain}; do
   ls -d /tmp/src-*-$mode/*/ | xargs -P ${PAR:-14} -I{} sh -c "timeout ${ALIM:-300} python3 scripts/adapters/fla_adapter.py $flag {} >{}adapter.log 2>&1; echo \$? >{}adapter.status; echo \"\$(cat {}adapter.status) {}\"" >$OUT/logs/adapter-$mode.txt
   echo "$mode adapters at +$(( $(date +%s) - start )) s: $(awk '$1!=0' $OUT/logs/adapter-$mode.txt | wc -l) nonzero of $(wc -l <$OUT/logs/adapter-$mode.txt)"
 done
-for s in ${SETS:-int1 ext1}; do for mode in ${MODES:-bypass plain}; do
+for s in ${SETS:-int1 ext1}; do for mode in ${MODES:-bypass plain}; do  # the judges run at once
   t=$(tag $s)
-  $k -q --configs configs run --rows $s --backend "exec:python3 scripts/adapters/copy_outputs.py /tmp/src-$t-$mode" --cache none \
-    --external-dir /tmp/judge-$t-$mode --json $OUT/fla-$t-$mode.json >$OUT/logs/judge-$t-$mode.log 2>&1
-  echo "$t $mode: exit $? $(tail -1 $OUT/logs/judge-$t-$mode.log)"
+  ( $k -q --configs configs run --rows $s --backend "exec:python3 scripts/adapters/copy_outputs.py /tmp/src-$t-$mode" --cache none \
+      --external-dir /tmp/judge-$t-$mode --json $OUT/fla-$t-$mode.json >$OUT/logs/judge-$t-$mode.log 2>&1
+    echo "$t $mode: exit $? $(tail -1 $OUT/logs/judge-$t-$mode.log)" ) &
 done; done
+wait
 for m in ${MODES:-bypass plain}; do for d in /tmp/src-*-$m/*/; do n=$(basename $(dirname $d))/$(basename $d); mkdir -p $OUT/logs/al/$n; cp $d/adapter.log $OUT/logs/al/$n/ 2>/dev/null; done; done
 echo "total $(( $(date +%s) - start )) s"
 tar czf $OUT/logs.tgz -C $OUT logs && rm -rf $OUT/logs
