@@ -5,8 +5,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -19,6 +23,7 @@
 #include "app/run_guard.h"
 #include "core/comm/mpi_communicator.h"
 #include "core/compare/budget.h"
+#include "core/report/report.h"
 #include "core/report/results.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
@@ -187,12 +192,26 @@ nlohmann::ordered_json schedule_budgets(const RowConfig& row, const std::string&
   return tensors;
 }
 
+// Where and with what the budgets were derived (provenance, not compared by --check): the host's
+// cores and memory (a row's time and peak depend on them), the UTC date and the build.
+std::string calibrated_on() {
+  const double gib = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / (1024.0 * 1024 * 1024);
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%MZ", std::gmtime(&now));
+  const BuildInfo b = build_info();
+  return fmt::format("a host of {} cores and {:.1f} GiB, {}, kcpbench {} (git {}{})",
+                     std::max(1u, std::thread::hardware_concurrency()), gib, date, b.version, b.git_sha,
+                     b.git_dirty ? ", dirty" : "");
+}
+
 // The budgets object of one row (planned tensors, and forced P that ran); prints one line per
 // schedule; differences from the file's go to `differences`.
 nlohmann::ordered_json row_budgets(const RowConfig& row, const RowWorst& worst, const CalibrateCli& o,
                                    const std::vector<uint64_t>& seeds, std::vector<std::string>& differences) {
   std::string line = fmt::format("{:<5}", row.name);
-  nlohmann::ordered_json b = {{"source", budget_formula(o.k, row.dtype)}, {"seeds", seeds}};
+  nlohmann::ordered_json b = {
+      {"source", budget_formula(o.k, row.dtype)}, {"seeds", seeds}, {"calibrated_on", calibrated_on()}};
   b["tensors"] = schedule_budgets(row, "", worst.planned, row.budgets, o, line, differences);
   static const std::map<std::string, Budget> none;
   nlohmann::ordered_json forced = nlohmann::ordered_json::object();

@@ -103,6 +103,7 @@ struct RowConfig {
   std::map<int, std::map<std::string, Budget>> forced_budgets;
   std::string budget_source;
   std::vector<uint64_t> budget_seeds;  // the seeds calibrate derived the budgets over (provenance)
+  std::string budget_calibrated_on;    // the host, date and build calibrate ran on (provenance; optional)
 
   int64_t total_tokens() const;
   // The budgets that judge a form at schedule P (0: planned).

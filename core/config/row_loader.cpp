@@ -135,7 +135,7 @@ const std::vector<std::string> kRowKeys = {
 const std::vector<std::string> kInputsKeys = {"keys",        "gate_recipe", "gate_strength", "gate_mask_p",
                                               "gate_zero_p", "beta_scale",  "h0_scale",      "dht_scale"};
 const std::vector<std::string> kFormsKeys = {"packages", "saved", "forced_P", "forced_rule"};
-const std::vector<std::string> kBudgetsKeys = {"source", "seeds", "tensors", "forced"};
+const std::vector<std::string> kBudgetsKeys = {"source", "seeds", "calibrated_on", "tensors", "forced"};
 const std::vector<std::string> kTensorBudgetKeys = {"max_rel", "max_abs", "rel_rms"};
 
 // Reads the fields of one JSON object whose accepted keys are `keys`, reporting the others as
@@ -430,6 +430,7 @@ RowConfig parse_row(const json& obj, const std::string& path, std::vector<std::s
   if (const json* bu = r.object("budgets")) {
     ObjectReader rb(*bu, r.at("budgets"), errors, kBudgetsKeys, &unread);
     rb.get_string("source", row.budget_source);
+    rb.get_string("calibrated_on", row.budget_calibrated_on);
     rb.get_int_array("seeds", row.budget_seeds, uint64_t{0}, UINT64_MAX);
     if (const json* te = rb.object("tensors")) row.budgets = read_tensor_budgets(*te, rb.at("tensors"), errors);
     if (const json* fo = rb.object("forced"))

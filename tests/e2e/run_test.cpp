@@ -407,6 +407,24 @@ TEST(Run, CalibratePrintsWhatItMeasuresNotFailLines) {
   EXPECT_NE(r.out.find("measured"), std::string::npos) << r.out;
 }
 
+// --write stores the budgets with their provenance (formula, seeds, the host, date and build) in
+// a file that loads again, judges a run and passes --check.
+TEST(Calibrate, WriteStoresBudgetsWithProvenanceThatLoadAgain) {
+  const std::string rows = a2_rows("write_rows.json", "");
+  auto w = run_kcpbench("-q calibrate --rows " + rows + " --seeds 1:2 --cache none --write");
+  ASSERT_EQ(w.code, 0) << w.out;
+  const json b = read_json(rows)["rows"][0]["budgets"];
+  EXPECT_EQ(b["seeds"], json::array({1, 2}));
+  EXPECT_NE(b["source"].get<std::string>().find("max_rel = 2 x"), std::string::npos) << b;
+  const std::string on = b["calibrated_on"].get<std::string>();
+  EXPECT_NE(on.find(" cores and "), std::string::npos) << on;
+  EXPECT_NE(on.find("kcpbench "), std::string::npos) << on;
+  EXPECT_GT(b["tensors"]["o"]["max_rel"].get<double>(), 0.0) << b;
+  EXPECT_EQ(run_kcpbench("-q calibrate --rows " + rows + " --seeds 1:2 --cache none --check").code, 0);
+  auto r = run_kcpbench("-q run --rows " + rows + " --package det --saved full --P planned --cache none");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST(Run, ReferenceDiskCacheGivesTheSameMetrics) {
   const std::string cache = tmp("refcache"), a = tmp("cache_a.json"), b = tmp("cache_b.json");
   std::filesystem::remove_all(cache);
