@@ -5,9 +5,10 @@
 // Rounding points:
 //   [K1] Pi and Aqk: per pair (r, s), sum_d x_r[d] (k_s[d] exp2(g_r[d] - g_s[d])) with fp32
 //        operands and fp32 accumulation, elementwise exponents (every exponent <= 0, masked pairs
-//        never evaluated). The GPU forms off-diagonal 16x16 sub-blocks through a pivot row with
-//        fp32 operands on TF32 tensor cores; the twin keeps fp32 (IEEE) products, which differ
-//        from the GPU only at the TF32/fp32 rounding level.
+//        never evaluated). kcpbench's CUDA prep (kernels/cuda/kda_prep_kernel.cuh) forms the
+//        off-diagonal 16x16 sub-blocks through the pivot row at the later sub-block's first row
+//        (F5, docs/algorithm.md 7.5) as fp32 products on CUDA cores (FLA: TF32 tensor cores);
+//        the twin stays per pair, so the two differ by fp32 reassociation only.
 //        Pi[r,s] = beta_r * sum (r > s); Aqk[r,s] = dtype(scale * sum) (r >= s), stored in dtype.
 //   [K2] Phi: fp32 16x16-block inverse, stored rounded to dtype (Akk).
 //   [K3] output: qg = dtype(q o exp2(g)) (fp32 product, tensor-core operand), qg h with dtype h,

@@ -8,7 +8,8 @@
 //    so converting it to the 16-bit mma operand is exact; products accumulate in fp32. The GPU
 //    and the CPU twin then differ only by the order of fp32 accumulation.
 //  * the fp32 M chain (docs/algorithm.md 7.2) uses split operands x = hi + lo (both dtype values), two
-//    products per fp32 operand, about 16 significant bits instead of 8.
+//    products per fp32 operand, about 16 significant bits instead of 8 (bf16); fp16 splits a tile
+//    scaled by a power of two into fp16's normal range first (SplitScale, gdn_chunk_state_kernel.cuh).
 //
 // Shared-memory tiles are row-major with a leading dimension `ld`. An operand view says which
 // index is contiguous: for A (m x k) KC = true means A[m * ld + k]; for B (k x n) KC = true means

@@ -19,13 +19,21 @@
 //                  GDN: Kt = k, op = dtype(vr * exp2(gL - g_r)); KDA: Kt = kg, op = dtype(vr).
 //     M tile:      M <- Gam M - Kt^T (W M), GDN Kt = dtype(k * exp2(gL - g_r)), KDA Kt = kg: the
 //                  twin's M_c M = (Gam - Kt^T W) M reassociated; W M and Kt^T (W M) use split fp32
-//                  operands (hi + lo, both dtype), so the chain stays ~fp32 ([S4]).
+//                  operands (hi + lo, both dtype), so the chain stays ~fp32 ([S4]). fp16 splits a
+//                  scaled tile (SplitScale below): M 2^e1 and R 2^e2 = (W M) 2^(e1 + e2), each with
+//                  its largest magnitude in [2^14, 2^15), and the update runs on the tile scaled the
+//                  same way and is scaled back; powers of two, so exact. Unscaled, an fp16 hi + lo
+//                  pair keeps 22 bits only for values above ~2^-3 and nothing below 2^-25 (fp16's
+//                  smallest normal is 2^-14, its subnormal step 2^-24), and a decaying chain
+//                  (M ~ 1e-9 after a few chunks) lost its - Kt^T (W M) part. The tile is M itself
+//                  again after every chunk, so M underflows in fp32 where the twin's does.
 //   Summary mode writes seg_h_ext (from S = 0) and seg_Mt = M^T (from M = I); a block whose part
 //   nobody reads (kernels/api/summary_needs.h) writes zeros for its tile and returns before the
 //   walk. STATES mode starts from seg_entry and writes h, v_new and ht (the piece's last segment).
 //   Shared memory (16-bit tiles): W, Kt 64 x (K+8); U 64 x 40; X0, X1 K x 40; Y0, Y1 64 x 40;
 //   gates (fp32, 64 GDN / K KDA); KDA also the fp32 staging of kg 64 x K (cp.async, one chunk
-//   ahead: kg is fp32 storage, too wide for the register prefetch).
+//   ahead: kg is fp32 storage, too wide for the register prefetch); the warps' largest
+//   magnitudes of the M and R tiles (2 x 8 floats, fp16 M tiles).
 // bwd_walk_kernel<DT, K, V, STATES, KDA>: grid S * HV * V/32, same mapping, chunks last to first:
 //     dSb = dtype(dS) (-> dh[n]); dv2 = dtype((Kt dSb) f_r + dv_local);
 //     dS <- Gam dS + qs^T dO - W^T dv2, qs = dtype((q scale) exp2(g_r))   ([B1]-[B3])
@@ -40,6 +48,8 @@
 // products per chunk), and a second block hides one block's waits. An element's sums do not
 // depend on the tile width, so neither do the bits.
 #pragma once
+
+#include <type_traits>
 
 #include "kernels/api/summary_needs.h"
 #include "kernels/api/tiles.h"
@@ -131,15 +141,66 @@ template <int K, bool KDA>
 struct WalkSmem {
   static constexpr int kKld = K + 8, kTld = kBV + 8;
   static constexpr size_t kStage = KDA ? size_t(kC) * K * 4 : 0;  // fp32 staging of kg
+  static constexpr size_t kRed = 2 * kWarps * 4;                  // the warps' largest |M| and |R| (fp16 M tiles)
   static constexpr size_t bytes =
       (2 * size_t(kC) * kKld + size_t(kC) * kTld + 2 * size_t(K) * kTld + 2 * size_t(kC) * kTld) * 2 +
-      WalkGates<K, KDA>::kN * 4 + kStage;
+      WalkGates<K, KDA>::kN * 4 + kStage + kRed;
 };
 
-// [S1] Sb = dtype(S) into X0 (the operand of W Sb) and h[n] (STATES); [S4] M = hi + lo into X0, X1.
+// [S4] The scaling of the split operands (fp16 only). A split x = hi + lo with both parts dtype
+// keeps about 2 x 11 bits in fp16 only while lo is normal (|x| >~ 2^-3) and nothing of |x| <
+// 2^-25 (fp16's smallest normal is 2^-14, its subnormal step 2^-24); bf16 has fp32's exponent
+// range, so its split (2 x 8 bits) needs no scaling and is not scaled. The tile is scaled by
+// 2^e, the power of two that puts its largest magnitude m into [2^14, 2^15) (hi stays below
+// fp16's 65504); exact, as no product leaves fp32's normal range (caps below). m = 0, inf or NaN:
+// no scaling (e = 0), so NaN and inf still propagate.
+template <class DT>
+inline constexpr bool kScaledSplit = std::is_same_v<DT, Fp16>;
+struct SplitScale {
+  // e with m 2^e in [2^14, 2^15), clamped to [-126, cap] (cap <= 126); fp32 subnormal m
+  // (exponent field 0) counts as 2^-127 and takes the cap.
+  static __device__ __forceinline__ int exponent(float m, int cap) {
+    if (!(m > 0.0f) || !(m <= 3.402823466e38f)) return 0;
+    const int x = int((__float_as_uint(m) >> 23) & 0xffu) - 127;
+    return min(max(14 - x, -126), cap);
+  }
+  // 2^e as a float, e in [-126, 127].
+  static __device__ __forceinline__ float pow2(int e) { return __uint_as_float(uint32_t(e + 127) << 23); }
+  // The largest |x| over the warp (every lane gets it).
+  static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+  }
+  // Lane 0 of each warp writes the warp's largest of m (each lane's largest |x|) to red[warp].
+  static __device__ __forceinline__ void publish(float m, float* red) {
+    m = warp_max(m);
+    if (lane_id() == 0) red[warp_id()] = m;
+  }
+  // This thread's largest |x| of a Tiling T accumulator.
+  template <class T, class Acc>
+  static __device__ __forceinline__ float tile_max(Acc& acc) {
+    float m = 0.0f;
+    T::each(acc, [&](int, int, float& v) { m = fmaxf(m, fabsf(v)); });
+    return m;
+  }
+  // The block's largest |x| from red (after a barrier behind every warp's publish).
+  static __device__ __forceinline__ float gather(const float* red, int warps) {
+    float m = 0.0f;
+    for (int w = 0; w < warps; ++w) m = fmaxf(m, red[w]);
+    return m;
+  }
+};
+// Caps: M's exponent e1 <= 126 (2^-e1 must be a float); R's e2 <= 100: the update runs on
+// Gam M 2^(e1 + e2) with |M 2^e1| < 2^15 and adds at most 64 x 2^16 x 2^15 (Kt^T R''), so it stays
+// below 2^115 + 2^37. e2 reaches the cap only where |R| < 2^-86 |M| (R then carries nothing).
+inline constexpr int kSplitCapM = 126, kSplitCapR = 100;
+
+// [S1] Sb = dtype(S) into X0 (the operand of W Sb) and h[n] (STATES); [S4] M = hi + lo into X0, X1,
+// M scaled by sc (a power of two; 1 for bf16).
 template <class DT, int K, int V, bool STATES, class TS, class Acc>
 __device__ __forceinline__ void walk_split_state(Acc& acc, bool mtile, uint16_t* sX0, uint16_t* sX1, int ld,
-                                                 uint16_t* h, int c0) {
+                                                 uint16_t* h, int c0, float sc) {
   if (!mtile) {
     TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
       const uint32_t b = DT::pack(v0, v1);
@@ -148,9 +209,10 @@ __device__ __forceinline__ void walk_split_state(Acc& acc, bool mtile, uint16_t*
     });
   } else {
     TS::pairs(acc, [&](int a, int c, float& v0, float& v1) {
-      const float h0 = DT::rnd(v0), h1 = DT::rnd(v1);
+      const float x0 = v0 * sc, x1 = v1 * sc;
+      const float h0 = DT::rnd(x0), h1 = DT::rnd(x1);
       *reinterpret_cast<uint32_t*>(sX0 + a * ld + c) = DT::pack(h0, h1);
-      *reinterpret_cast<uint32_t*>(sX1 + a * ld + c) = DT::pack(v0 - h0, v1 - h1);
+      *reinterpret_cast<uint32_t*>(sX1 + a * ld + c) = DT::pack(x0 - h0, x1 - h1);
     });
   }
 }
@@ -175,7 +237,10 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) fwd_walk_kern
   uint16_t* sY0 = sX1 + K * Sm::kTld;
   uint16_t* sY1 = sY0 + kC * Sm::kTld;
   float* sG = reinterpret_cast<float*>(sY1 + kC * Sm::kTld);
-  float* sStage = sG + Gt::kN;  // KDA: kg, fp32
+  float* sStage = sG + Gt::kN;                 // KDA: kg, fp32
+  float* sRedM = sStage + (KDA ? kC * K : 0);  // the warps' largest |M| (fp16 M tiles)
+  float* sRedR = sRedM + kWarps;               // the warps' largest |R|
+  constexpr bool SCALED = kScaledSplit<DT>;
 
   const int HV = p.sh.HV;
   const int tile = blockIdx.x % NTILES;
@@ -203,6 +268,9 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) fwd_walk_kern
   } else {
     TS::each(acc, [&](int a, int c, float& v) { v = (mtile && a == c0 + c) ? 1.0f : 0.0f; });
   }
+  // fp16 M tile: the largest |M| of each chunk's start is published at the end of the previous
+  // chunk (here for the first) and read behind the loop's barriers.
+  if (SCALED && mtile) SplitScale::publish(SplitScale::tile_max<TS>(acc), sRedM);
 
   // Prefetch: the next chunk's tiles are loaded while this chunk computes.
   Tile16<kC, K> tW;
@@ -234,13 +302,15 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) fwd_walk_kern
     if (!KDA && mtile)  // GDN Kt = dtype(k * exp2(gL - g_r)) in place (read before the next barrier's users)
       map_rows<DT, K>(sk, Sm::kKld, L, [&](int r, float x) { return x * Gt::row_factor(sG, gL, r); });
     const int kend = (L + 15) & ~15;
-    // (1) [S1] Sb = dtype(S) (-> h[n]); [S4] M = hi + lo.
+    // (1) [S1] Sb = dtype(S) (-> h[n]); [S4] M 2^e1 = hi + lo (fp16; bf16: e1 = 0).
     uint16_t* h = STATES ? p.h + (n * HV + j) * KV : nullptr;
-    walk_split_state<DT, K, V, STATES, TS>(acc, mtile, sX0, sX1, Sm::kTld, h, c0);
+    const int e1 = SCALED && mtile ? SplitScale::exponent(SplitScale::gather(sRedM, kWarps), kSplitCapM) : 0;
+    walk_split_state<DT, K, V, STATES, TS>(acc, mtile, sX0, sX1, Sm::kTld, h, c0, SplitScale::pow2(e1));
     __syncthreads();
     float acc2[TC::MT][TC::NT][4];
     TC::zero(acc2);
     TC::template mma<DT>(acc2, AView<uint16_t, true>{sW, Sm::kKld}, BView<uint16_t, false>{sX0, Sm::kTld}, 0, K);
+    int e2 = 0;
     if (!mtile) {
       // (2) [S2] vr = U - W Sb; v_new; [S3] the update operand dtype(vr f_r).
       TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
@@ -257,20 +327,39 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) fwd_walk_kern
         *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(o0, o1);
       });
     } else {
-      // (2') [S4] R = W M (two products); stored negated and split.
+      // (2') [S4] R 2^e1 = W (M 2^e1) (two products); R 2^(e1 + e2) stored negated and split
+      // (fp16: e2 from the block's largest |R 2^e1|, one more barrier; bf16: e2 = 0).
       TC::template mma<DT>(acc2, AView<uint16_t, true>{sW, Sm::kKld}, BView<uint16_t, false>{sX1, Sm::kTld}, 0, K);
+      if constexpr (SCALED) {
+        SplitScale::publish(SplitScale::tile_max<TC>(acc2), sRedR);
+        __syncthreads();
+        e2 = SplitScale::exponent(SplitScale::gather(sRedR, kWarps), kSplitCapR);
+      }
+      const float sc = SplitScale::pow2(e2);
       TC::pairs(acc2, [&](int r, int c, float& v0, float& v1) {
-        const float h0 = DT::rnd(v0), h1 = DT::rnd(v1);
+        const float x0 = v0 * sc, x1 = v1 * sc;
+        const float h0 = DT::rnd(x0), h1 = DT::rnd(x1);
         *reinterpret_cast<uint32_t*>(sY0 + r * Sm::kTld + c) = DT::pack(-h0, -h1);
-        *reinterpret_cast<uint32_t*>(sY1 + r * Sm::kTld + c) = DT::pack(h0 - v0, h1 - v1);
+        *reinterpret_cast<uint32_t*>(sY1 + r * Sm::kTld + c) = DT::pack(h0 - x0, h1 - x1);
       });
     }
     __syncthreads();
-    // (3) [S3] S <- Gam S + Kt^T op; [S4] M <- Gam M - Kt^T R.
-    TS::each(acc, [&](int a, int, float& v) { v *= Gt::gam(sG, Gam0, a); });
+    // (3) [S3] S <- Gam S + Kt^T op; [S4] M <- Gam M - Kt^T R, on the tile scaled by 2^(e1 + e2)
+    // and scaled back (fp16; exact: powers of two).
+    if (SCALED && mtile) {
+      const float s1 = SplitScale::pow2(e1), s2 = SplitScale::pow2(e2);
+      TS::each(acc, [&](int a, int, float& v) { v = ((v * Gt::gam(sG, Gam0, a)) * s1) * s2; });
+    } else {
+      TS::each(acc, [&](int a, int, float& v) { v *= Gt::gam(sG, Gam0, a); });
+    }
     TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY0, Sm::kTld}, 0, kend);
     if (mtile)
       TS::template mma<DT>(acc, AView<uint16_t, false>{sk, Sm::kKld}, BView<uint16_t, false>{sY1, Sm::kTld}, 0, kend);
+    if (SCALED && mtile) {
+      const float u2 = SplitScale::pow2(-e2), u1 = SplitScale::pow2(-e1);
+      TS::each(acc, [&](int, int, float& v) { v = (v * u2) * u1; });
+      SplitScale::publish(SplitScale::tile_max<TS>(acc), sRedM);  // read behind the next chunk's barriers
+    }
   }
 
   if constexpr (STATES) {

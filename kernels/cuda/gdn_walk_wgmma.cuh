@@ -21,9 +21,13 @@
 //                  vr = U - v; v_new = dtype(vr) (TMA store of a full chunk, plain stores of the
 //                  rows of a partial one); Y0 = dtype(vr * exp2(gL - g_r)), rows >= L zero;
 //                  S <- Gam S + k^T Y0
-//     M tile:      X0 + X1 = M split (hi, lo: both dtype); R = W X0 + W X1; Y0 = -dtype(R),
-//                  Y1 = dtype(dtype(R) - R) (rows >= L: -0, 0); k <- Kt = dtype(k * exp2(gL - g_r)) in
-//                  place in the stage; M <- Gam M + Kt^T Y0 + Kt^T Y1
+//     M tile:      X0 + X1 = M 2^e1 split (hi, lo: both dtype); R = W X0 + W X1; Y0 = -dtype(R 2^e2),
+//                  Y1 = dtype(dtype(R 2^e2) - R 2^e2) (rows >= L: -0, 0); k <- Kt = dtype(k * exp2(gL - g_r))
+//                  in place in the stage; M <- (Gam M 2^(e1 + e2) + Kt^T Y0 + Kt^T Y1) 2^-(e1 + e2).
+//                  fp16: 2^e1, 2^e2 put the largest |M|, |R| into [2^14, 2^15) (SplitScale,
+//                  gdn_chunk_state_kernel.cuh: an unscaled fp16 split loses values below ~2^-3 and
+//                  all below 2^-25); the largest |M| of the next chunk is published by each warp
+//                  after the update, that of R takes one more consumer barrier. bf16: e1 = e2 = 0.
 //   The products are wgmma m64n64k16: v = W X (A = W K-major, B = X MN-major) and the update
 //   (A = k^T: the stage's k tile read MN-major, B = Y MN-major). Rows beyond a partial chunk:
 //   the TMA box reads them (the next piece's tokens or zeros past T); they are masked where a
@@ -35,12 +39,14 @@
 //   segment).
 // Shared memory (bytes; 1024-aligned 64-row tiles of 128-byte rows with the 128-byte swizzle):
 //   2 stages x (W, k: K / 64 tiles each; U: 1 tile; gates + header: 1 KiB); X0, X1: K x 64;
-//   Y0, Y1: 64 x 64 (Y1: the v_new staging of a state tile); 4 mbarriers; + 1 KiB for aligning the
-//   base. K = 128: 134176 B, one block per SM: a block does the work of two 32-column blocks of
-//   fwd_walk_kernel, which runs two per SM, so the planner's count of block slots per
-//   (segment, value head) (kernels/api/tiles.h) holds for both walks. K = 64: 85024 B, two blocks
-//   per SM fit (the planner then counts twice the slots this walk uses).
-// Registers (ptxas, sm_90a): K = 128 168 (summaries) / 150 (states), K = 64 124 / 116; no spills.
+//   Y0, Y1: 64 x 64 (Y1: the v_new staging of a state tile); 4 mbarriers; the 4 consumer warps'
+//   largest |M| and |R| (8 floats); + 1 KiB for aligning the base. K = 128: 134208 B, one block
+//   per SM: a block does the work of two 32-column blocks of fwd_walk_kernel, which runs two per
+//   SM, so the planner's count of block slots per (segment, value head) (kernels/api/tiles.h)
+//   holds for both walks. K = 64: 85056 B, two blocks per SM fit (the planner then counts twice
+//   the slots this walk uses).
+// Registers (ptxas, sm_90a, nvcc 13.0): K = 128 168 (summaries; fp16 208: the scaled M tile) / 150
+// (states), K = 64 124 / 116; no spills.
 #pragma once
 
 #include <type_traits>
@@ -68,8 +74,9 @@ struct Smem {
   static constexpr int kStage = G + 1024;
   // Offsets from the aligned base.
   static constexpr int X0 = kStages * kStage, X1 = X0 + NKT * kAtom, Y0 = X1 + NKT * kAtom, Y1 = Y0 + kAtom;
-  static constexpr int Bar = Y1 + kAtom;                                 // full[kStages], then empty[kStages]
-  static constexpr size_t bytes = size_t(Bar) + 8 * 2 * kStages + 1024;  // + the base's alignment
+  static constexpr int Bar = Y1 + kAtom;                           // full[kStages], then empty[kStages]
+  static constexpr int Red = Bar + 8 * 2 * kStages;                // largest |M| [4], then |R| [4] (fp16 M tiles)
+  static constexpr size_t bytes = size_t(Red) + 2 * 4 * 4 + 1024;  // + the base's alignment
   static_assert(bytes <= 227 * 1024, "one block must fit an SM's shared memory");
 };
 
@@ -170,9 +177,10 @@ __device__ __forceinline__ void init_acc(float (&acc)[K / 64][32], const FwdWalk
     }
 }
 
-// X0 = dtype(S) (state tile), or X0 + X1 = M as hi + lo (M tile): the B operand of W X.
+// X0 = dtype(S) (state tile), or X0 + X1 = M sc as hi + lo (M tile; sc: a power of two, 1 for
+// bf16): the B operand of W X.
 template <class DT, int K, bool MT>
-__device__ __forceinline__ void put_operand(float (&acc)[K / 64][32], unsigned char* sb) {
+__device__ __forceinline__ void put_operand(float (&acc)[K / 64][32], unsigned char* sb, float sc) {
   using Sm = Smem<K>;
   const int t = int(threadIdx.x);
 #pragma unroll
@@ -184,9 +192,10 @@ __device__ __forceinline__ void put_operand(float (&acc)[K / 64][32], unsigned c
       if constexpr (!MT) {
         *reinterpret_cast<uint32_t*>(sb + Sm::X0 + o) = DT::pack(v0, v1);
       } else {
-        const float h0 = DT::rnd(v0), h1 = DT::rnd(v1);
+        const float x0 = v0 * sc, x1 = v1 * sc;
+        const float h0 = DT::rnd(x0), h1 = DT::rnd(x1);
         *reinterpret_cast<uint32_t*>(sb + Sm::X0 + o) = DT::pack(h0, h1);
-        *reinterpret_cast<uint32_t*>(sb + Sm::X1 + o) = DT::pack(v0 - h0, v1 - h1);
+        *reinterpret_cast<uint32_t*>(sb + Sm::X1 + o) = DT::pack(x0 - h0, x1 - h1);
       }
     }
 }
@@ -232,14 +241,22 @@ __device__ __forceinline__ void product_wx(float (&v)[32], uint32_t st, uint32_t
   fence_acc(v);
 }
 
-// S <- Gam S + k^T Y0 [+ k^T Y1] (each 64-key block of the tile from the stage's k tile).
-template <bool F16, int K, bool MT>
-__device__ __forceinline__ void update(float (&acc)[K / 64][32], uint32_t st, uint32_t base, float gam) {
+// S <- Gam S + k^T Y0 [+ k^T Y1] (each 64-key block of the tile from the stage's k tile). SC (fp16
+// M tile): on the tile scaled by 2^(e1 + e2) and scaled back.
+template <bool F16, int K, bool MT, bool SC>
+__device__ __forceinline__ void update(float (&acc)[K / 64][32], uint32_t st, uint32_t base, float gam, int e1,
+                                       int e2) {
   using Sm = Smem<K>;
+  const float s1 = SplitScale::pow2(e1), s2 = SplitScale::pow2(e2);
 #pragma unroll
   for (int a = 0; a < K / 64; ++a) {
 #pragma unroll
-    for (int x = 0; x < 32; ++x) acc[a][x] *= gam;
+    for (int x = 0; x < 32; ++x) {
+      if constexpr (SC)
+        acc[a][x] = ((acc[a][x] * gam) * s1) * s2;
+      else
+        acc[a][x] *= gam;
+    }
     fence_acc(acc[a]);
   }
   wgmma_fence();
@@ -258,6 +275,13 @@ __device__ __forceinline__ void update(float (&acc)[K / 64][32], uint32_t st, ui
   wgmma_wait();
 #pragma unroll
   for (int a = 0; a < K / 64; ++a) fence_acc(acc[a]);
+  if constexpr (SC) {
+    const float u2 = SplitScale::pow2(-e2), u1 = SplitScale::pow2(-e1);
+#pragma unroll
+    for (int a = 0; a < K / 64; ++a)
+#pragma unroll
+      for (int x = 0; x < 32; ++x) acc[a][x] = (acc[a][x] * u2) * u1;
+  }
 }
 
 // State tile: vr = U - v; v_new (Y1 for the TMA store of a full chunk, else plain stores of the
@@ -293,24 +317,39 @@ __device__ __forceinline__ void epilogue_state(const float (&v)[32], const unsig
   }
 }
 
-// M tile: Y0 = -dtype(R), Y1 = dtype(dtype(R) - R) (rows >= L: -0 and 0, as zero rows of W gave).
+// M tile: Y0 = -dtype(R sc), Y1 = dtype(dtype(R sc) - R sc) (rows >= L: -0 and 0, as zero rows of W
+// gave); sc = 2^e2, e2 returned (fp16: from the largest |R| of the consumers, one barrier; bf16: 0).
 template <class DT, int K>
-__device__ __forceinline__ void epilogue_m(const float (&v)[32], int L, unsigned char* sb) {
+__device__ __forceinline__ int epilogue_m(const float (&v)[32], int L, unsigned char* sb) {
   using Sm = Smem<K>;
   const int t = int(threadIdx.x);
+  int e2 = 0;
+  if constexpr (kScaledSplit<DT>) {
+    float m = 0.0f;
+#pragma unroll
+    for (int x = 0; x < 32; ++x)
+      if (frag_row(t, x) < L) m = fmaxf(m, fabsf(v[x]));  // rows >= L: W rows of other tokens
+    float* red = reinterpret_cast<float*>(sb + Sm::Red) + 4;
+    SplitScale::publish(m, red);
+    named_sync(kConsumerBar, kConsumers);
+    e2 = SplitScale::exponent(SplitScale::gather(red, 4), kSplitCapR);
+  }
+  const float sc = SplitScale::pow2(e2);
 #pragma unroll
   for (int x = 0; x < 32; x += 2) {
     const int r = frag_row(t, x);
     const uint32_t o = swz(r, frag_col(t, x));
     uint32_t hi = kNegZero2, lo = 0u;
     if (r < L) {
-      const float h0 = DT::rnd(v[x]), h1 = DT::rnd(v[x + 1]);
+      const float x0 = v[x] * sc, x1 = v[x + 1] * sc;
+      const float h0 = DT::rnd(x0), h1 = DT::rnd(x1);
       hi = DT::pack(-h0, -h1);
-      lo = DT::pack(h0 - v[x], h1 - v[x + 1]);
+      lo = DT::pack(h0 - x0, h1 - x1);
     }
     *reinterpret_cast<uint32_t*>(sb + Sm::Y0 + o) = hi;
     *reinterpret_cast<uint32_t*>(sb + Sm::Y1 + o) = lo;
   }
+  return e2;
 }
 
 // The tile after the walk: ht (STATES, the piece's last segment), seg_h_ext, or seg_Mt = M^T.
@@ -347,9 +386,22 @@ __device__ __forceinline__ void consume(const Maps& maps, const FwdWalkParams& p
   constexpr bool F16 = std::is_same_v<DT, Fp16>;
   const int t = int(threadIdx.x);
   const uint32_t bars = base + Sm::Bar;
-  constexpr bool vstore = STATES && !MT;  // this block writes h and v_new
-  float acc[K / 64][32], v[32] = {};      // v: written by the first wgmma of each chunk (no accumulate)
+  constexpr bool vstore = STATES && !MT;       // this block writes h and v_new
+  constexpr bool SC = MT && kScaledSplit<DT>;  // fp16 M tile: scaled split operands
+  float acc[K / 64][32], v[32] = {};           // v: written by the first wgmma of each chunk (no accumulate)
   init_acc<K, STATES>(acc, p, b);
+  float* redM = reinterpret_cast<float*>(sb + Sm::Red);  // the warps' largest |M| (SC)
+  // SC: each warp publishes its largest |M| of a chunk's start after the previous chunk's update
+  // (here for the first); it is read behind the loop's first consumer barrier.
+  auto publish_m = [&] {
+    float mx = 0.0f;
+#pragma unroll
+    for (int a = 0; a < K / 64; ++a)
+#pragma unroll
+      for (int x = 0; x < 32; ++x) mx = fmaxf(mx, fabsf(acc[a][x]));
+    SplitScale::publish(mx, redM);
+  };
+  if constexpr (SC) publish_m();
   int m = 0;
   for (int64_t n = b.seg.chunk_begin; n < b.seg.chunk_end; ++n, ++m) {
     const int s = m % kStages;
@@ -357,7 +409,8 @@ __device__ __forceinline__ void consume(const Maps& maps, const FwdWalkParams& p
     unsigned char* sst = sb + s * Sm::kStage;
     if (t == 0) bulk_wait_read();  // the previous chunk's TMA stores have read X0 / Y1
     named_sync(kConsumerBar, kConsumers);
-    put_operand<DT, K, MT>(acc, sb);
+    const int e1 = SC ? SplitScale::exponent(SplitScale::gather(redM, 4), kSplitCapM) : 0;
+    put_operand<DT, K, MT>(acc, sb, SplitScale::pow2(e1));
     fence_proxy_async();
     named_sync(kConsumerBar, kConsumers);
     if (vstore && t == 0) tma_store_3d(&maps.h, base + Sm::X0, b.c0, 0, int(n * p.sh.HV + b.j));
@@ -367,14 +420,16 @@ __device__ __forceinline__ void consume(const Maps& maps, const FwdWalkParams& p
     const float gL = g[hd.len - 1];
     prep_k_rows<DT, K, MT>(sst + Sm::Kt, hd.len, gL, g);
     product_wx<F16, K, MT>(v, st, base);
+    int e2 = 0;
     if constexpr (MT)
-      epilogue_m<DT, K>(v, hd.len, sb);
+      e2 = epilogue_m<DT, K>(v, hd.len, sb);
     else
       epilogue_state<DT, K, STATES>(v, sst, sb, p, b);
     fence_proxy_async();
     named_sync(kConsumerBar, kConsumers);
     if (vstore && t == 0 && hd.len == kC) tma_store_3d(&maps.vn, base + Sm::Y1, b.c0, b.j, int(hd.begin));
-    update<F16, K, MT>(acc, st, base, exp2f(gL));
+    update<F16, K, MT, SC>(acc, st, base, exp2f(gL), e1, e2);
+    if constexpr (SC) publish_m();  // read behind the next chunk's first barrier
     mbar_arrive(empty_bar(bars, s));
   }
   if (t == 0) bulk_wait_all();  // the stores have read shared memory before the block ends
