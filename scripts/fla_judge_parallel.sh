@@ -26,7 +26,10 @@ done
 echo "folders at +$(( $(date +%s) - start )) s"
 for mode in ${MODES:-bypass plain}; do
   flag=""; [ $mode = bypass ] && flag=--bypass-hopper-check
-  ls -d /tmp/src-*-$mode/*/ | xargs -P ${PAR:-14} -I{} sh -c "timeout ${ALIM:-300} python3 scripts/adapters/fla_adapter.py $flag {} >{}adapter.log 2>&1; echo \$? >{}adapter.status; echo \"\$(cat {}adapter.status) {}\"" >$OUT/logs/adapter-$mode.txt
+  # one worker per compile group (group_folders.py): a group's folders run one after another, so
+  # only its first adapter compiles and autotunes FLA's kernels (the Triton cache is shared)
+  python3 scripts/adapters/group_folders.py /tmp/src-*-$mode/*/ | xargs -P ${PAR:-14} -L 1 sh -c \
+    "for d; do timeout ${ALIM:-300} python3 scripts/adapters/fla_adapter.py $flag \$d >\${d}adapter.log 2>&1; echo \$? >\${d}adapter.status; echo \"\$(cat \${d}adapter.status) \$d\"; done" _ >$OUT/logs/adapter-$mode.txt
   echo "$mode adapters at +$(( $(date +%s) - start )) s: $(awk '$1!=0' $OUT/logs/adapter-$mode.txt | wc -l) nonzero of $(wc -l <$OUT/logs/adapter-$mode.txt)"
 done
 for s in ${SETS:-int1 ext1}; do for mode in ${MODES:-bypass plain}; do  # the judges run at once

@@ -83,6 +83,7 @@ def test_pass(args):
                    ("KE1", "ddt_bias"), ("KD1", "dh0")):
         check(t in by.get(row, {}) and by[row][t]["pass"], f"{row}: {t} not judged or not passing")
     test_copy_outputs(args, os.path.join(args.workdir, "numpy_ref"))
+    test_group_folders(args, os.path.join(args.workdir, "numpy_ref"))
 
 
 def test_copy_outputs(args, src_root):
@@ -120,6 +121,38 @@ def test_copy_outputs_refusals(args, src_root):
         check(p.returncode == 1 and text in reason, f"copy_outputs {name}: {p.returncode} {reason!r}")
         if name == "timeout":
             check("status 124 (killed by the time limit)" in reason, f"copy_outputs timeout: {reason!r}")
+
+
+def test_group_folders(args, src_root):
+    """scripts/adapters/group_folders.py: a folder that differs only in what is not compiled (seed,
+    T, sequences) joins its original's group; one with another K gets its own; every folder is
+    listed exactly once; a folder without a manifest is an error naming it (exit 2)."""
+    root = os.path.join(args.workdir, "groups")
+    shutil.rmtree(root, ignore_errors=True)
+    base = os.path.join(src_root, "D1_seed1")
+    with open(os.path.join(base, "manifest.json")) as f:
+        man = json.load(f)
+    variants = {"same": {"seed": 7, "T": 640, "cu_seqlens": [0, 128, 640]}, "otherK": {"K": man["shape"]["K"] * 2}}
+    folders = [base]
+    for name, change in variants.items():
+        m = json.loads(json.dumps(man))
+        for k, v in change.items():
+            (m["shape"] if k in ("T", "K") else m)[k] = v
+        d = os.path.join(root, name)
+        os.makedirs(d)
+        with open(os.path.join(d, "manifest.json"), "w") as f:
+            json.dump(m, f)
+        folders.append(d)
+    script = [sys.executable, "scripts/adapters/group_folders.py"]
+    p = subprocess.run(script + folders, cwd=args.source_dir, capture_output=True, text=True)
+    lines = [l.split() for l in p.stdout.splitlines()]
+    check(p.returncode == 0 and lines == [[base, folders[1]], [folders[2]]],
+          f"group_folders: exit {p.returncode}, groups {lines}, {p.stderr}")
+    empty = os.path.join(root, "empty")
+    os.makedirs(empty)
+    p = subprocess.run(script + [base, empty], cwd=args.source_dir, capture_output=True, text=True)
+    check(p.returncode == 2 and os.path.join(empty, "manifest.json") in p.stderr,
+          f"group_folders without a manifest: exit {p.returncode}, {p.stderr!r}")
 
 
 def test_broken(args):
