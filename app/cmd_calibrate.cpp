@@ -7,10 +7,8 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <deque>
 #include <fstream>
 #include <map>
@@ -195,14 +193,12 @@ nlohmann::ordered_json schedule_budgets(const RowConfig& row, const std::string&
 // Where and with what the budgets were derived (provenance, not compared by --check): the host's
 // cores and memory (a row's time and peak depend on them), the UTC date and the build.
 std::string calibrated_on() {
-  const double gib = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) / (1024.0 * 1024 * 1024);
-  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char date[32];
-  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%MZ", std::gmtime(&now));
+  const double gib = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) /
+                     (1024.0 * 1024 * 1024);
   const BuildInfo b = build_info();
   return fmt::format("a host of {} cores and {:.1f} GiB, {}, kcpbench {} (git {}{})",
-                     std::max(1u, std::thread::hardware_concurrency()), gib, date, b.version, b.git_sha,
-                     b.git_dirty ? ", dirty" : "");
+                     std::max(1u, std::thread::hardware_concurrency()), gib, utc_now("%Y-%m-%dT%H:%MZ"), b.version,
+                     b.git_sha, b.git_dirty ? ", dirty" : "");
 }
 
 // The budgets object of one row (planned tensors, and forced P that ran); prints one line per

@@ -27,14 +27,19 @@ BuildInfo build_info() {
   return b;
 }
 
+std::string utc_now(const char* format) {
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[64];
+  return std::string(buf, std::strftime(buf, sizeof(buf), format, &tm));
+}
+
 Context context_block(const RunContext& ctx) {
   Context c;
   c.schema_version = kResultsSchema;
   c.build = build_info();
-  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  c.date = buf;
+  c.date = utc_now("%Y-%m-%dT%H:%M:%SZ");
   c.command_line = ctx.argv;
   c.world_size = ctx.world;
   c.launch_mode = ctx.launch_mode;

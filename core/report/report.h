@@ -30,6 +30,8 @@ struct RunContext {
 
 // Build facts: version, git sha (+ dirty), build type, compiler, CUDA/NCCL/MPI availability.
 BuildInfo build_info();
+// The current UTC time through strftime's `format` (e.g. "%Y-%m-%dT%H:%M:%SZ").
+std::string utc_now(const char* format);
 // The context of a results document: the run's facts, the build, the schema and the date (now).
 Context context_block(const RunContext& ctx);
 
