@@ -409,29 +409,30 @@ template <class DT, int K>
 __device__ __forceinline__ void bwd_unit_store(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w,
                                                const BwdIntraView<DT, K>& v, int b, const float (&dq)[16],
                                                const float (&dk)[16], const float (&dkt)[16], float* red) {
+  const int ld = int(ix.HV) * K;  // row stride of [T, HV, K]
+  const int64_t base = ix.hk(w.t0 + b, w.j) + v.c;
+  float *pq = p.dq_hv + base, *pk = p.dk_hv + base, *pl = p.dlam + base;
   float db[16];
 #pragma unroll
   for (int h = 0; h < 16; h += 8) {  // 8 rows at a time: 24 loads in flight
     float oq[8], ok[8], ol[8];
 #pragma unroll
     for (int x = 0; x < 8; ++x) {
-      const int64_t at = ix.hk(w.t0 + b + h + x, w.j) + v.c;
       const bool in = b + h + x < w.L;
-      oq[x] = in ? p.dq_hv[at] : 0.0f;
-      ok[x] = in ? p.dk_hv[at] : 0.0f;
-      ol[x] = in ? p.dlam[at] : 0.0f;
+      oq[x] = in ? pq[(h + x) * ld] : 0.0f;
+      ok[x] = in ? pk[(h + x) * ld] : 0.0f;
+      ol[x] = in ? pl[(h + x) * ld] : 0.0f;
     }
 #pragma unroll
     for (int x = 0; x < 8; ++x) {
       const int i = h + x, r = b + i;
       db[i] = 0.0f;
       if (r >= w.L) continue;
-      const int64_t at = ix.hk(w.t0 + r, w.j) + v.c;
       const float qr = v.q(r), kr = v.k(r), dk2 = v.beta[r] * dk[i];
       db[i] = kr * dk[i];
-      p.dlam[at] = ol[x] + (qr * dq[i] + kr * (dk2 - dkt[i]));
-      p.dk_hv[at] = ok[x] + (dk2 + dkt[i]);
-      p.dq_hv[at] = oq[x] + dq[i];
+      pl[i * ld] = ol[x] + (qr * dq[i] + kr * (dk2 - dkt[i]));
+      pk[i * ld] = ok[x] + (dk2 + dkt[i]);
+      pq[i * ld] = oq[x] + dq[i];
     }
   }
   const float s = row_sums16(db);
