@@ -18,12 +18,13 @@
 // exponential is exp2 of such a difference, evaluated elementwise per pair and channel:
 //   Pi / Aqk and the intra backward: exp2(g_r[d] - g_s[d]) for the pair (r, s) with r >= s only;
 //   kg, the inter-chunk dK: exp2(g_last[d] - g_r[d]); qg, Gam: exp2(g_r[d]), exp2(g_last[d]).
-// All exponents are <= 0, so no factor exceeds 1 and nothing overflows. The one exception to the
-// per-pair form is the prep's Pi / Aqk (kda_prep_kernel.cuh): its off-diagonal 16 x 16 blocks use
-// the F5 pivot at the row sub-block's first row p, exp2(g_r - g_p) exp2(g_p - g_s), both exponents
-// <= 0 (docs/algorithm.md 7.5). Masked pairs (s > r, or a row, column or pivot beyond the chunk's
-// L rows) are never evaluated: the loops skip them or select 0, and rows beyond the chunk are
-// staged as zeros, never read from memory.
+// All exponents are <= 0, so no factor exceeds 1 and nothing overflows. The exceptions to the
+// per-pair form are the prep's Pi / Aqk (kda_prep_kernel.cuh) and the intra backward
+// (kda_bwd_intra_kernel, kda_chunk_bwd_kernel.cuh): their off-diagonal 16 x 16 blocks use the F5
+// pivot at the row sub-block's first row p, exp2(g_r - g_p) exp2(g_p - g_s), both exponents <= 0
+// (docs/algorithm.md 7.5); their diagonal blocks stay per pair. Masked pairs (s > r, or a row,
+// column or pivot beyond the chunk's L rows) are never evaluated: the loops skip them or select 0,
+// and rows beyond the chunk are staged as zeros, never read from memory.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
