@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_wy_kernel(KdaWyParams p) {
   const int tid = threadIdx.x;
 
   if (tid < kC) sB[tid] = tid < L ? p.beta[ix.th(t0 + tid, j)] : 0.0f;
-  if (tid < K) sgL[tid] = p.gcum[ix.hk(t0 + L - 1, j) + tid];
+  if (tid < K) sgL[tid] = L > 0 ? p.gcum[ix.hk(t0 + L - 1, j) + tid] : 0.0f;
   {  // one memory round trip: Phi, k, gcum, v
     Tile16<kC, kC> tP;
     Tile16<kC, K> tk;
