@@ -10,7 +10,8 @@
 // sum, mostly in the twin's order; row sums over K (dbeta, dA_log) are fixed-order warp or block
 // reductions. So det and nondet run the same kernels and every result is bitwise reproducible.
 // The state walks (chunk_state.cpp's twin) are the GDN tensor-core walks with per-channel gates
-// (gdn_chunk_state_kernel.cuh, KDA = true; issue 16 item 5), equally deterministic.
+// (gdn_chunk_state_kernel.cuh, KDA = true; issue 16 item 5), equally deterministic; so are the
+// WY factors (kda_wy_kernel.cuh: the GDN WY kernel's tensor-core products, wy_products).
 //
 // Per-channel gates and the sign of the exponents (docs/algorithm.md 7.1, 7.5). gcum holds the
 // chunk-local inclusive cumsum lambda of the natural-log decay a <= 0 per channel, in log2 units,
