@@ -441,18 +441,6 @@ __device__ __forceinline__ void cp_async_rows(T* dst, int ld, const T* src, int6
     cp_async16(dst + r * ld + c, ok ? src + r * src_stride + c : src, ok);
   }
 }
-// dst (16-bit, ld) = src (fp32 dtype values, ld_src) over a ROWS x COLS tile: exact conversion.
-template <class DT, int ROWS, int COLS>
-__device__ __forceinline__ void pack_rows16(uint16_t* dst, int ld, const float* src, int ld_src) {
-  static_assert(COLS % 4 == 0, "4 values per step");
-  constexpr int V4 = COLS / 4;
-  for (int e = threadIdx.x; e < ROWS * V4; e += kThreads) {
-    const int r = e / V4, c = (e % V4) * 4;
-    const float4 x = *reinterpret_cast<const float4*>(src + r * ld_src + c);
-    *reinterpret_cast<uint2*>(dst + r * ld + c) = make_uint2(DT::pack(x.x, x.y), DT::pack(x.z, x.w));
-  }
-}
-
 template <class DT, int ROWS, int COLS>
 __device__ __forceinline__ void stage_rows16(uint16_t* dst, int ld, const uint16_t* src, int64_t src_stride,
                                              int rows_valid) {

@@ -1,5 +1,5 @@
-// Launcher of the wgmma + TMA GDN forward walk (gdn_walk_wgmma.cuh) and the choice between it and
-// the mma.sync walk (walk_select.h). The tensor maps are encoded per launch on the host (five
+// Launcher of the wgmma + TMA forward walk of GDN and KDA (gdn_walk_wgmma.cuh) and the choice
+// between it and the mma.sync walk (walk_select.h). The tensor maps are encoded per launch on the host (five
 // cuTensorMapEncodeTiled calls, microseconds) and passed as __grid_constant__ parameters.
 #include <atomic>
 #include <cstdint>
@@ -40,12 +40,13 @@ CUtensorMap map16(const char* what, bool fp16, const uint16_t* ptr, int64_t d0, 
   return m;
 }
 
-// W, U, v_new [T, HV, K]; k [T, H, K]; h [NT * HV, K, V]: boxes of 64 tokens (64 keys for h).
-walk_wg::Maps make_maps(const FwdWalkParams& p, bool states) {
+// W, U, v_new [T, HV, K]; k [T, H, K] (GDN) or kg [T, HV, K] (KDA); h [NT * HV, K, V]: boxes of
+// 64 tokens (64 keys for h).
+walk_wg::Maps make_maps(const FwdWalkParams& p, bool states, bool kda) {
   const Shape& s = p.sh;
   walk_wg::Maps m{};
   m.W = map16("W", s.fp16, p.W, s.K, s.HV, s.T, 1, kC);
-  m.k = map16("k", s.fp16, p.k, s.K, s.H, s.T, 1, kC);
+  m.k = kda ? map16("kg", s.fp16, p.kg, s.K, s.HV, s.T, 1, kC) : map16("k", s.fp16, p.k, s.K, s.H, s.T, 1, kC);
   m.U = map16("U", s.fp16, p.U, s.V, s.HV, s.T, 1, kC);
   if (states) {
     m.h = map16("h", s.fp16, p.h, s.V, s.K, s.NT * s.HV, s.K, 1);
@@ -55,15 +56,15 @@ walk_wg::Maps make_maps(const FwdWalkParams& p, bool states) {
 }
 
 // Every 16-bit tensor a TMA map reads or writes starts on 16 bytes; every coordinate fits an int.
-bool tensors_fit(const FwdWalkParams& p, bool states) {
-  const bool al =
-      aligned16(p.W) && aligned16(p.k) && aligned16(p.U) && (!states || (aligned16(p.h) && aligned16(p.v_new)));
+bool tensors_fit(const FwdWalkParams& p, bool states, bool kda) {
+  const bool al = aligned16(p.W) && aligned16(kda ? p.kg : p.k) && aligned16(p.U) &&
+                  (!states || (aligned16(p.h) && aligned16(p.v_new)));
   return al && p.sh.T < (int64_t(1) << 31) && p.sh.NT * p.sh.HV < (int64_t(1) << 31);
 }
 
-template <class DT, int K, bool STATES>
+template <class DT, int K, bool STATES, bool KDA>
 void run(const walk_wg::Maps& m, const FwdWalkParams& p, cudaStream_t st) {
-  const auto kernel = walk_wg::gdn_fwd_walk_wgmma_kernel<DT, K, STATES>;
+  const auto kernel = walk_wg::fwd_walk_wgmma_kernel<DT, K, STATES, KDA>;
   const size_t smem = walk_wg::Smem<K>::bytes;
   const int tiles = (STATES ? 1 : 2) * (K / walk_wg::kTileV);
   allow_smem(kernel, smem);
@@ -78,8 +79,7 @@ FwdWalkChoice fwd_walk_choice() { return FwdWalkChoice(g_choice.load()); }
 
 bool fwd_walk_uses_wgmma(const Problem& p) {
 #if defined(KCP_HAVE_SM90A)
-  if (fwd_walk_choice() != FwdWalkChoice::Auto || p.op != Op::Gdn || p.K != p.V || (p.K != 64 && p.K != 128))
-    return false;
+  if (fwd_walk_choice() != FwdWalkChoice::Auto || p.K != p.V || (p.K != 64 && p.K != 128)) return false;
   if (p.dtype != DType::BF16 && p.dtype != DType::FP16) return false;
   return device_is_sm90() && hopper::tensor_map_encoder() != nullptr;
 #else
@@ -89,17 +89,18 @@ bool fwd_walk_uses_wgmma(const Problem& p) {
 }
 
 bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st) {
-  if (!fwd_walk_uses_wgmma(pb) || !tensors_fit(p, states)) return false;
+  const bool kda = pb.op == Op::Kda;
+  if (!fwd_walk_uses_wgmma(pb) || !tensors_fit(p, states, kda)) return false;
   if (p.sh.S == 0) return true;
-  const walk_wg::Maps m = make_maps(p, states);
+  const walk_wg::Maps m = make_maps(p, states, kda);
   dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto kdim, auto vdim) {
     using DT = typename decltype(dt)::type;
     constexpr int K = decltype(kdim)::value;
     if constexpr (K == decltype(vdim)::value) {  // fwd_walk_uses_wgmma admits K = V only
       if (states)
-        run<DT, K, true>(m, p, st);
+        kda ? run<DT, K, true, true>(m, p, st) : run<DT, K, true, false>(m, p, st);
       else
-        run<DT, K, false>(m, p, st);
+        kda ? run<DT, K, false, true>(m, p, st) : run<DT, K, false, false>(m, p, st);
     }
   });
   return true;

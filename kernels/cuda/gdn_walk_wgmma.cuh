@@ -1,11 +1,18 @@
-// The GDN forward state walks (fwd_summaries, fwd_states) on Hopper: wgmma from shared memory,
-// TMA loads by a producer warp into a two-stage mbarrier ring, TMA stores of h and v_new (the
-// technique of tests/gpu/walk_step_bench.cu, issue 17). Included only by gdn_walk_wgmma.cu;
-// launched instead of fwd_walk_kernel (gdn_chunk_state_kernel.cuh) when
-// launch_fwd_walk_wgmma (gdn_walk_wgmma.h) supports the problem: GDN, K = V in {64, 128}, bf16 /
-// fp16, an sm_90 device and an sm_90a build. Same contract, same rounding points, same outputs;
-// bits may differ from fwd_walk_kernel only by the order of fp32 accumulation inside the
+// The forward state walks (fwd_summaries, fwd_states) of GDN and KDA on Hopper: wgmma from
+// shared memory, TMA loads by a producer warp into a two-stage mbarrier ring, TMA stores of h and
+// v_new (the technique of tests/gpu/walk_step_bench.cu, issue 17). Included only by
+// gdn_walk_wgmma.cu; launched instead of fwd_walk_kernel (gdn_chunk_state_kernel.cuh) when
+// launch_fwd_walk_wgmma (gdn_walk_wgmma.h) supports the problem: GDN or KDA, K = V in {64, 128},
+// bf16 / fp16, an sm_90 device and an sm_90a build. Same contract, same rounding points, same
+// outputs; bits may differ from fwd_walk_kernel only by the order of fp32 accumulation inside the
 // products.
+//
+// KDA (template flag KDA; gdn_chunk_state_kernel.cuh's header gives the twin's formulas): the key
+// operand is kg [T, HV, K] of the value head (16-bit storage, gated and rounded by wy) instead of
+// k of the q/k head, so no key is gated here (Kt = kg in both tiles, rows >= L zeroed); the
+// update operand is Y0 = dtype(vr) (no row factor); the decay Gam = exp2(gL) is one factor per
+// key channel, i.e. per row of the K x 64 tile (state and M tiles alike), which the producer
+// writes into the stage (K floats) in place of GDN's 64 token gates.
 //
 // gdn_fwd_walk_wgmma_kernel<DT, K, STATES>: grid S * HV * tiles, block b -> (segment s, value head
 //   j, tile) = (b / (tiles HV), (b / tiles) % HV, b % tiles), tiles of kTileV = 64 columns: state
@@ -14,7 +21,8 @@
 //   K x 64 fp32 tile in wgmma accumulators (K / 64 m64n64 fragments, 32 registers each); one
 //   producer warp streams each chunk's W (64 x K), k (64 x K, qk head j / G), U (64 x 64, state
 //   tiles only) with TMA and its 64 gates (and the chunk's begin / length) with plain loads into a
-//   two-stage ring: full[stage] completes when the 32 producer lanes have arrived and the TMA
+//   two-stage ring (KDA: kg of value head j instead of k, and K per-channel Gam instead of the
+//   64 gates): full[stage] completes when the 32 producer lanes have arrived and the TMA
 //   bytes have landed, empty[stage] when the 128 consumers have finished the chunk, so chunk n + 1
 //   loads while chunk n computes. Per chunk (the consumers; [S1]-[S4] of the twin):
 //     state tile:  X0 = Sb = dtype(S) (-> h[n] by a TMA store in STATES mode); v = W Sb;
@@ -38,7 +46,8 @@
 //   barrier. STATES mode starts from seg_entry and writes h, v_new and ht (the piece's last
 //   segment).
 // Shared memory (bytes; 1024-aligned 64-row tiles of 128-byte rows with the 128-byte swizzle):
-//   2 stages x (W, k: K / 64 tiles each; U: 1 tile; gates + header: 1 KiB); X0, X1: K x 64;
+//   2 stages x (W, k: K / 64 tiles each; U: 1 tile; gates (GDN 64, KDA K floats) + header:
+//   1 KiB); X0, X1: K x 64;
 //   Y0, Y1: 64 x 64 (Y1: the v_new staging of a state tile); 4 mbarriers; the 4 consumer warps'
 //   largest |M| and |R| (8 floats); + 1 KiB for aligning the base. K = 128: 134208 B, one block
 //   per SM: a block does the work of two 32-column blocks of fwd_walk_kernel, which runs two per
@@ -70,7 +79,8 @@ template <int K>
 struct Smem {
   static constexpr int NKT = K / 64;  // 64-key tiles of W, k and X
   // Offsets inside a stage.
-  static constexpr int W = 0, Kt = NKT * kAtom, U = 2 * NKT * kAtom, G = U + kAtom, Hdr = G + kC * 4;
+  // G: GDN's 64 token gates or KDA's K per-channel factors Gam (at most 128 floats), then the header.
+  static constexpr int W = 0, Kt = NKT * kAtom, U = 2 * NKT * kAtom, G = U + kAtom, Hdr = G + 128 * 4;
   static constexpr int kStage = G + 1024;
   // Offsets from the aligned base.
   static constexpr int X0 = kStages * kStage, X1 = X0 + NKT * kAtom, Y0 = X1 + NKT * kAtom, Y1 = Y0 + kAtom;
@@ -78,6 +88,7 @@ struct Smem {
   static constexpr int Red = Bar + 8 * 2 * kStages;                // largest |M| [4], then |R| [4] (fp16 M tiles)
   static constexpr size_t bytes = size_t(Red) + 2 * 4 * 4 + 1024;  // + the base's alignment
   static_assert(bytes <= 227 * 1024, "one block must fit an SM's shared memory");
+  static_assert(K <= 128 && kC <= 128 && Hdr + 16 <= G + 1024, "the gates and the header fit the stage's 1 KiB");
 };
 
 // The chunk as the producer hands it over (after the stage's gates).
@@ -86,7 +97,8 @@ struct ChunkHdr {
   int32_t len;
 };
 
-// TMA descriptors: W, U, v_new [T, HV, 64-col tiles], k [T, H, K], h [NT * HV, K, V].
+// TMA descriptors: W, U, v_new [T, HV, 64-col tiles], k [T, H, K] (GDN) or kg [T, HV, K] (KDA),
+// h [NT * HV, K, V].
 struct Maps {
   CUtensorMap W, k, U, h, vn;
 };
@@ -127,10 +139,11 @@ __device__ __forceinline__ bool skip_unread_tile(const FwdWalkParams& p, const B
 __device__ __forceinline__ uint32_t full_bar(uint32_t bars, int s) { return bars + 8 * s; }
 __device__ __forceinline__ uint32_t empty_bar(uint32_t bars, int s) { return bars + 8 * (kStages + s); }
 
-// The producer warp: per chunk of the segment, wait for the stage to be free, then TMA W, k (and
-// U) and store the gates and the chunk header; every lane arrives on full (lane 0 first adds the
-// TMA bytes, without arriving, so the phase cannot complete before the last lane's stores).
-template <int K>
+// The producer warp: per chunk of the segment, wait for the stage to be free, then TMA W, k (KDA:
+// kg) (and U) and store the gates (KDA: Gam = exp2(gL) per key channel) and the chunk header;
+// every lane arrives on full (lane 0 first adds the TMA bytes, without arriving, so the phase
+// cannot complete before the last lane's stores).
+template <int K, bool KDA>
 __device__ __forceinline__ void produce(const Maps& maps, const FwdWalkParams& p, const Blk& b, uint32_t base,
                                         unsigned char* sb) {
   using Sm = Smem<K>;
@@ -148,13 +161,18 @@ __device__ __forceinline__ void produce(const Maps& maps, const FwdWalkParams& p
 #pragma unroll
       for (int a = 0; a < Sm::NKT; ++a) {
         tma_load_3d(st + Sm::W + a * kAtom, &maps.W, full, 64 * a, b.j, t0);
-        tma_load_3d(st + Sm::Kt + a * kAtom, &maps.k, full, 64 * a, b.i, t0);
+        tma_load_3d(st + Sm::Kt + a * kAtom, &maps.k, full, 64 * a, KDA ? b.j : b.i, t0);
       }
       if (!b.mtile) tma_load_3d(st + Sm::U, &maps.U, full, b.c0, b.j, t0);
     }
     unsigned char* sst = sb + s * Sm::kStage;
     float* g = reinterpret_cast<float*>(sst + Sm::G);
-    for (int r = lane; r < kC; r += 32) g[r] = r < ch.len ? p.gcum[(ch.begin + r) * HV + b.j] : 0.0f;
+    if constexpr (KDA) {
+      const float* gl = p.gcum + ((ch.begin + ch.len - 1) * HV + b.j) * K;  // chunks have len >= 1
+      for (int c = lane; c < K; c += 32) g[c] = exp2f(gl[c]);
+    } else {
+      for (int r = lane; r < kC; r += 32) g[r] = r < ch.len ? p.gcum[(ch.begin + r) * HV + b.j] : 0.0f;
+    }
     if (lane == 0) *reinterpret_cast<ChunkHdr*>(sst + Sm::Hdr) = ChunkHdr{ch.begin, ch.len};
     mbar_arrive(full);
   }
@@ -200,17 +218,18 @@ __device__ __forceinline__ void put_operand(float (&acc)[K / 64][32], unsigned c
     }
 }
 
-// The stage's k tiles (rows = the chunk's tokens): M tile: Kt = dtype(k * exp2(gL - g_r)) for
-// r < L; both kinds: rows >= L set to zero (only a partial chunk has them).
-template <class DT, int K, bool MT>
+// The stage's k tiles (rows = the chunk's tokens): GDN M tile: Kt = dtype(k * exp2(gL - g_r)) for
+// r < L; every kind: rows >= L set to zero (only a partial chunk has them). KDA's kg comes gated.
+template <class DT, int K, bool MT, bool KDA>
 __device__ __forceinline__ void prep_k_rows(unsigned char* kt, int L, float gL, const float* g) {
-  if (!MT && L == kC) return;
+  constexpr bool gate = MT && !KDA;
+  if (!gate && L == kC) return;
   for (int q = int(threadIdx.x); q < (K / 64) * kC * 8; q += kConsumers) {  // 16-byte chunks, 8 a row
     const int r = (q >> 3) & (kC - 1);
     uint4* w = reinterpret_cast<uint4*>(kt) + q;
     if (r >= L) {
       *w = make_uint4(0u, 0u, 0u, 0u);
-    } else if constexpr (MT) {
+    } else if constexpr (gate) {
       const float f = exp2f(gL - g[r]);
       uint4 u = *w;
       uint32_t* x = &u.x;
@@ -242,20 +261,25 @@ __device__ __forceinline__ void product_wx(float (&v)[32], uint32_t st, uint32_t
 }
 
 // S <- Gam S + k^T Y0 [+ k^T Y1] (each 64-key block of the tile from the stage's k tile). SC (fp16
-// M tile): on the tile scaled by 2^(e1 + e2) and scaled back.
-template <bool F16, int K, bool MT, bool SC>
-__device__ __forceinline__ void update(float (&acc)[K / 64][32], uint32_t st, uint32_t base, float gam, int e1,
-                                       int e2) {
+// M tile): on the tile scaled by 2^(e1 + e2) and scaled back. Gam: `gam` (GDN), or per row a (a
+// key channel) gk[a] (KDA: the stage's factors).
+template <bool F16, int K, bool MT, bool SC, bool KDA>
+__device__ __forceinline__ void update(float (&acc)[K / 64][32], uint32_t st, uint32_t base, float gam, const float* gk,
+                                       int e1, int e2) {
   using Sm = Smem<K>;
   const float s1 = SplitScale::pow2(e1), s2 = SplitScale::pow2(e2);
+  const int t = int(threadIdx.x);
 #pragma unroll
   for (int a = 0; a < K / 64; ++a) {
+    // A thread's fragment has two rows (frag_row of x with bit 1 of x clear, and set).
+    const float g0 = KDA ? gk[64 * a + frag_row(t, 0)] : gam, g1 = KDA ? gk[64 * a + frag_row(t, 2)] : gam;
 #pragma unroll
     for (int x = 0; x < 32; ++x) {
+      const float f = ((x >> 1) & 1) ? g1 : g0;
       if constexpr (SC)
-        acc[a][x] = ((acc[a][x] * gam) * s1) * s2;
+        acc[a][x] = ((acc[a][x] * f) * s1) * s2;
       else
-        acc[a][x] *= gam;
+        acc[a][x] *= f;
     }
     fence_acc(acc[a]);
   }
@@ -285,8 +309,8 @@ __device__ __forceinline__ void update(float (&acc)[K / 64][32], uint32_t st, ui
 }
 
 // State tile: vr = U - v; v_new (Y1 for the TMA store of a full chunk, else plain stores of the
-// rows < L); Y0 = dtype(vr * exp2(gL - g_r)), zero rows >= L.
-template <class DT, int K, bool STATES>
+// rows < L); Y0 = dtype(vr * exp2(gL - g_r)) (GDN) or dtype(vr) (KDA), zero rows >= L.
+template <class DT, int K, bool STATES, bool KDA>
 __device__ __forceinline__ void epilogue_state(const float (&v)[32], const unsigned char* sst, unsigned char* sb,
                                                const FwdWalkParams& p, const Blk& b) {
   using Sm = Smem<K>;
@@ -294,7 +318,7 @@ __device__ __forceinline__ void epilogue_state(const float (&v)[32], const unsig
   const float* g = reinterpret_cast<const float*>(sst + Sm::G);
   const ChunkHdr hd = *reinterpret_cast<const ChunkHdr*>(sst + Sm::Hdr);
   const int L = hd.len;
-  const float gL = g[L - 1];
+  const float gL = KDA ? 0.0f : g[L - 1];  // KDA: g holds Gam per channel, no token gates
 #pragma unroll
   for (int x = 0; x < 32; x += 2) {
     const int r = frag_row(t, x), c = frag_col(t, x);
@@ -310,8 +334,12 @@ __device__ __forceinline__ void epilogue_state(const float (&v)[32], const unsig
         else
           st16x2<DT>(p.v_new + ((hd.begin + r) * p.sh.HV + b.j) * K + b.c0 + c, x0, x1);
       }
-      const float f = exp2f(gL - g[r]);
-      y = DT::pack(x0 * f, x1 * f);
+      if constexpr (KDA) {
+        y = DT::pack(x0, x1);
+      } else {
+        const float f = exp2f(gL - g[r]);
+        y = DT::pack(x0 * f, x1 * f);
+      }
     }
     *reinterpret_cast<uint32_t*>(sb + Sm::Y0 + o) = y;
   }
@@ -379,7 +407,7 @@ __device__ __forceinline__ void store_result(const float (&acc)[K / 64][32], con
 }
 
 // The consumer warpgroup's walk over the segment's chunks (MT: a transfer tile).
-template <class DT, int K, bool STATES, bool MT>
+template <class DT, int K, bool STATES, bool MT, bool KDA>
 __device__ __forceinline__ void consume(const Maps& maps, const FwdWalkParams& p, const Blk& b, uint32_t base,
                                         unsigned char* sb) {
   using Sm = Smem<K>;
@@ -417,18 +445,18 @@ __device__ __forceinline__ void consume(const Maps& maps, const FwdWalkParams& p
     mbar_wait(full_bar(bars, s), uint32_t((m / kStages) & 1));
     const ChunkHdr hd = *reinterpret_cast<const ChunkHdr*>(sst + Sm::Hdr);
     const float* g = reinterpret_cast<const float*>(sst + Sm::G);
-    const float gL = g[hd.len - 1];
-    prep_k_rows<DT, K, MT>(sst + Sm::Kt, hd.len, gL, g);
+    const float gL = KDA ? 0.0f : g[hd.len - 1];  // KDA: g holds Gam per channel
+    prep_k_rows<DT, K, MT, KDA>(sst + Sm::Kt, hd.len, gL, g);
     product_wx<F16, K, MT>(v, st, base);
     int e2 = 0;
     if constexpr (MT)
       e2 = epilogue_m<DT, K>(v, hd.len, sb);
     else
-      epilogue_state<DT, K, STATES>(v, sst, sb, p, b);
+      epilogue_state<DT, K, STATES, KDA>(v, sst, sb, p, b);
     fence_proxy_async();
     named_sync(kConsumerBar, kConsumers);
     if (vstore && t == 0 && hd.len == kC) tma_store_3d(&maps.vn, base + Sm::Y1, b.c0, b.j, int(hd.begin));
-    update<F16, K, MT, SC>(acc, st, base, exp2f(gL), e1, e2);
+    update<F16, K, MT, SC, KDA>(acc, st, base, KDA ? 1.0f : exp2f(gL), g, e1, e2);
     if constexpr (SC) publish_m();  // read behind the next chunk's first barrier
     mbar_arrive(empty_bar(bars, s));
   }
@@ -436,7 +464,7 @@ __device__ __forceinline__ void consume(const Maps& maps, const FwdWalkParams& p
   store_result<K, STATES>(acc, p, b);
 }
 
-template <class DT, int K, bool STATES>
+template <class DT, int K, bool STATES, bool KDA>
 __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams& p) {
   using Sm = Smem<K>;
   constexpr int NVT = K / kTileV, NTILES = STATES ? NVT : 2 * NVT;
@@ -455,24 +483,24 @@ __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams
   }
   __syncthreads();
   if (threadIdx.x >= kConsumers) {
-    produce<K>(maps, p, b, base, sb);
+    produce<K, KDA>(maps, p, b, base, sb);
   } else if constexpr (STATES) {
-    consume<DT, K, true, false>(maps, p, b, base, sb);
+    consume<DT, K, true, false, KDA>(maps, p, b, base, sb);
   } else {
     if (b.mtile)
-      consume<DT, K, false, true>(maps, p, b, base, sb);
+      consume<DT, K, false, true, KDA>(maps, p, b, base, sb);
     else
-      consume<DT, K, false, false>(maps, p, b, base, sb);
+      consume<DT, K, false, false, KDA>(maps, p, b, base, sb);
   }
 }
 
 // The kernel is compiled for sm_90a only (wgmma); elsewhere (the compute_90 PTX) it traps, and
 // the launcher never starts it there.
-template <class DT, int K, bool STATES>
+template <class DT, int K, bool STATES, bool KDA>
 __global__ void __launch_bounds__(kWgThreads, 1)
-    gdn_fwd_walk_wgmma_kernel(const __grid_constant__ Maps maps, const __grid_constant__ FwdWalkParams p) {
+    fwd_walk_wgmma_kernel(const __grid_constant__ Maps maps, const __grid_constant__ FwdWalkParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  walk_block<DT, K, STATES>(maps, p);
+  walk_block<DT, K, STATES, KDA>(maps, p);
 #else
   __trap();
 #endif

@@ -1,5 +1,6 @@
 // Launcher of the wgmma + TMA forward walk (gdn_walk_wgmma.cuh), the hook of the forward walks'
-// launchers (gdn_chunk_state.cu). Host code, included by kernels/cuda/*.cu only.
+// launchers (dispatch_fwd_walk, gdn_chunk_state_kernel.cuh), GDN and KDA. Host code, included by kernels/cuda/*.cu
+// only.
 #pragma once
 
 #include <cuda_runtime.h>

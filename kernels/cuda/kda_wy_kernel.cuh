@@ -7,13 +7,13 @@
 //   [W1] xb = dtype((k beta) exp2(g)) per element and ub = dtype(v beta) into 16-bit shared memory
 //   (the operands the twin rounds, at the same points), [W3] kg = dtype(k exp2(g_last - g))
 //   (exponent <= 0, docs/algorithm.md 7.5) from the same registers straight to global memory
-//   (fp32 storage of a dtype value, as before; rows < L only), and [W2] W = Phi xb, U = Phi ub on
+//   (16-bit storage, one 16-byte store per 8 channels; rows < L only), and [W2] W = Phi xb, U = Phi ub on
 //   tensor cores (wy_products: mma.sync m16n8k16 with ldmatrix, dtype Phi, fp32 accumulation),
 //   stored rounded to dtype for the chunk's L rows.
 //   Every operand of [W2] is a dtype value in the twin too, so the 16-bit operands are exact and
 //   the GPU differs from the twin only by the order of the fp32 sums (the twin: s ascending). kg
-//   is no operand here; the state walks read it as the kdafast walks do (KeyTile: cp.async of the
-//   fp32 storage, packed exactly to a 16-bit operand). Rows beyond the chunk are staged as zeros
+//   is no operand here; the state walks read it as GDN's read k (16-bit tiles). Rows beyond the
+//   chunk are staged as zeros
 //   (never read from memory; their gate reads 0, exp2(0) = 1, times k = 0 and beta = 0).
 //   Deterministic: no atomics, every output element written once by one thread.
 //   Shared memory: (16-bit) Phi 64 x 72, xb 64 x (K+8), ub 64 x (V+8); (fp32) beta 64, g_last K
@@ -27,7 +27,7 @@ namespace kcp::kernels::cuda {
 
 // The GDN WY parameters (gdn_wy_kernel.cuh: k, v, beta, gcum, Phi, W, U) plus kg.
 struct KdaWyParams : WyParams {
-  float* kg;  // [T, HV, K] dtype, fp32 storage
+  uint16_t* kg;  // [T, HV, K] dtype, 16-bit storage
 };
 
 template <int K, int V>
@@ -38,10 +38,10 @@ struct KdaWySmem {
 };
 
 // [W3] kg = dtype(k exp2(g_last - g)) per channel for the elements of the k and gcum tiles this
-// thread holds (8 channels of one row per 16-byte load of k), rows < L only, two 16-byte stores
+// thread holds (8 channels of one row per 16-byte load of k), rows < L only, one 16-byte store
 // per load. kg: the chunk's first row; sgL: g_last, K floats of shared memory.
 template <class DT, int K>
-__device__ __forceinline__ void store_kg(float* kg, int64_t stride, const Tile16<kC, K>& tk,
+__device__ __forceinline__ void store_kg(uint16_t* kg, int64_t stride, const Tile16<kC, K>& tk,
                                          const GateTile16<kC, K>& tg, const float* sgL, int L) {
   using T16 = Tile16<kC, K>;
 #pragma unroll
@@ -56,11 +56,10 @@ __device__ __forceinline__ void store_kg(float* kg, int64_t stride, const Tile16
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
       const float x = DT::from_raw(uint16_t((u & 1) ? (w[u / 2] >> 16) : (w[u / 2] & 0xffffu)));
-      o[u] = DT::rnd(x * exp2f(gl[u] - tg.at(it, u)));
+      o[u] = x * exp2f(gl[u] - tg.at(it, u));
     }
-    float4* d = reinterpret_cast<float4*>(kg + r * stride + c);
-    d[0] = make_float4(o[0], o[1], o[2], o[3]);
-    d[1] = make_float4(o[4], o[5], o[6], o[7]);
+    *reinterpret_cast<uint4*>(kg + r * stride + c) =
+        make_uint4(DT::pack(o[0], o[1]), DT::pack(o[2], o[3]), DT::pack(o[4], o[5]), DT::pack(o[6], o[7]));
   }
 }
 

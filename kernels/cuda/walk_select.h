@@ -1,4 +1,4 @@
-// Which kernel runs the GDN forward walks (fwd_summaries, fwd_states) of the CUDA backend: the
+// Which kernel runs the forward walks (fwd_summaries, fwd_states, GDN and KDA) of the CUDA backend: the
 // wgmma + TMA walk (gdn_walk_wgmma.cuh) where it supports the problem on the current device, else
 // the mma.sync walk (gdn_chunk_state_kernel.cuh). Host-only, no CUDA types: the GPU tests include
 // it to run the two walks side by side. Not a user setting: the product always runs Auto.
@@ -9,7 +9,7 @@
 namespace kcp::kernels::cuda {
 
 enum class FwdWalkChoice {
-  Auto,  // the wgmma walk where supported (GDN, K = V in {64, 128}, sm_90 device, sm_90a build)
+  Auto,  // the wgmma walk where supported (K = V in {64, 128}, sm_90 device, sm_90a build)
   Mma,   // always the mma.sync walk
 };
 

@@ -408,7 +408,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   refresh();
   poison16(dw_.W, T * HV * K);
   poison16(dw_.U, T * HV * V);
-  if (kda) poison(dw_.kg, T * HV * K);
+  if (kda) poison16(dw_.kg, T * HV * K);
   {
     kk::WyArgs a;
     a.ctx = ctx();
@@ -424,7 +424,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   }
   expect_ws16("wy", "W", dw_.W, T * HV * K);
   expect_ws16("wy", "U", dw_.U, T * HV * V);
-  if (kda) expect_ws("wy", "kg", dw_.kg, T * HV * K);
+  if (kda) expect_ws16("wy", "kg", dw_.kg, T * HV * K);
 
   // fwd_summaries
   run_fwd_summaries();
@@ -663,7 +663,8 @@ INSTANTIATE_TEST_SUITE_P(
 // (gdn_walk_wgmma.cuh), each against the twin at the tolerances above; then the wgmma walk's
 // reruns bitwise. Cases: GVA (G = 2, or 4), varlen with partial last chunks, pieces of one chunk
 // and of one token, P > 1 segments (up to 8 chunks a segment, so the two-stage ring wraps), with
-// and without h0 (without: unread summaries are zero tiles), bf16 and fp16, K = 64 and 128.
+// and without h0 (without: unread summaries are zero tiles), bf16 and fp16, K = 64 and 128, GDN
+// and KDA (per-channel decay, the gated keys kg of wy).
 // Skipped where the wgmma walk does not run (it needs an sm_90 device and an sm_90a build).
 Case walk_case(const std::string& name, int K, kk::DType dt, int H, bool h0, std::vector<int64_t> lens, uint64_t seed) {
   Case c = phase_case(name, K, dt, false);
@@ -671,6 +672,15 @@ Case walk_case(const std::string& name, int K, kk::DType dt, int H, bool h0, std
   c.h0 = h0;
   c.lens = std::move(lens);
   c.seed = seed;
+  return c;
+}
+
+Case kda_walk_case(const std::string& name, int K, kk::DType dt, kk::GateForm gate, int H, bool h0,
+                   std::vector<int64_t> lens, uint64_t seed) {
+  Case c = kda_case(name, K, dt, gate, gate != kk::GateForm::Direct, gate == kk::GateForm::LowerBound, seed);
+  c.H = H;
+  c.h0 = h0;
+  c.lens = std::move(lens);
   return c;
 }
 
@@ -736,7 +746,19 @@ INSTANTIATE_TEST_SUITE_P(
                             3},
                       Param{walk_case("walk_K128_fp16_G4", 128, kk::DType::FP16, 1, true, {513}, 604), 1},
                       Param{walk_case("walk_K64_bf16_h0", 64, kk::DType::BF16, 2, true, {100, 37, 300}, 605), 2},
-                      Param{walk_case("walk_K64_fp16_noh0", 64, kk::DType::FP16, 2, false, {700, 1}, 606), 4}),
+                      Param{walk_case("walk_K64_fp16_noh0", 64, kk::DType::FP16, 2, false, {700, 1}, 606), 4},
+                      Param{kda_walk_case("walk_kda_K128_bf16_h0", 128, kk::DType::BF16, kk::GateForm::Softplus, 2,
+                                          true, {100, 37, 1000}, 611),
+                            3},
+                      Param{kda_walk_case("walk_kda_K128_fp16_G4", 128, kk::DType::FP16, kk::GateForm::LowerBound, 1,
+                                          true, {513}, 612),
+                            1},
+                      Param{kda_walk_case("walk_kda_K64_bf16_noh0", 64, kk::DType::BF16, kk::GateForm::Direct, 2, false,
+                                          {300, 0, 64, 129, 1}, 613),
+                            3},
+                      Param{kda_walk_case("walk_kda_K64_fp16_noh0", 64, kk::DType::FP16, kk::GateForm::Direct, 2, false,
+                                          {700, 1}, 614),
+                            4}),
     [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 
 TEST(GpuBackend, CanImplementAndArgChecks) {
