@@ -13,7 +13,7 @@
 // The state walks (chunk_state.cpp's twin) are the GDN tensor-core walks with per-channel gates
 // (gdn_chunk_state_kernel.cuh, KDA = true; issue 16 item 5), equally deterministic; so are the
 // tensor-core products (dtype operands, fp32 accumulation, fixed fragment order) of
-// kda_bwd_inter_kernel, kda_bwd_wy_kernel's dPhi / dAkk part, and the output and local dv
+// kda_bwd_inter_kernel, kda_bwd_wy_kernel (dX, dY, dPhi, dAkk), and the output and local dv
 // (kda_chunk_fwd_kernel.cuh), which differ from the twin by the order of fp32 sums only.
 //
 // Per-channel gates and the sign of the exponents (docs/algorithm.md 7.1, 7.5). gcum holds the
