@@ -2,7 +2,7 @@
 # One device call (issue 18 item 3): FLA judged on int1 and ext1 (docs/external.md 10, on one machine): build kcpbench,
 # write every entry's folder (exec:true), run fla_adapter.py on all folders in parallel (with and
 # without --bypass-hopper-check), then judge through copy_outputs.py. JSON + logs to $OUT.
-# Usage (repository root on the GPU machine, wheels in .whl/): OUT=DIR [SETS="int1 ext1"] [MODES="bypass plain"]
+# Usage (repository root on the GPU machine, wheels in .whl/): OUT=DIR [SETS="int1 ext1 int1:K*"] [MODES="bypass plain"]
 #   [PAR=14] [ALIM=300] [KCPBENCH=a kcpbench built elsewhere: no build] bash scripts/fla_judge_parallel.sh
 set -uo pipefail
 start=$(date +%s)
@@ -17,12 +17,21 @@ if [ -z "${KCPBENCH:-}" ]; then
 fi
 echo "built at +$(( $(date +%s) - start )) s"
 k=${KCPBENCH:-build-dev/app/kcpbench}
-tag() { basename "$1" .json; }   # a set name or a row file's name: int1, ext1, bench_rows
-for s in ${SETS:-int1 ext1}; do
-  t=$(tag $s)
-  $k -q --configs configs run --rows $s --backend exec:true --external-dir /tmp/src-$t-bypass --cache none >$OUT/logs/gen-$t.log 2>&1
+# A SETS entry is a set name or row file, optionally with rows: SET:ROW,ROW (names or globs, e.g.
+# int1:K* for int1's KDA rows). entry sets s (the set), rows (--row arguments) and t (a file tag).
+entry() {
+  s=${1%%:*}; rows=""; t=$(basename "$s" .json)
+  [ "$s" = "$1" ] && return
+  for r in $(echo "${1#*:}" | tr , ' '); do rows="$rows --row $r"; done
+  t="$t-$(echo "${1#*:}" | tr -c 'A-Za-z0-9\n' _)"
+}
+set -f   # row globs ('K*') reach kcpbench unexpanded (set +f again for the folder globs)
+for e in ${SETS:-int1 ext1}; do
+  entry "$e"
+  $k -q --configs configs run --rows $s $rows --backend exec:true --external-dir /tmp/src-$t-bypass --cache none >$OUT/logs/gen-$t.log 2>&1
   cp -r /tmp/src-$t-bypass /tmp/src-$t-plain
 done
+set +f
 echo "folders at +$(( $(date +%s) - start )) s"
 for mode in ${MODES:-bypass plain}; do
   flag=""; [ $mode = bypass ] && flag=--bypass-hopper-check
@@ -32,12 +41,14 @@ for mode in ${MODES:-bypass plain}; do
     "for d; do timeout ${ALIM:-300} python3 scripts/adapters/fla_adapter.py $flag \$d >\${d}adapter.log 2>&1; echo \$? >\${d}adapter.status; echo \"\$(cat \${d}adapter.status) \$d\"; done" _ >$OUT/logs/adapter-$mode.txt
   echo "$mode adapters at +$(( $(date +%s) - start )) s: $(awk '$1!=0' $OUT/logs/adapter-$mode.txt | wc -l) nonzero of $(wc -l <$OUT/logs/adapter-$mode.txt)"
 done
-for s in ${SETS:-int1 ext1}; do for mode in ${MODES:-bypass plain}; do  # the judges run at once
-  t=$(tag $s)
-  ( $k -q --configs configs run --rows $s --backend "exec:python3 scripts/adapters/copy_outputs.py /tmp/src-$t-$mode" --cache none \
+set -f
+for e in ${SETS:-int1 ext1}; do for mode in ${MODES:-bypass plain}; do  # the judges run at once
+  entry "$e"
+  ( $k -q --configs configs run --rows $s $rows --backend "exec:python3 scripts/adapters/copy_outputs.py /tmp/src-$t-$mode" --cache none \
       --external-dir /tmp/judge-$t-$mode --json $OUT/fla-$t-$mode.json >$OUT/logs/judge-$t-$mode.log 2>&1
     echo "$t $mode: exit $? $(tail -1 $OUT/logs/judge-$t-$mode.log)" ) &
 done; done
+set +f
 wait
 for m in ${MODES:-bypass plain}; do for d in /tmp/src-*-$m/*/; do n=$(basename $(dirname $d))/$(basename $d); mkdir -p $OUT/logs/al/$n; cp $d/adapter.log $OUT/logs/al/$n/ 2>/dev/null; done; done
 echo "total $(( $(date +%s) - start )) s"

@@ -304,13 +304,18 @@ struct Tile {
   // rows stay zero).
   template <class DT, class F>
   __device__ __forceinline__ void store(uint16_t* dst, int ld, F&& f) const {
+    store_rc<DT>(dst, ld, [&](int r, int, float x) { return f(r, x); });
+  }
+  // f(r, c, x): as above, with the element's column c (masks: kda_chunk_fwd_kernel.cuh's Aqk).
+  template <class DT, class F>
+  __device__ __forceinline__ void store_rc(uint16_t* dst, int ld, F&& f) const {
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int e = threadIdx.x + i * kThreads, r = e / V4, c = (e % V4) * 4;
       if (e >= TOTAL) continue;
       uint32_t* d = reinterpret_cast<uint32_t*>(dst + r * ld + c);
-      d[0] = DT::pack(f(r, v[i].x), f(r, v[i].y));
-      d[1] = DT::pack(f(r, v[i].z), f(r, v[i].w));
+      d[0] = DT::pack(f(r, c, v[i].x), f(r, c + 1, v[i].y));
+      d[1] = DT::pack(f(r, c + 2, v[i].z), f(r, c + 3, v[i].w));
     }
   }
   template <class DT>

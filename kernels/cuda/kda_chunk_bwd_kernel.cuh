@@ -13,12 +13,13 @@
 //   channel x adds dg_last[x] = Gam[x] (h dh^T)[x][x] + sum_r k dKint to the last row.
 //   Shared memory: (16-bit) dO, v_new, dv2 64 x (V+8); h, dh K x (V+8); (fp32) dKint 64 x K, g_L K
 //   (K = V = 128: 155,136 bytes, one block per SM).
-// kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): a warp per row r, lanes over channels:
-//   dX = Phi^T dW, dY = Phi^T dv2 (m >= r ascending): dk_hv += dX beta exp2(g), dlam += dX X,
-//   dv = dtype(beta dY), dbeta = sum dX k exp2(g) + sum dY v (lane partials, fixed-order warp sum);
-//   then on tensor cores (64 x 64 products, dtype operands, fp32 accumulation; issue 16 item 5):
-//   dPhi = dW Xb^T + dv2 Yb^T (s < r), and phi_backward's two dtype-operand products:
-//   dAkk = -stril(Phi^T dtype(stril(dtype(dPhi)) Phi^T)) -> scratch.
+// kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): on tensor cores (dtype operands, fp32
+//   accumulation; issue 16 item 5): dPhi = dW Xb^T + dv2 Yb^T (s < r, 64 x 64), dX = Phi^T dW
+//   (64 x K) and dY = Phi^T dv2 (64 x V) (terms m >= r; Phi is 0 above the diagonal), dX, dY kept
+//   fp32 in shared memory over the dW, Xb and dv2, Yb tiles; phi_backward's first product
+//   T1 = dtype(stril(dtype(dPhi)) Phi^T). Then a warp per row r, lanes over channels:
+//   dk_hv += dX beta exp2(g), dlam += dX X, dv = dtype(beta dY), dbeta = sum dX k exp2(g) +
+//   sum dY v (lane partials, fixed-order warp sum); and dAkk = -stril(Phi^T T1) -> scratch.
 //   Shared memory (16-bit, ldmatrix rows): dW, Xb 64 x (K+8); dv2, Yb 64 x (V+8); Phi, dPhi, T1
 //   64 x 72 (K = V = 128: 97,280 bytes).
 // kda_bwd_intra_kernel (step 5 [E4]): thread (part, channel c), part = tid / K; the chunk's four
@@ -149,6 +150,8 @@ template <class DT, int K, int V>
 __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   using Sm = KdaWyBwdSmem<K, V>;
   using TA = Tiling<kC, kC>;
+  using TX = Tiling<kC, K>;
+  using TY = Tiling<kC, V>;
   constexpr int kld = Sm::kKld, vld = Sm::kVld, cld = Sm::kCld;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* sdW = reinterpret_cast<uint16_t*>(smem_raw);
@@ -158,12 +161,13 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   uint16_t* sPhi = sYb + kC * vld;
   uint16_t* sdPhi = sPhi + kC * cld;
   uint16_t* sT1 = sdPhi + kC * cld;
+  float* sdX = reinterpret_cast<float*>(sdW);  // dX (fp32, ld kld) over dW, Xb once they are read
+  float* sdY = reinterpret_cast<float*>(sdv);  // dY (fp32, ld vld) over dv2, Yb
 
   const KdaIx ix = kda_ix(p.sh);
   const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
   const int L = w.L, j = w.j, i = w.i;
   const int64_t t0 = w.t0;
-  auto f = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
   auto beta = [&](int r) { return p.beta[ix.th(t0 + r, j)]; };
 
   stage_tile16<DT>(sdW, kld, kC, K, L, [&](int r, int x) { return DT::from_raw(p.dW16[ix.hk(t0 + r, j) + x]); });
@@ -177,32 +181,6 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   stage_rows16<DT, kC, kC>(sPhi, cld, p.Phi + ix.cc(t0, j), int64_t(p.sh.HV) * kC, L);
   __syncthreads();
 
-  // dX, dY per row: a warp per row, lanes over channels; dbeta by a fixed-order warp sum.
-  for (int r = warp_id(); r < L; r += kWarps) {
-    const float br = beta(r);
-    float db = 0.0f;
-    for (int x = lane_id(); x < K; x += 32) {
-      float dX = 0.0f;
-      for (int m = r; m < L; ++m) dX += f(sPhi, m * cld + r) * f(sdW, m * kld + x);
-      const int64_t at = ix.hk(t0 + r, j) + x;
-      const float kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
-      const float eg = exp2f(p.gcum[at]);
-      const float X = (kx * br) * eg;
-      p.dk_hv[at] += dX * (br * eg);
-      db += dX * (kx * eg);
-      p.dlam[at] += dX * X;
-    }
-    for (int e = lane_id(); e < V; e += 32) {
-      float dY = 0.0f;
-      for (int m = r; m < L; ++m) dY += f(sPhi, m * cld + r) * f(sdv, m * vld + e);
-      const int64_t at = ix.vv(t0 + r, j) + e;
-      store_caller<DT>(p.dv, at, br * dY);  // [E5]
-      db += dY * load_caller<DT>(p.v, at);
-    }
-    db = warp_sum(db);
-    if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] = db;
-  }
-
   // dPhi (strictly lower), rounded: the operand of phi_backward; sums over K, then V.
   {
     float acc[TA::MT][TA::NT][4];
@@ -215,7 +193,30 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
           DT::pack(in && s < r ? v0 : 0.0f, in && s + 1 < r ? v1 : 0.0f);
     });
   }
-  __syncthreads();
+  // dX = Phi^T dW (64 x K), then dY = Phi^T dv2 (64 x V), kept fp32: A(m = r, k = m) = Phi[m][r],
+  // zero for m < r (Phi's zeros above the diagonal), so a warp starts at its first row block;
+  // rows m >= L are zeros. Each goes to an fp32 tile (ld in floats as the 16-bit one) over the two
+  // 16-bit tiles every warp has finished reading at the barrier before (dX over dW, Xb; dY over
+  // dv2, Yb), one accumulator at a time (two would cost a block per SM).
+  const int ke = (L + 15) & ~15;
+  {
+    float ax[TX::MT][TX::NT][4];
+    TX::zero(ax);
+    TX::template mma<DT>(ax, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sdW, kld}, TX::m0(), ke);
+    __syncthreads();
+    TX::pairs(ax, [&](int r, int x, float& v0, float& v1) {
+      *reinterpret_cast<float2*>(sdX + r * kld + x) = make_float2(v0, v1);
+    });
+  }
+  {
+    float ay[TY::MT][TY::NT][4];
+    TY::zero(ay);
+    TY::template mma<DT>(ay, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sdv, vld}, TY::m0(), ke);
+    __syncthreads();
+    TY::pairs(ay, [&](int r, int e, float& v0, float& v1) {
+      *reinterpret_cast<float2*>(sdY + r * vld + e) = make_float2(v0, v1);
+    });
+  }
   // T1 = dtype(dPhib Phi^T), strictly lower (the terms x > s are Phi's zeros above the diagonal).
   {
     float acc[TA::MT][TA::NT][4];
@@ -227,6 +228,29 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
     });
   }
   __syncthreads();
+  // Per row: a warp per row, lanes over channels; dbeta by a fixed-order warp sum.
+  for (int r = warp_id(); r < L; r += kWarps) {
+    const float br = beta(r);
+    float db = 0.0f;
+    for (int x = lane_id(); x < K; x += 32) {
+      const float dX = sdX[r * kld + x];
+      const int64_t at = ix.hk(t0 + r, j) + x;
+      const float kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
+      const float eg = exp2f(p.gcum[at]);
+      const float X = (kx * br) * eg;
+      p.dk_hv[at] += dX * (br * eg);
+      db += dX * (kx * eg);
+      p.dlam[at] += dX * X;
+    }
+    for (int e = lane_id(); e < V; e += 32) {
+      const float dY = sdY[r * vld + e];
+      const int64_t at = ix.vv(t0 + r, j) + e;
+      store_caller<DT>(p.dv, at, br * dY);  // [E5]
+      db += dY * load_caller<DT>(p.v, at);
+    }
+    db = warp_sum(db);
+    if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] = db;
+  }
   // dAkk = -stril(Phi^T T1) (the terms m < r are Phi's zeros, m >= L T1's zero rows).
   {
     float acc[TA::MT][TA::NT][4];
