@@ -390,6 +390,22 @@ struct Tile16 {
   }
 };
 
+// Element u in [0, 8) of 8 consecutive floats loaded as two float4 (u a compile-time constant
+// after unrolling: no local memory).
+__device__ __forceinline__ float at8(const float4& lo, const float4& hi, int u) {
+  const float4& q = u < 4 ? lo : hi;
+  switch (u & 3) {
+    case 0:
+      return q.x;
+    case 1:
+      return q.y;
+    case 2:
+      return q.z;
+    default:
+      return q.w;
+  }
+}
+
 // fp32 values of a ROWS x COLS row tile held by the same threads as the elements of a
 // Tile16<ROWS, COLS> (two 16-byte loads per 16-bit load): per-element factors (the KDA gates)
 // applied while that tile is stored (Tile16::store_by_elem). Rows [rows_valid, ROWS) are zeros,
@@ -410,19 +426,7 @@ struct GateTile16 {
     }
   }
   // Element u in [0, 8) of load i (both compile-time constants after unrolling).
-  __device__ __forceinline__ float at(int i, int u) const {
-    const float4& q = u < 4 ? lo[i] : hi[i];
-    switch (u & 3) {
-      case 0:
-        return q.x;
-      case 1:
-        return q.y;
-      case 2:
-        return q.z;
-      default:
-        return q.w;
-    }
-  }
+  __device__ __forceinline__ float at(int i, int u) const { return at8(lo[i], hi[i], u); }
 };
 
 // Asynchronous global -> shared copies (cp.async, 16 bytes, no registers held while in flight)

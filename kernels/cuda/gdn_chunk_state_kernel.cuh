@@ -2,8 +2,8 @@
 // CPU twin's chunk_state.cpp fwd_walk / bwd_walk ([S1]-[S5], [B1]-[B3]), one template per direction
 // with KDA = true for KDA's per-channel decay. Included only by gdn_chunk_state.cu and
 // kda_chunk_state.cu (and gdn_walk_wgmma.cu, for the parameters and helpers). On an sm_90 device
-// with an sm_90a build the forward walks (GDN, KDA) and the GDN backward walks run the wgmma + TMA
-// kernels of gdn_walk_wgmma.cuh instead where they apply (dispatch_fwd_walk, dispatch_bwd_walk).
+// with an sm_90a build the forward and backward walks (GDN, KDA) run the wgmma + TMA kernels of
+// gdn_walk_wgmma.cuh instead where they apply (dispatch_fwd_walk, dispatch_bwd_walk).
 //
 // The gates (docs/algorithm.md 7.1, 7.5): GDN has one log2 decay per token (gcum [T, HV]), KDA one
 // per token and key channel (gcum [T, HV, K]), and KDA's gated keys kg = dtype(k exp2(gL - g_r))
@@ -594,8 +594,7 @@ void launch_walk(Kernel kernel, size_t smem, int tiles, const Params& p, cudaStr
   KCP_CUDA_LAUNCH_CHECK(st);
 }
 // The forward walk for the problem's dtype and dims (KDA: the op's gates): the wgmma walk where it
-// applies (gdn_walk_wgmma.h), else the mma.sync walk. The same for the backward walk (the wgmma
-// walk: GDN only).
+// applies (gdn_walk_wgmma.h), else the mma.sync walk. The same for the backward walk.
 template <bool KDA, bool STATES>
 void dispatch_fwd_walk(const Problem& pb, const FwdWalkParams& p, cudaStream_t st) {
   if (launch_fwd_walk_wgmma(pb, p, STATES, st)) return;  // the Hopper walk where it applies

@@ -1,5 +1,5 @@
-// Launchers of the wgmma + TMA state walks (gdn_walk_wgmma.cuh: forward GDN and KDA, backward
-// GDN) and the choice between them and the mma.sync walks (walk_select.h). The tensor maps are
+// Launchers of the wgmma + TMA state walks (gdn_walk_wgmma.cuh: forward and backward, GDN and
+// KDA) and the choice between them and the mma.sync walks (walk_select.h). The tensor maps are
 // encoded per launch on the host (five to seven cuTensorMapEncodeTiled calls, microseconds) and
 // passed as __grid_constant__ parameters.
 #include <atomic>
@@ -57,12 +57,12 @@ walk_wg::Maps make_maps(const FwdWalkParams& p, bool states, bool kda) {
   return m;
 }
 
-// The backward walk's maps: k, q [T, H, K]; W [T, HV, K]; dO, dv_local, dv2 [T, HV, V]; dh
-// [NT * HV, K, V].
-walk_wg::BwdMaps make_bwd_maps(const BwdWalkParams& p, bool states) {
+// The backward walk's maps: k, q [T, H, K] (KDA: kg [T, HV, K] for k); W [T, HV, K]; dO,
+// dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
+walk_wg::BwdMaps make_bwd_maps(const BwdWalkParams& p, bool states, bool kda) {
   const Shape& s = p.sh;
   walk_wg::BwdMaps m{};
-  m.k = map16("k", s.fp16, p.k, s.K, s.H, s.T, 1, kC);
+  m.k = kda ? map16("kg", s.fp16, p.kg, s.K, s.HV, s.T, 1, kC) : map16("k", s.fp16, p.k, s.K, s.H, s.T, 1, kC);
   m.q = map16("q", s.fp16, p.q, s.K, s.H, s.T, 1, kC);
   m.W = map16("W", s.fp16, p.W, s.K, s.HV, s.T, 1, kC);
   m.dO = map16("dO", s.fp16, p.dO, s.V, s.HV, s.T, 1, kC);
@@ -74,8 +74,8 @@ walk_wg::BwdMaps make_bwd_maps(const BwdWalkParams& p, bool states) {
   return m;
 }
 
-// Every 16-bit tensor a TMA map reads or writes starts on 16 bytes (null: a tensor the mode does
-// not use); every coordinate fits an int.
+// Every tensor a TMA map (or a 16-byte load) reads or writes starts on 16 bytes (null: a tensor
+// the mode does not use); every coordinate fits an int.
 bool tensors_fit(const Shape& s, std::initializer_list<const void*> tensors) {
   for (const void* t : tensors)
     if (!aligned16(t)) return false;
@@ -96,9 +96,9 @@ void run(const walk_wg::Maps& m, const FwdWalkParams& p, cudaStream_t st) {
          (STATES ? 1 : 2) * (K / walk_wg::kTileV), m, p, st);
 }
 
-template <class DT, int K, bool STATES>
+template <class DT, int K, bool STATES, bool KDA>
 void run_bwd(const walk_wg::BwdMaps& m, const BwdWalkParams& p, cudaStream_t st) {
-  launch(walk_wg::bwd_walk_wgmma_kernel<DT, K, STATES>, walk_wg::BwdSmem<K>::bytes, K / walk_wg::kTileV, m, p, st);
+  launch(walk_wg::bwd_walk_wgmma_kernel<DT, K, STATES, KDA>, walk_wg::BwdSmem<K>::bytes, K / walk_wg::kTileV, m, p, st);
 }
 
 // The walks' common admission: K = V in {64, 128}, bf16 / fp16, an sm_90 device, an sm_90a build
@@ -131,9 +131,7 @@ WalkChoice bwd_walk_choice() { return WalkChoice(g_bwd_choice.load()); }
 
 bool fwd_walk_uses_wgmma(const Problem& p) { return fwd_walk_choice() == WalkChoice::Auto && wgmma_walk_runs(p); }
 
-bool bwd_walk_uses_wgmma(const Problem& p) {
-  return bwd_walk_choice() == WalkChoice::Auto && p.op == Op::Gdn && wgmma_walk_runs(p);
-}
+bool bwd_walk_uses_wgmma(const Problem& p) { return bwd_walk_choice() == WalkChoice::Auto && wgmma_walk_runs(p); }
 
 bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st) {
   const bool kda = pb.op == Op::Kda;
@@ -154,15 +152,21 @@ bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool state
 }
 
 bool launch_bwd_walk_wgmma(const Problem& pb, const BwdWalkParams& p, bool states, cudaStream_t st) {
+  const bool kda = pb.op == Op::Kda;
+  // KDA: also gcum (the consumers read it by 16-byte loads).
   if (!bwd_walk_uses_wgmma(pb) ||
-      !tensors_fit(p.sh, {p.k, p.q, p.W, p.dO, p.dv_local, states ? p.dh : nullptr, states ? p.dv2 : nullptr}))
+      !tensors_fit(p.sh, {kda ? p.kg : p.k, p.q, p.W, p.dO, p.dv_local, states ? p.dh : nullptr,
+                          states ? p.dv2 : nullptr, kda ? p.gcum : nullptr}))
     return false;
   if (p.sh.S == 0) return true;
-  const walk_wg::BwdMaps m = make_bwd_maps(p, states);
+  const walk_wg::BwdMaps m = make_bwd_maps(p, states, kda);
   dispatch_walk(pb, [&](auto dt, auto kdim) {
     using DT = typename decltype(dt)::type;
     constexpr int K = decltype(kdim)::value;
-    states ? run_bwd<DT, K, true>(m, p, st) : run_bwd<DT, K, false>(m, p, st);
+    if (states)
+      kda ? run_bwd<DT, K, true, true>(m, p, st) : run_bwd<DT, K, true, false>(m, p, st);
+    else
+      kda ? run_bwd<DT, K, false, true>(m, p, st) : run_bwd<DT, K, false, false>(m, p, st);
   });
   return true;
 }

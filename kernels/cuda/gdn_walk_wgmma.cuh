@@ -1,11 +1,11 @@
-// The state walks on Hopper, forward (fwd_summaries, fwd_states: GDN and KDA) and backward
-// (bwd_summaries, bwd_states: GDN), from one set of pieces: wgmma from shared memory, TMA loads by
+// The state walks of GDN and KDA on Hopper, forward (fwd_summaries, fwd_states) and backward
+// (bwd_summaries, bwd_states), from one set of pieces: wgmma from shared memory, TMA loads by
 // a producer warp into a two-stage mbarrier ring, TMA stores of the 16-bit states (h, dh) and of
 // the chunk's 16-bit output (v_new, dv2) (the technique of tests/gpu/walk_step_bench.cu, issue
 // 17). Included only by gdn_walk_wgmma.cu; launched instead of fwd_walk_kernel / bwd_walk_kernel
 // (gdn_chunk_state_kernel.cuh) when launch_fwd_walk_wgmma / launch_bwd_walk_wgmma
 // (gdn_walk_wgmma.h) support the problem: K = V in {64, 128}, bf16 / fp16, an sm_90 device and an
-// sm_90a build (backward: GDN only). Same contract, same rounding points, same outputs; bits may
+// sm_90a build. Same contract, same rounding points, same outputs; bits may
 // differ from the mma.sync walks only by the order of fp32 accumulation inside the products.
 //
 // KDA (template flag KDA; gdn_chunk_state_kernel.cuh's header gives the twin's formulas): the key
@@ -55,10 +55,11 @@
 //   SM, so the planner's count of block slots per (segment, value head) (kernels/api/tiles.h)
 //   holds for both walks. K = 64: 85056 B, two blocks per SM fit (the planner then counts twice
 //   the slots this walk uses).
-// Registers (ptxas, sm_90a, nvcc 13.0): K = 128 168 (summaries; fp16 208: the scaled M tile) / 150
-// (states), K = 64 124 / 116; no spills.
+// Registers (ptxas, sm_90a, nvcc 13.0; bf16 GDN / KDA, fp16 within 4 except where named): K = 128
+// 182 / 180 (summaries; fp16 206: the scaled M tile) / 154 / 148 (states), K = 64 119 / 119 and
+// 120 / 111; no spills.
 //
-// bwd_walk_wgmma_kernel<DT, K, STATES> (GDN): grid S * HV * K / 64, block b -> (segment s, value
+// bwd_walk_wgmma_kernel<DT, K, STATES, KDA>: grid S * HV * K / 64, block b -> (segment s, value
 //   head j, tile) as above, state tiles only: dS[:, c0 : c0 + 64] (K x 64 fp32 in the consumer
 //   warpgroup's accumulators). The producer streams each chunk, last to first, into the ring: k,
 //   q (64 x K each, q/k head j / G), W (64 x K, value head j), dO and dv_local (64 x 64, the
@@ -74,6 +75,13 @@
 //     dS <- Gam dS + qs^T dO + W^T Y0, Gam = exp2(gL): the two updates read A MN-major from the
 //       stage (qs, W: the forward's k^T), B = dO (stage) and Y0, per 64-key block of the tile, in
 //       this order (bwd_walk_kernel's order of the terms).
+//   KDA: Kt = kg of value head j (TMA, the forward's map) in place of k, f_r = 1 (dv2 =
+//   dtype(v + dv_local)), Gam = exp2(gL) per key channel (K floats in the stage, written by the
+//   producer as in the forward walk; per row of the tile in the update), and qs = dtype((q scale)
+//   exp2(g)) with one gate per element: the consumers load the chunk's gcum rows of value head j
+//   from global memory (two 16-byte loads per 8 values, all of a thread's issued together, rows
+//   >= L read row L - 1 and are not used) while Kt X0 runs; the ring carries no gate tile (it
+//   would not fit next to two stages at K = 128).
 //   Summary mode starts from 0 and writes seg_dh_ext (a block whose part nobody reads writes
 //   zeros and returns before any barrier); STATES mode starts from seg_exit and writes dh, dv2
 //   and dh0 (the first segment of each piece).
@@ -89,8 +97,9 @@
 //   count of block slots per (segment, value head) (kernels/api/tiles.h: V / 32 blocks at two per
 //   SM) holds as for the forward walk. K = 64: 109600 B, two blocks per SM fit (the planner then
 //   counts twice the slots this walk uses, as for the forward walk).
-// Registers of the backward walk (ptxas, sm_90a, nvcc 13.0): K = 128 162 (summaries) / 165
-//   (states), K = 64 143 / 149, bf16 and fp16 alike; no spills.
+// Registers of the backward walk (ptxas, sm_90a, nvcc 13.0; bf16, fp16 within 2): GDN K = 128 145
+//   (summaries) / 162 (states), K = 64 127 / 143; KDA K = 128 194 / 188, K = 64 148 / 168; no
+//   spills (K = 64 two blocks per SM: <= 204 registers).
 #pragma once
 
 #include <type_traits>
@@ -129,8 +138,9 @@ struct Smem {
   static_assert(K <= 128 && kC <= 128 && kHdrAt + 16 <= kGateBytes, "the gates and the header fit the stage's 1 KiB");
 };
 
-// Backward walk: shared memory. Stage: k (GDN: of the q/k head), q (-> qs in place), W (NKT
-// tiles each), dO, dv_local (one 64 x 64 tile each), the 64 gates and the header; then X0 (K x 64:
+// Backward walk: shared memory. Stage: k (GDN: of the q/k head; KDA: kg), q (-> qs in place), W
+// (NKT tiles each), dO, dv_local (one 64 x 64 tile each), the gates (GDN 64, KDA K floats) and
+// the header; then X0 (K x 64:
 // dtype(dS), the source of dh's TMA store), Y0 (64 x 64: -dv2), Y1 (64 x 64: dv2 for its TMA store).
 template <int K>
 struct BwdSmem {
@@ -157,8 +167,8 @@ struct Maps {
   CUtensorMap W, k, U, h, vn;
 };
 
-// TMA descriptors of the backward walk: k, q [T, H, K]; W [T, HV, K]; dO, dv_local, dv2 [T, HV,
-// V]; dh [NT * HV, K, V].
+// TMA descriptors of the backward walk: k, q [T, H, K] (KDA: k is kg [T, HV, K]); W [T, HV, K];
+// dO, dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
 struct BwdMaps {
   CUtensorMap k, q, W, dO, dl, dh, dv2;
 };
@@ -244,9 +254,17 @@ __device__ __forceinline__ void produce_ring(uint32_t base, unsigned char* sb, u
   }
 }
 
-// GDN: the chunk's 64 token gates (gcum of value head j; rows >= len: 0), by the producer lanes.
-__device__ __forceinline__ void put_token_gates(float* g, const float* gcum, int HV, int j, const ChunkDesc& ch) {
-  for (int r = int(threadIdx.x) & 31; r < kC; r += 32) g[r] = r < ch.len ? gcum[(ch.begin + r) * HV + j] : 0.0f;
+// The chunk's gates in the stage, by the producer lanes: GDN its 64 token gates (gcum of value
+// head j; rows >= len: 0), KDA Gam = exp2(gL) per key channel (K floats).
+template <int K, bool KDA>
+__device__ __forceinline__ void put_gates(float* g, const float* gcum, int HV, int j, const ChunkDesc& ch) {
+  const int lane = int(threadIdx.x) & 31;
+  if constexpr (KDA) {
+    const float* gl = gcum + ((ch.begin + ch.len - 1) * HV + j) * K;  // chunks have len >= 1
+    for (int c = lane; c < K; c += 32) g[c] = exp2f(gl[c]);
+  } else {
+    for (int r = lane; r < kC; r += 32) g[r] = r < ch.len ? gcum[(ch.begin + r) * HV + j] : 0.0f;
+  }
 }
 
 // The forward producer: W, k (KDA: kg) (and U) by TMA; the gates (KDA: Gam = exp2(gL) per key
@@ -255,7 +273,7 @@ template <int K, bool KDA>
 __device__ __forceinline__ void produce(const Maps& maps, const FwdWalkParams& p, const Blk& b, uint32_t base,
                                         unsigned char* sb) {
   using Sm = Smem<K>;
-  const int lane = int(threadIdx.x) & 31, HV = p.sh.HV;
+  const int lane = int(threadIdx.x) & 31;
   const uint32_t bytes = uint32_t((2 * Sm::NKT + (b.mtile ? 0 : 1)) * kAtom);
   const int64_t n0 = b.seg.chunk_begin;
   produce_ring<Sm::kStage, Sm::Hdr>(
@@ -271,13 +289,7 @@ __device__ __forceinline__ void produce(const Maps& maps, const FwdWalkParams& p
           }
           if (!b.mtile) tma_load_3d(st + Sm::U, &maps.U, full, b.c0, b.j, t0);
         }
-        float* g = reinterpret_cast<float*>(sst + Sm::G);
-        if constexpr (KDA) {
-          const float* gl = p.gcum + ((ch.begin + ch.len - 1) * HV + b.j) * K;  // chunks have len >= 1
-          for (int c = lane; c < K; c += 32) g[c] = exp2f(gl[c]);
-        } else {
-          put_token_gates(g, p.gcum, HV, b.j, ch);
-        }
+        put_gates<K, KDA>(reinterpret_cast<float*>(sst + Sm::G), p.gcum, p.sh.HV, b.j, ch);
       });
 }
 
@@ -320,26 +332,35 @@ __device__ __forceinline__ void put_operand(float (&acc)[K / 64][32], unsigned c
     }
 }
 
-// `atoms` 64-row stage tiles at t (rows = the chunk's tokens, 16-bit values): rows >= L set to
-// zero (only a partial chunk has them); with GATE, every value x of a row r < L replaced by
-// dtype(row_op(r)(x)) (row_op(r): the map of row r, formed once per 16-byte chunk of 8 values).
-template <class DT, bool GATE, class RowOp>
-__device__ __forceinline__ void stage_rows(unsigned char* tile, int atoms, int L, RowOp row_op) {
+// ATOMS 64-row stage tiles at t (rows = the chunk's tokens, 16-bit values): rows >= L set to zero
+// (only a partial chunk has them); with GATE, every value x of a row r < L replaced by
+// dtype(op(e, x)), op = chunk_op(r, c) the map of the 16-byte chunk of 8 values whose first
+// column is c (the swizzle undone; e in [0, 8) its element). chunk_op is formed for every chunk
+// of the thread, rows >= L too (it must be safe there), so that its loads need no branch. UNROLL:
+// the loop's unroll factor (KDA's gate loads: all, so they are issued together; else 1, fewer
+// registers).
+template <class DT, bool GATE, int ATOMS, int UNROLL, class ChunkOp>
+__device__ __forceinline__ void stage_rows(unsigned char* tile, int L, ChunkOp chunk_op) {
   if (!GATE && L == kC) return;
-  for (int q = int(threadIdx.x); q < atoms * kC * 8; q += kConsumers) {  // 16-byte chunks, 8 a row
-    const int r = (q >> 3) & (kC - 1);
+  constexpr int kIters = ATOMS * kC * 8 / kConsumers;  // 16-byte chunks, 8 a row
+#pragma unroll UNROLL
+  for (int i = 0; i < kIters; ++i) {
+    const int q = int(threadIdx.x) + i * kConsumers, r = (q >> 3) & (kC - 1);
     uint4* w = reinterpret_cast<uint4*>(tile) + q;
-    if (r >= L) {
-      *w = make_uint4(0u, 0u, 0u, 0u);
-    } else if constexpr (GATE) {
-      const auto op = row_op(r);
-      uint4 u = *w;
-      uint32_t* x = &u.x;
+    if constexpr (GATE) {
+      const auto op = chunk_op(r, 64 * (q >> 9) + 8 * ((q & 7) ^ (r & 7)));
+      if (r < L) {
+        uint4 u = *w;
+        uint32_t* x = &u.x;
 #pragma unroll
-      for (int h = 0; h < 4; ++h)
-        x[h] = DT::pack(op(DT::from_raw(uint16_t(x[h] & 0xffffu))), op(DT::from_raw(uint16_t(x[h] >> 16))));
-      *w = u;
+        for (int h = 0; h < 4; ++h)
+          x[h] = DT::pack(op(2 * h, DT::from_raw(uint16_t(x[h] & 0xffffu))),
+                          op(2 * h + 1, DT::from_raw(uint16_t(x[h] >> 16))));
+        *w = u;
+        continue;
+      }
     }
+    if (r >= L) *w = make_uint4(0u, 0u, 0u, 0u);
   }
 }
 
@@ -347,9 +368,9 @@ __device__ __forceinline__ void stage_rows(unsigned char* tile, int atoms, int L
 // rows >= L set to zero. KDA's kg comes gated.
 template <class DT, int K, bool MT, bool KDA>
 __device__ __forceinline__ void prep_k_rows(unsigned char* kt, int L, float gL, const float* g) {
-  stage_rows<DT, MT && !KDA>(kt, K / 64, L, [&](int r) {
+  stage_rows<DT, MT && !KDA, K / 64, 1>(kt, L, [&](int r, int) {
     const float f = exp2f(gL - g[r]);
-    return [f](float x) { return x * f; };
+    return [f](int, float x) { return x * f; };
   });
 }
 
@@ -649,11 +670,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #endif
 }
 
-// ---- the backward walk (GDN) ----
+// ---- the backward walk ----
 
-// The backward producer, chunks last to first: k, q (of the q/k head), W (NKT tiles each), dO and
-// dv_local (the block's 64 columns) by TMA; the chunk's 64 token gates.
-template <int K>
+// The backward producer, chunks last to first: k (of the q/k head; KDA: kg of value head j), q
+// (of the q/k head), W (NKT tiles each), dO and dv_local (the block's 64 columns) by TMA; the
+// chunk's gates (GDN: 64 token gates, KDA: Gam per key channel).
+template <int K, bool KDA>
 __device__ __forceinline__ void produce_bwd(const BwdMaps& maps, const BwdWalkParams& p, const Blk& b, uint32_t base,
                                             unsigned char* sb) {
   using Sm = BwdSmem<K>;
@@ -668,21 +690,21 @@ __device__ __forceinline__ void produce_bwd(const BwdMaps& maps, const BwdWalkPa
           mbar_expect_tx(full, bytes);
 #pragma unroll
           for (int a = 0; a < Sm::NKT; ++a) {
-            tma_load_3d(st + Sm::Kt + a * kAtom, &maps.k, full, 64 * a, b.i, t0);
+            tma_load_3d(st + Sm::Kt + a * kAtom, &maps.k, full, 64 * a, KDA ? b.j : b.i, t0);
             tma_load_3d(st + Sm::Q + a * kAtom, &maps.q, full, 64 * a, b.i, t0);
             tma_load_3d(st + Sm::W + a * kAtom, &maps.W, full, 64 * a, b.j, t0);
           }
           tma_load_3d(st + Sm::dO, &maps.dO, full, b.c0, b.j, t0);
           tma_load_3d(st + Sm::Dl, &maps.dl, full, b.c0, b.j, t0);
         }
-        put_token_gates(reinterpret_cast<float*>(sst + Sm::G), p.gcum, p.sh.HV, b.j, ch);
+        put_gates<K, KDA>(reinterpret_cast<float*>(sst + Sm::G), p.gcum, p.sh.HV, b.j, ch);
       });
 }
 
-// [B2] dv2 = dtype((k X0) f_r + dv_local), f_r = exp2(gL - g_r), rows r < L: STATES: to dv2 (Y1
-// for the TMA store of a full chunk, else plain stores); Y0 = -dv2 by its sign bits (rows >= L:
-// -0, as the mma walk's pack(-0, -0)).
-template <class DT, int K, bool STATES>
+// [B2] dv2 = dtype((Kt X0) f_r + dv_local), GDN f_r = exp2(gL - g_r), KDA f_r = 1, rows r < L:
+// STATES: to dv2 (Y1 for the TMA store of a full chunk, else plain stores); Y0 = -dv2 by its sign
+// bits (rows >= L: -0, as the mma walk's pack(-0, -0)).
+template <class DT, int K, bool STATES, bool KDA>
 __device__ __forceinline__ void epilogue_dv2(const float (&v)[32], const unsigned char* sst, unsigned char* sb,
                                              const BwdWalkParams& p, const Blk& b, const ChunkHdr& hd, float gL) {
   using Sm = BwdSmem<K>;
@@ -694,7 +716,7 @@ __device__ __forceinline__ void epilogue_dv2(const float (&v)[32], const unsigne
     const uint32_t o = swz(r, c);
     uint32_t u = 0u;
     if (r < L) {
-      const float f = exp2f(gL - g[r]);
+      const float f = KDA ? 1.0f : exp2f(gL - g[r]);  // as bwd_walk_kernel's row_factor
       const uint32_t d = *reinterpret_cast<const uint32_t*>(sst + Sm::Dl + o);
       u = DT::pack(v[x] * f + DT::from_raw(uint16_t(d & 0xffffu)), v[x + 1] * f + DT::from_raw(uint16_t(d >> 16)));
       if constexpr (STATES)
@@ -704,8 +726,29 @@ __device__ __forceinline__ void epilogue_dv2(const float (&v)[32], const unsigne
   }
 }
 
+// [B3] qs = dtype((q scale) exp2(g_r)) in place of the stage's q (rows >= L zero): GDN one gate
+// per row (the stage's g), KDA one per element, loaded here from gcum (of value head j, rows of
+// the chunk at t0; a row >= L reads row L - 1, unused), two 16-byte loads per 8 values.
+template <class DT, int K, bool KDA>
+__device__ __forceinline__ void put_qs(unsigned char* q, int L, const float* g, float scale, const float* gcum,
+                                       int64_t t0, int HV, int j) {
+  if constexpr (KDA) {
+    const float* gk = gcum + (t0 * HV + j) * K;
+    stage_rows<DT, true, K / 64, K / 64 * kC * 8 / kConsumers>(q, L, [&](int r, int c) {
+      const float4* s = reinterpret_cast<const float4*>(gk + int64_t(min(r, L - 1)) * HV * K + c);
+      const float4 lo = __ldg(s), hi = __ldg(s + 1);
+      return [=](int e, float x) { return (x * scale) * exp2f(at8(lo, hi, e)); };
+    });
+  } else {
+    stage_rows<DT, true, K / 64, 1>(q, L, [&](int r, int) {
+      const float e = exp2f(g[r]);
+      return [=](int, float x) { return (x * scale) * e; };
+    });
+  }
+}
+
 // The consumer warpgroup's backward walk over the segment's chunks, last to first ([B1]-[B3]).
-template <class DT, int K, bool STATES>
+template <class DT, int K, bool STATES, bool KDA>
 __device__ __forceinline__ void consume_bwd(const BwdMaps& maps, const BwdWalkParams& p, const Blk& b, uint32_t base,
                                             unsigned char* sb) {
   using Sm = BwdSmem<K>;
@@ -729,23 +772,20 @@ __device__ __forceinline__ void consume_bwd(const BwdMaps& maps, const BwdWalkPa
     const ChunkHdr hd = *reinterpret_cast<const ChunkHdr*>(sst + Sm::Hdr);
     const float* g = reinterpret_cast<const float*>(sst + Sm::G);
     const int L = hd.len;
-    const float gL = g[L - 1];
-    // (2) [B2] v = k X0 on the tensor cores while the stage's operands of (3) are formed: qs =
-    // dtype((q scale) exp2(g_r)) in place of q, rows >= L of qs, W and dO zero.
+    const float gL = KDA ? 0.0f : g[L - 1];  // KDA: g holds Gam per channel
+    // (2) [B2] v = Kt X0 on the tensor cores while the stage's operands of (3) are formed: qs in
+    // place of q, rows >= L of qs, W and dO zero.
     issue_ax<F16, K, false>(v, st + Sm::Kt, base + Sm::X0, 0u);
-    stage_rows<DT, true>(sst + Sm::Q, Sm::NKT, L, [&](int r) {
-      const float e = exp2f(g[r]);
-      return [=](float x) { return (x * scale) * e; };
-    });
-    stage_rows<DT, false>(sst + Sm::W, Sm::NKT + 1, L, [](int) { return [](float x) { return x; }; });  // W, dO
+    put_qs<DT, K, KDA>(sst + Sm::Q, L, g, scale, p.gcum, hd.begin, p.sh.HV, b.j);
+    stage_rows<DT, false, Sm::NKT + 1, 1>(sst + Sm::W, L, [](int, int) { return [](int, float x) { return x; }; });
     wait_acc(v);
-    epilogue_dv2<DT, K, STATES>(v, sst, sb, p, b, hd, gL);
+    epilogue_dv2<DT, K, STATES, KDA>(v, sst, sb, p, b, hd, gL);
     fence_proxy_async();
     named_sync(kConsumerBar, kConsumers);
     if (STATES && t == 0 && L == kC) tma_store_3d(&maps.dv2, base + Sm::Y1, b.c0, b.j, int(hd.begin));
     // (3) [B3] dS <- Gam dS + qs^T dO - W^T dv2, in this order.
-    update<F16, K, true, false, false>(acc, st + Sm::Q, st + Sm::dO, st + Sm::W, base + Sm::Y0, exp2f(gL), nullptr, 0,
-                                       0);
+    update<F16, K, true, false, KDA>(acc, st + Sm::Q, st + Sm::dO, st + Sm::W, base + Sm::Y0, KDA ? 1.0f : exp2f(gL), g,
+                                     0, 0);
     mbar_arrive(empty_bar(bars, s));
   }
   if (t == 0) bulk_wait_all();  // the stores have read shared memory before the block ends
@@ -758,7 +798,7 @@ __device__ __forceinline__ void consume_bwd(const BwdMaps& maps, const BwdWalkPa
   store_rows<K>(acc, o, b.c0);
 }
 
-template <class DT, int K, bool STATES>
+template <class DT, int K, bool STATES, bool KDA>
 __device__ __forceinline__ void bwd_walk_block(const BwdMaps& maps, const BwdWalkParams& p) {
   using Sm = BwdSmem<K>;
   constexpr int NVT = K / kTileV;
@@ -769,17 +809,17 @@ __device__ __forceinline__ void bwd_walk_block(const BwdMaps& maps, const BwdWal
   unsigned char* sb = nullptr;
   const uint32_t base = setup_ring(smem_raw, Sm::Bar, sb);
   if (threadIdx.x >= kConsumers)
-    produce_bwd<K>(maps, p, b, base, sb);
+    produce_bwd<K, KDA>(maps, p, b, base, sb);
   else
-    consume_bwd<DT, K, STATES>(maps, p, b, base, sb);
+    consume_bwd<DT, K, STATES, KDA>(maps, p, b, base, sb);
 }
 
-// GDN only (KDA's backward walks stay on bwd_walk_kernel); sm_90a only, as the forward kernel.
-template <class DT, int K, bool STATES>
+// sm_90a only, as the forward kernel.
+template <class DT, int K, bool STATES, bool KDA>
 __global__ void __launch_bounds__(kWgThreads, 1)
     bwd_walk_wgmma_kernel(const __grid_constant__ BwdMaps maps, const __grid_constant__ BwdWalkParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  bwd_walk_block<DT, K, STATES>(maps, p);
+  bwd_walk_block<DT, K, STATES, KDA>(maps, p);
 #else
   __trap();
 #endif

@@ -1,6 +1,6 @@
 // Launchers of the wgmma + TMA state walks (gdn_walk_wgmma.cuh), the hooks of the walks'
-// dispatchers (dispatch_fwd_walk, dispatch_bwd_walk: gdn_chunk_state_kernel.cuh); forward GDN and
-// KDA, backward GDN. Host code, included by kernels/cuda/*.cu only.
+// dispatchers (dispatch_fwd_walk, dispatch_bwd_walk: gdn_chunk_state_kernel.cuh), GDN and KDA.
+// Host code, included by kernels/cuda/*.cu only.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
-// Which kernel runs the state walks (forward: fwd_summaries, fwd_states, GDN and KDA; backward:
-// bwd_summaries, bwd_states, GDN) of the CUDA backend: the wgmma + TMA walk (gdn_walk_wgmma.cuh)
+// Which kernel runs the state walks (forward: fwd_summaries, fwd_states; backward: bwd_summaries,
+// bwd_states; GDN and KDA) of the CUDA backend: the wgmma + TMA walk (gdn_walk_wgmma.cuh)
 // where it supports the problem on the current device, else the mma.sync walk
 // (gdn_chunk_state_kernel.cuh). Host-only, no CUDA types: the GPU tests include it to run the two
 // walks side by side. Not a user setting: the product always runs Auto.
@@ -25,7 +25,7 @@ WalkChoice bwd_walk_choice();
 // Whether the forward (backward) walks of `p` run the wgmma walk on the current device under the
 // current choice (the tensors' alignment aside: a 16-bit tensor whose address is not 16-byte
 // aligned falls back to the mma.sync walk; the backend's bound tensors always are, the caller's
-// dO of the backward walks where the caller's allocation is). The backward walk is GDN only.
+// dO of the backward walks where the caller's allocation is).
 bool fwd_walk_uses_wgmma(const Problem& p);
 bool bwd_walk_uses_wgmma(const Problem& p);
 

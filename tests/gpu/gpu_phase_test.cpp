@@ -683,8 +683,8 @@ INSTANTIATE_TEST_SUITE_P(
 // tolerances above; then the wgmma walk's reruns bitwise. Cases: GVA (G = 2, or 4), varlen with
 // partial last chunks, pieces of one chunk and of one token, P > 1 segments (up to 8 chunks a
 // segment, so the two-stage ring wraps), with and without h0 (without: unread summaries are zero
-// tiles), bf16 and fp16, K = 64 and 128, GDN and (forward only: the backward wgmma walk is GDN
-// only) KDA (per-channel decay, the gated keys kg of wy).
+// tiles), bf16 and fp16, K = 64 and 128, GDN and KDA (per-channel decay, the gated keys kg of wy;
+// backward: qs's per-element gates).
 // Skipped where the wgmma walk does not run (it needs an sm_90 device and an sm_90a build).
 Case walk_case(const std::string& name, int K, kk::DType dt, int H, bool h0, std::vector<int64_t> lens, uint64_t seed) {
   Case c = phase_case(name, K, dt, false);
@@ -704,31 +704,24 @@ Case kda_walk_case(const std::string& name, int K, kk::DType dt, kk::GateForm ga
   return c;
 }
 
-std::vector<Param> gdn_walk_params() {
-  return {Param{walk_case("walk_K128_bf16_h0", 128, kk::DType::BF16, 2, true, {100, 0, 37, 1000}, 601), 3},
-          Param{walk_case("walk_K128_fp16_h0", 128, kk::DType::FP16, 2, true, {1000, 37, 100}, 602), 2},
-          Param{walk_case("walk_K128_bf16_noh0", 128, kk::DType::BF16, 2, false, {300, 64, 129, 1}, 603), 3},
-          Param{walk_case("walk_K128_fp16_G4", 128, kk::DType::FP16, 1, true, {513}, 604), 1},
-          Param{walk_case("walk_K64_bf16_h0", 64, kk::DType::BF16, 2, true, {100, 37, 300}, 605), 2},
-          Param{walk_case("walk_K64_fp16_noh0", 64, kk::DType::FP16, 2, false, {700, 1}, 606), 4}};
-}
-
-std::vector<Param> fwd_walk_params() {
-  std::vector<Param> v = gdn_walk_params();
-  for (const Param& k : {Param{kda_walk_case("walk_kda_K128_bf16_h0", 128, kk::DType::BF16, kk::GateForm::Softplus, 2,
-                                             true, {100, 37, 1000}, 611),
-                               3},
-                         Param{kda_walk_case("walk_kda_K128_fp16_G4", 128, kk::DType::FP16, kk::GateForm::LowerBound, 1,
-                                             true, {513}, 612),
-                               1},
-                         Param{kda_walk_case("walk_kda_K64_bf16_noh0", 64, kk::DType::BF16, kk::GateForm::Direct, 2,
-                                             false, {300, 0, 64, 129, 1}, 613),
-                               3},
-                         Param{kda_walk_case("walk_kda_K64_fp16_noh0", 64, kk::DType::FP16, kk::GateForm::Direct, 2,
-                                             false, {700, 1}, 614),
-                               4}})
-    v.push_back(k);
-  return v;
+std::vector<Param> walk_params() {
+  return {
+      Param{walk_case("walk_K128_bf16_h0", 128, kk::DType::BF16, 2, true, {100, 0, 37, 1000}, 601), 3},
+      Param{walk_case("walk_K128_fp16_h0", 128, kk::DType::FP16, 2, true, {1000, 37, 100}, 602), 2},
+      Param{walk_case("walk_K128_bf16_noh0", 128, kk::DType::BF16, 2, false, {300, 64, 129, 1}, 603), 3},
+      Param{walk_case("walk_K128_fp16_G4", 128, kk::DType::FP16, 1, true, {513}, 604), 1},
+      Param{walk_case("walk_K64_bf16_h0", 64, kk::DType::BF16, 2, true, {100, 37, 300}, 605), 2},
+      Param{walk_case("walk_K64_fp16_noh0", 64, kk::DType::FP16, 2, false, {700, 1}, 606), 4},
+      Param{kda_walk_case("walk_kda_K128_bf16_h0", 128, kk::DType::BF16, kk::GateForm::Softplus, 2, true,
+                          {100, 37, 1000}, 611),
+            3},
+      Param{kda_walk_case("walk_kda_K128_fp16_G4", 128, kk::DType::FP16, kk::GateForm::LowerBound, 1, true, {513}, 612),
+            1},
+      Param{kda_walk_case("walk_kda_K64_bf16_noh0", 64, kk::DType::BF16, kk::GateForm::Direct, 2, false,
+                          {300, 0, 64, 129, 1}, 613),
+            3},
+      Param{kda_walk_case("walk_kda_K64_fp16_noh0", 64, kk::DType::FP16, kk::GateForm::Direct, 2, false, {700, 1}, 614),
+            4}};
 }
 
 // One direction's walks with either kernel: set / uses are the direction's hooks of
@@ -824,9 +817,9 @@ TEST_P(GpuFwdWalk, WgmmaRerunsAreBitwiseEqual) { wgmma_reruns_are_bitwise_equal(
 TEST_P(GpuBwdWalk, BothKernelsMatchTheTwin) { both_kernels_match_the_twin(); }
 TEST_P(GpuBwdWalk, WgmmaRerunsAreBitwiseEqual) { wgmma_reruns_are_bitwise_equal(); }
 
-INSTANTIATE_TEST_SUITE_P(Walks, GpuFwdWalk, ::testing::ValuesIn(fwd_walk_params()),
+INSTANTIATE_TEST_SUITE_P(Walks, GpuFwdWalk, ::testing::ValuesIn(walk_params()),
                          [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
-INSTANTIATE_TEST_SUITE_P(Walks, GpuBwdWalk, ::testing::ValuesIn(gdn_walk_params()),
+INSTANTIATE_TEST_SUITE_P(Walks, GpuBwdWalk, ::testing::ValuesIn(walk_params()),
                          [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 
 TEST(GpuBackend, CanImplementAndArgChecks) {
