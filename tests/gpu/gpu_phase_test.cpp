@@ -72,8 +72,9 @@ Case multiwave_case() {
 }
 
 // KDA (per-channel gates, kg, Aqk): GVA (H = 2, HV = 4), h0 and dht, a zero-length sequence in the
-// direct case; gate = the gate form (raw forms get dt_bias [HV, K]; softplus and, when a_log,
-// lower_bound get A_log); head dims K and V (V = K unless given).
+// direct case; gate = the gate form (raw forms get dt_bias [HV, K]; softplus always, and
+// lower_bound when a_log, get A_log: the API requires A_log with softplus); head dims K and V (V = K
+// unless given).
 Case kda_case(const std::string& name, int K, kk::DType dt, kk::GateForm gate, bool l2norm, bool a_log, uint64_t seed,
               int V = 0) {
   Case c;
@@ -91,7 +92,7 @@ Case kda_case(const std::string& name, int K, kk::DType dt, kk::GateForm gate, b
   c.l2norm = l2norm;
   if (gate != kk::GateForm::Direct) {
     c.dt_bias = true;
-    c.A_log = a_log;
+    c.A_log = a_log || gate == kk::GateForm::Softplus;
   }
   c.seed = seed;
   return c;
