@@ -5,8 +5,9 @@
 // 17). Included only by gdn_walk_wgmma.cu; launched instead of fwd_walk_kernel / bwd_walk_kernel
 // (gdn_chunk_state_kernel.cuh) when launch_fwd_walk_wgmma / launch_bwd_walk_wgmma
 // (gdn_walk_wgmma.h) support the problem: K = V in {64, 128}, bf16 / fp16, an sm_90 device and an
-// sm_90a build. Same contract, same rounding points, same outputs; bits may
-// differ from the mma.sync walks only by the order of fp32 accumulation inside the products.
+// sm_90a build (KDA's backward walks only when forced: walk_select.h, measured slower than the
+// mma.sync walk). Same contract, same rounding points, same outputs; bits may differ from the
+// mma.sync walks only by the order of fp32 accumulation inside the products.
 //
 // KDA (template flag KDA; gdn_chunk_state_kernel.cuh's header gives the twin's formulas): the key
 // operand is kg [T, HV, K] of the value head (16-bit storage, gated and rounded by wy) instead of

@@ -1,7 +1,7 @@
 // Which kernel runs the state walks (forward: fwd_summaries, fwd_states; backward: bwd_summaries,
 // bwd_states; GDN and KDA) of the CUDA backend: the wgmma + TMA walk (gdn_walk_wgmma.cuh)
-// where it supports the problem on the current device, else the mma.sync walk
-// (gdn_chunk_state_kernel.cuh). Host-only, no CUDA types: the GPU tests include it to run the two
+// where it supports the problem on the current device and is the faster one, else the mma.sync
+// walk (gdn_chunk_state_kernel.cuh). Host-only, no CUDA types: the GPU tests include it to run the two
 // walks side by side. Not a user setting: the product always runs Auto.
 #pragma once
 
@@ -10,8 +10,13 @@
 namespace kcp::kernels::cuda {
 
 enum class WalkChoice {
-  Auto,  // the wgmma walk where supported (K = V in {64, 128}, sm_90 device, sm_90a build)
-  Mma,   // always the mma.sync walk
+  Auto,   // the wgmma walk where supported (K = V in {64, 128}, sm_90 device, sm_90a build) and
+          // faster: every forward walk, GDN's backward walks. KDA's backward walks run mma.sync:
+          // measured slower on wgmma (H100, T = 32768, docs/perf-notes.md session 17: bwd_states
+          // 2.12 vs 1.65 ms, bwd_summaries 1.65 vs 1.30 ms)
+  Mma,    // always the mma.sync walk
+  Wgmma,  // the wgmma walk wherever supported (tests: both kernels judged, also where Auto
+          // runs mma.sync)
 };
 using FwdWalkChoice = WalkChoice;  // the forward walks' name of it
 

@@ -738,13 +738,14 @@ class GpuWalk : public GpuPhase {
   void SetUp() override {
     GpuPhase::SetUp();
     if (IsSkipped()) return;
+    set_choice(kk::cuda::WalkChoice::Wgmma);  // also where Auto runs mma.sync (KDA backward)
     if (!uses_wgmma()) GTEST_SKIP() << "the wgmma walk does not run here (sm_90 device and sm_90a build)";
   }
   void TearDown() override { set_choice(kk::cuda::WalkChoice::Auto); }
   void both_kernels_match_the_twin() {
-    for (const auto choice : {kk::cuda::WalkChoice::Mma, kk::cuda::WalkChoice::Auto}) {
+    for (const auto choice : {kk::cuda::WalkChoice::Mma, kk::cuda::WalkChoice::Wgmma}) {
       set_choice(choice);
-      const bool wg = choice == kk::cuda::WalkChoice::Auto;
+      const bool wg = choice == kk::cuda::WalkChoice::Wgmma;
       ASSERT_EQ(uses_wgmma(), wg);
       run_all(true, wg ? " wgmma" : " mma");
     }
