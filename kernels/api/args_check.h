@@ -101,14 +101,14 @@ void check_walk_keys(const Args& a, const char* ph) {
   if (a.ctx.problem.op == Op::Gdn)
     need(a.k.address(), ph, "k");
   else
-    need(a.kg, ph, "kg");
+    need(a.kg.address(), ph, "kg");
 }
 // The inputs every forward walk needs (fwd_summaries, fwd_states).
 template <class Args>
 void check_fwd_walk_args(const Args& a, const char* ph, PhaseStorage st) {
   check_walk_keys(a, ph);
   need_all(ph, {{a.gcum, "gcum"}, {a.W, "W"}, {a.U, "U"}});
-  need_storage(ph, st.dtype, {{a.k, "k"}, {a.W, "W"}, {a.U, "U"}});
+  need_storage(ph, st.dtype, {{a.k, "k"}, {a.kg, "kg"}, {a.W, "W"}, {a.U, "U"}});
 }
 // The inputs every backward walk needs (bwd_summaries, bwd_states).
 template <class Args>
@@ -116,7 +116,7 @@ void check_bwd_walk_args(const Args& a, const char* ph, PhaseStorage st) {
   need(a.q.address(), ph, "q");
   check_walk_keys(a, ph);
   need_all(ph, {{a.gcum, "gcum"}, {a.W, "W"}, {a.dO, "dO"}, {a.dv_local, "dv_local"}});
-  need_storage(ph, st.dtype, {{a.q, "q"}, {a.k, "k"}, {a.W, "W"}, {a.dv_local, "dv_local"}});
+  need_storage(ph, st.dtype, {{a.q, "q"}, {a.k, "k"}, {a.kg, "kg"}, {a.W, "W"}, {a.dv_local, "dv_local"}});
   need_caller_storage(ph, st.caller, {{a.dO, "dO"}});
 }
 
@@ -142,10 +142,10 @@ inline void check_prep_args(const PrepArgs& a, const char* ph, PhaseStorage st) 
 inline void check_wy_args(const WyArgs& a, const char* ph, PhaseStorage st) {
   need_all(ph, {{a.k, "k"}, {a.v, "v"}, {a.beta, "beta"}, {a.gcum, "gcum"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
   if (a.ctx.problem.op == Op::Kda)
-    need(a.kg, ph, "kg");
+    need(a.kg.address(), ph, "kg");
   else
-    forbid(a.kg, ph, "kg", "GDN gates k inside the state kernels");
-  need_storage(ph, st.dtype, {{a.k, "k"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
+    forbid(a.kg.address(), ph, "kg", "GDN gates k inside the state kernels");
+  need_storage(ph, st.dtype, {{a.k, "k"}, {a.kg, "kg"}, {a.Phi, "Phi"}, {a.W, "W"}, {a.U, "U"}});
   need_caller_storage(ph, st.caller, {{a.v, "v"}});
 }
 

@@ -34,7 +34,7 @@ struct BwdSummaryArgs {
   ConstDtypeTensor k;           // [T, H, K] dtype: saved.k (GDN)
   const float* gcum = nullptr;  // [T, HV, gw] fp32
   ConstDtypeTensor W;           // [T, HV, K] dtype
-  const float* kg = nullptr;    // [T, HV, K] dtype (KDA)
+  ConstDtypeTensor kg;          // [T, HV, K] dtype (KDA)
   ConstDtypeTensor dO;          // [T, HV, V] dtype (input, caller storage)
   ConstDtypeTensor dv_local;    // [T, HV, V] dtype
   float* seg_dh_ext = nullptr;  // [S, HV, K, V] fp32
@@ -51,7 +51,7 @@ struct BwdStateArgs {
   ConstDtypeTensor k;               // [T, H, K] dtype: saved.k (GDN)
   const float* gcum = nullptr;      // [T, HV, gw] fp32
   ConstDtypeTensor W;               // [T, HV, K] dtype
-  const float* kg = nullptr;        // [T, HV, K] dtype (KDA)
+  ConstDtypeTensor kg;              // [T, HV, K] dtype (KDA)
   ConstDtypeTensor dO;              // [T, HV, V] dtype (input, caller storage)
   ConstDtypeTensor dv_local;        // [T, HV, V] dtype
   const float* seg_exit = nullptr;  // [S, HV, K, V] fp32: gradient w.r.t. each segment's exit state

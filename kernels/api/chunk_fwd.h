@@ -4,9 +4,9 @@
 //   prep -> wy -> fwd_summaries -> [folds: segment summaries -> rank summary of the last piece;
 //   exchange; incoming state -> entry state of every segment] -> fwd_states -> fwd_output
 // Every pointer is in the backend's memory space; shapes as in tensors.h (T, NT, S, N, gw, C).
-// "dtype" = a value rounded to problem.dtype: a float for the KDA-only kg / Aqk, a DtypeTensor
+// "dtype" = a value rounded to problem.dtype: a float for the KDA-only Aqk, a DtypeTensor
 // (dtype_tensor.h) for the rest: the caller tensors q, k, v, dO, o, dq, dk, dv stored as the
-// backend's caller_storage() (16-bit patterns), the saved q, k, Phi and the workspace W, U, h,
+// backend's caller_storage() (16-bit patterns), the saved q, k, Phi and the workspace W, U, kg, h,
 // v_new, dv_local, dh, dv2 as its dtype_storage() (tensors.h); "fp32" = full fp32.
 //
 // Units: gcum holds the chunk-local inclusive cumsum of the natural-log decay a, multiplied by
@@ -70,7 +70,7 @@ struct WyArgs {
   ConstDtypeTensor Phi;         // [T, HV, C] dtype
   DtypeTensor W;                // [T, HV, K] dtype
   DtypeTensor U;                // [T, HV, V] dtype
-  float* kg = nullptr;          // [T, HV, K] dtype (KDA only, else must be null)
+  DtypeTensor kg;               // [T, HV, K] dtype (KDA only, else must be null)
 };
 
 // Phase 2: segment summaries, every segment independently from a zero state (docs/algorithm.md 4.2):
@@ -85,7 +85,7 @@ struct FwdSummaryArgs {
   const float* gcum = nullptr;  // [T, HV, gw] fp32
   ConstDtypeTensor W;           // [T, HV, K] dtype
   ConstDtypeTensor U;           // [T, HV, V] dtype
-  const float* kg = nullptr;    // [T, HV, K] dtype (KDA)
+  ConstDtypeTensor kg;          // [T, HV, K] dtype (KDA)
   float* seg_h_ext = nullptr;   // [S, HV, K, V] fp32
   float* seg_Mt = nullptr;      // [S, HV, K, K] fp32 (M^T: row a, col b holds M[b][a])
 };
@@ -99,7 +99,7 @@ struct FwdStateArgs {
   const float* gcum = nullptr;       // [T, HV, gw] fp32
   ConstDtypeTensor W;                // [T, HV, K] dtype
   ConstDtypeTensor U;                // [T, HV, V] dtype
-  const float* kg = nullptr;         // [T, HV, K] dtype (KDA)
+  ConstDtypeTensor kg;               // [T, HV, K] dtype (KDA)
   const float* seg_entry = nullptr;  // [S, HV, K, V] fp32
   DtypeTensor h;                     // [NT, HV, K, V] dtype
   DtypeTensor v_new;                 // [T, HV, V] dtype

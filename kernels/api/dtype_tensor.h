@@ -1,8 +1,8 @@
 // The element type of the "dtype" tensors: a pointer that says how its elements are stored, so
 // nobody reads 16-bit patterns through a float*.
 //
-// Ten tensors of the saved set and the workspace hold values already rounded to problem.dtype
-// (bf16 or fp16): saved q, k, Phi; workspace W, U, h, dh, v_new, dv2, dv_local. A backend
+// Eleven tensors of the saved set and the workspace hold values already rounded to problem.dtype
+// (bf16 or fp16): saved q, k, Phi; workspace W, U, kg (KDA), h, dh, v_new, dv2, dv_local. A backend
 // chooses how it stores them (Backend::dtype_storage()). The eight caller tensors q, k, v, dO,
 // o, dq, dk, dv (tensors.h) are dtype tensors too, stored as Backend::caller_storage(): Packed16
 // on every backend but the calibration's exact-storage twin (F32). The storages:
@@ -30,7 +30,7 @@ namespace kcp::kernels {
 enum class Storage : int32_t { F32 = 0, Packed16 = 1 };
 inline const char* to_string(Storage s) { return s == Storage::F32 ? "f32" : "packed16"; }
 inline constexpr int64_t storage_bytes(Storage s) { return s == Storage::F32 ? 4 : 2; }
-// The storages of a backend's phases: `dtype` of the ten saved / workspace dtype tensors
+// The storages of a backend's phases: `dtype` of the eleven saved / workspace dtype tensors
 // (Backend::dtype_storage()), `caller` of the eight caller tensors (Backend::caller_storage()).
 struct PhaseStorage {
   Storage dtype;

@@ -4,13 +4,13 @@
 // Memory space: every pointer lives where the backend computes (host for the CPU twin, device
 // for CUDA). Tensors documented as "fp32" hold full fp32 values (float*). Tensors documented as
 // "dtype" hold values already rounded to the input dtype (bf16 or fp16), as DtypeTensor
-// (dtype_tensor.h), read only through the accessor of their storage, except the KDA-only kg /
-// Aqk (float*):
+// (dtype_tensor.h), read only through the accessor of their storage, except the KDA-only Aqk
+// (float*):
 //  * the eight caller tensors q, k, v, dO (inputs) and o, dq, dk, dv (outputs) are stored as
 //    Backend::caller_storage(): Storage::Packed16, one raw 16-bit dtype pattern per element (2
 //    bytes; CUDA and the CPU twin alike), except in the calibration's exact-storage twin
 //    (CpuStorage::Exact, docs/design.md 6), which keeps them F32 like every other dtype point;
-//  * the ten saved / workspace tensors (saved q, k, Phi; W, U, h, v_new, dv_local, dh, dv2) are
+//  * the eleven saved / workspace tensors (saved q, k, Phi; W, U, kg, h, v_new, dv_local, dh, dv2) are
 //    stored as Backend::dtype_storage() (F32 for the CPU twin, Packed16 for CUDA).
 // All layouts are row-major, token-major ("BTHD"), with the shapes given beside each field;
 // T = layout.T, NT = layout.n_chunks, S = layout.n_segments, N = layout.n_pieces,
@@ -103,7 +103,7 @@ struct WorkspaceTensors {
   uint64_t fingerprint = 0;
   DtypeTensor W;                // [T, HV, K] dtype: Phi diag(beta) (K o gam)
   DtypeTensor U;                // [T, HV, V] dtype: Phi diag(beta) V
-  float* kg = nullptr;          // [T, HV, K] dtype, KDA only: k o exp(lambda_last - lambda)
+  DtypeTensor kg;               // [T, HV, K] dtype, KDA only: k o exp(lambda_last - lambda)
   float* seg_h_ext = nullptr;   // [S, HV, K, V] fp32: segment h_ext from a zero state
   float* seg_Mt = nullptr;      // [S, HV, K, K] fp32: M_seg^T (light saved set / recompute)
   float* seg_entry = nullptr;   // [S, HV, K, V] fp32: segment entry states (light)
@@ -277,7 +277,7 @@ inline WorkspaceTensors bind_workspace(float* arena, int64_t arena_floats, const
   float* c = arena;
   t.W = detail::carve_dtype(c, s.W, dtype_storage);
   t.U = detail::carve_dtype(c, s.U, dtype_storage);
-  t.kg = detail::carve(c, s.kg);
+  t.kg = detail::carve_dtype(c, s.kg, dtype_storage);
   t.seg_h_ext = detail::carve(c, s.seg_h_ext);
   t.seg_Mt = detail::carve(c, s.seg_Mt);
   t.seg_entry = detail::carve(c, s.seg_entry);

@@ -44,6 +44,15 @@ struct FwdWalk {
   float* vnew_out;  // may be null
 };
 
+// The walk's inputs from a forward walk phase's args; h, v_new: where fwd_states writes (null:
+// the summaries write neither).
+template <class Args>
+FwdWalk fwd_walk_of(const Dims& d, const Args& a, float* h, float* v_new) {
+  return FwdWalk{
+      d,    a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k.f32(), a.gcum, a.W.f32(), a.U.f32(), a.kg.f32(), h,
+      v_new};
+}
+
 // Runs the chunks [c0, c1) of one segment for value head j. S: K x V fp32 in/out, or null (no
 // state walk: h, v_new are not written). M: K x K fp32 in/out (natural orientation), or null.
 // The two walks are independent: each gives the same bits with or without the other.
@@ -231,9 +240,7 @@ void fwd_summaries(const FwdSummaryArgs& a) {
   check_problem_layout(a.ctx, ph);
   check_fwd_summaries_args(a, ph, twin_storage(a.ctx));
   const Dims d(a.ctx);
-  const FwdWalk fw{
-      d,      a.ctx.problem.op == Op::Kda, a.ctx.layout.chunks, a.k.f32(), a.gcum, a.W.f32(), a.U.f32(), a.kg, nullptr,
-      nullptr};
+  const FwdWalk fw = fwd_walk_of(d, a, nullptr, nullptr);
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);
@@ -258,16 +265,7 @@ void fwd_states(const FwdStateArgs& a) {
   check_problem_layout(a.ctx, ph);
   check_fwd_states_args(a, ph, twin_storage(a.ctx));
   const Dims d(a.ctx);
-  const FwdWalk fw{d,
-                   a.ctx.problem.op == Op::Kda,
-                   a.ctx.layout.chunks,
-                   a.k.f32(),
-                   a.gcum,
-                   a.W.f32(),
-                   a.U.f32(),
-                   a.kg,
-                   a.h.f32(),
-                   a.v_new.f32()};
+  const FwdWalk fw = fwd_walk_of(d, a, a.h.f32(), a.v_new.f32());
   parallel_for(d.S * d.HV, a.ctx.exec.threads, [&](int64_t w) {
     const int64_t s = w / d.HV;
     const int32_t j = static_cast<int32_t>(w % d.HV);
@@ -329,7 +327,7 @@ void bwd_summaries(const BwdSummaryArgs& a) {
                    a.k.f32(),
                    a.gcum,
                    a.W.f32(),
-                   a.kg,
+                   a.kg.f32(),
                    dO.get(),
                    a.dv_local.f32(),
                    nullptr,
@@ -360,7 +358,7 @@ void bwd_states(const BwdStateArgs& a) {
                    a.k.f32(),
                    a.gcum,
                    a.W.f32(),
-                   a.kg,
+                   a.kg.f32(),
                    dO.get(),
                    a.dv_local.f32(),
                    a.dh.f32(),

@@ -12,8 +12,10 @@
 //   [E3] dAqk = scale * tril_incl(dO v_new^T) (dtype operands, fp32 accumulation), fp32.
 //   [E4] intra backward: per pair (r >= s) and channel, fp32 operands and fp32 accumulation with
 //        the elementwise factor exp2(g_r - g_s) (exponent <= 0, masked pairs never evaluated).
-//        The GPU uses sub-chunk pivots on TF32 tensor cores; the column-side dk stays fp32 there
-//        too (docs/algorithm.md 7.6).
+//        The CUDA kernel (kda_bwd_intra_kernel) evaluates the diagonal 16 x 16 blocks the same
+//        way and the off-diagonal blocks through the F5 sub-chunk pivots (docs/algorithm.md F5,
+//        7.5) as fp32 products on CUDA cores; it differs from this twin in rounding only
+//        (fp32 reassociation), the column-side dk stays fp32 there too (7.6).
 //   [E5] dv = dtype(beta * dY); everything else fp32.
 #include "kernels/cpu/wy_bwd_common.h"
 

@@ -31,7 +31,7 @@ void wy(const WyArgs& a) {
         xb[size_t(s) * d.K + c] = d.rnd((ks[c] * bs) * exp2f_(gs[kda ? c : 0]));  // [W1]
       for (int32_t e = 0; e < d.V; ++e) ub[size_t(s) * d.V + e] = d.rnd(vs[e] * bs);
       if (kda) {
-        float* kg = a.kg + d.hk(ts, j);
+        float* kg = a.kg.f32() + d.hk(ts, j);
         for (int32_t c = 0; c < d.K; ++c) kg[c] = d.rnd(ks[c] * exp2f_(gL[c] - gs[c]));  // [W3]
       }
     }

@@ -23,12 +23,13 @@
 //   saved q, k  [T, H, K]        written by prep; read by every later phase
 //   saved Phi   [T, HV, 64]      written by prep; read by wy and bwd_grads
 //   W, U        [T, HV, K|V]     written by wy; read by the state walks
+//   kg          [T, HV, K]       KDA: written by wy; read by the state walks
 //   h, dh       [NT, HV, K, V]   written by fwd_states / bwd_states; read by fwd_output, bwd_grads
 //   v_new, dv2  [T, HV, V]       written by fwd_states / bwd_states; read by fwd_output, bwd_grads
 //   dv_local    [T, HV, V]       written by bwd_local_dv; read by the backward walks
 // and bwd_grads passes dW [T, HV, K] in 16-bit storage between its kernels through the backend's
-// scratch (extra_workspace_floats; KDA also dAqk and dAkk, fp32). The KDA-only kg and Aqk are
-// float* holding dtype values, as tensors.h says. The values were already rounded to the dtype before
+// scratch (extra_workspace_floats; KDA also dAqk and dAkk, fp32). The KDA-only Aqk is a float*
+// holding dtype values, as tensors.h says. The values were already rounded to the dtype before
 // they were stored, so the conversion is exact and every output is the same as with fp32
 // storage. caller_storage() is Packed16 too (tensors.h): the kernels read q, k (prep), v (wy,
 // bwd_grads) and dO (bwd_local_dv, the backward walks, bwd_grads) as 16-bit patterns and write

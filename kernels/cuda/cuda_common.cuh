@@ -304,13 +304,18 @@ struct Tile {
   // rows stay zero).
   template <class DT, class F>
   __device__ __forceinline__ void store(uint16_t* dst, int ld, F&& f) const {
+    store_rc<DT>(dst, ld, [&](int r, int, float x) { return f(r, x); });
+  }
+  // f(r, c, x): as above, with the element's column c (masks: kda_chunk_fwd_kernel.cuh's Aqk).
+  template <class DT, class F>
+  __device__ __forceinline__ void store_rc(uint16_t* dst, int ld, F&& f) const {
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
       const int e = threadIdx.x + i * kThreads, r = e / V4, c = (e % V4) * 4;
       if (e >= TOTAL) continue;
       uint32_t* d = reinterpret_cast<uint32_t*>(dst + r * ld + c);
-      d[0] = DT::pack(f(r, v[i].x), f(r, v[i].y));
-      d[1] = DT::pack(f(r, v[i].z), f(r, v[i].w));
+      d[0] = DT::pack(f(r, c, v[i].x), f(r, c + 1, v[i].y));
+      d[1] = DT::pack(f(r, c + 2, v[i].z), f(r, c + 3, v[i].w));
     }
   }
   template <class DT>
@@ -385,6 +390,22 @@ struct Tile16 {
   }
 };
 
+// Element u in [0, 8) of 8 consecutive floats loaded as two float4 (u a compile-time constant
+// after unrolling: no local memory).
+__device__ __forceinline__ float at8(const float4& lo, const float4& hi, int u) {
+  const float4& q = u < 4 ? lo : hi;
+  switch (u & 3) {
+    case 0:
+      return q.x;
+    case 1:
+      return q.y;
+    case 2:
+      return q.z;
+    default:
+      return q.w;
+  }
+}
+
 // fp32 values of a ROWS x COLS row tile held by the same threads as the elements of a
 // Tile16<ROWS, COLS> (two 16-byte loads per 16-bit load): per-element factors (the KDA gates)
 // applied while that tile is stored (Tile16::store_by_elem). Rows [rows_valid, ROWS) are zeros,
@@ -405,19 +426,7 @@ struct GateTile16 {
     }
   }
   // Element u in [0, 8) of load i (both compile-time constants after unrolling).
-  __device__ __forceinline__ float at(int i, int u) const {
-    const float4& q = u < 4 ? lo[i] : hi[i];
-    switch (u & 3) {
-      case 0:
-        return q.x;
-      case 1:
-        return q.y;
-      case 2:
-        return q.z;
-      default:
-        return q.w;
-    }
-  }
+  __device__ __forceinline__ float at(int i, int u) const { return at8(lo[i], hi[i], u); }
 };
 
 // Asynchronous global -> shared copies (cp.async, 16 bytes, no registers held while in flight)
@@ -441,18 +450,6 @@ __device__ __forceinline__ void cp_async_rows(T* dst, int ld, const T* src, int6
     cp_async16(dst + r * ld + c, ok ? src + r * src_stride + c : src, ok);
   }
 }
-// dst (16-bit, ld) = src (fp32 dtype values, ld_src) over a ROWS x COLS tile: exact conversion.
-template <class DT, int ROWS, int COLS>
-__device__ __forceinline__ void pack_rows16(uint16_t* dst, int ld, const float* src, int ld_src) {
-  static_assert(COLS % 4 == 0, "4 values per step");
-  constexpr int V4 = COLS / 4;
-  for (int e = threadIdx.x; e < ROWS * V4; e += kThreads) {
-    const int r = e / V4, c = (e % V4) * 4;
-    const float4 x = *reinterpret_cast<const float4*>(src + r * ld_src + c);
-    *reinterpret_cast<uint2*>(dst + r * ld + c) = make_uint2(DT::pack(x.x, x.y), DT::pack(x.z, x.w));
-  }
-}
-
 template <class DT, int ROWS, int COLS>
 __device__ __forceinline__ void stage_rows16(uint16_t* dst, int ld, const uint16_t* src, int64_t src_stride,
                                              int rows_valid) {

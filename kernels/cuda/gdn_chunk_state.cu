@@ -1,25 +1,14 @@
 // Launchers of the GDN state walks: forward summaries / states, backward summaries / states.
 #include "kernels/cuda/gdn_chunk_state_kernel.cuh"
-#include "kernels/cuda/gdn_walk_wgmma.h"
 
 namespace kcp::kernels::cuda {
 
-namespace {
-
-template <bool STATES>
-void dispatch_fwd(const Problem& pb, const FwdWalkParams& p, cudaStream_t st) {
-  if (launch_fwd_walk_wgmma(pb, p, STATES, st)) return;  // the Hopper walk where it applies
-  dispatch_fwd_walk<false, STATES>(pb, p, st);
-}
-
-}  // namespace
-
 void launch_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st) {
-  dispatch_fwd<false>(a.ctx.problem, fwd_summaries_params(a, L), st);
+  dispatch_fwd_walk<false, false>(a.ctx.problem, fwd_summaries_params(a, L), st);
 }
 
 void launch_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st) {
-  dispatch_fwd<true>(a.ctx.problem, fwd_states_params(a, L), st);
+  dispatch_fwd_walk<false, true>(a.ctx.problem, fwd_states_params(a, L), st);
 }
 
 void launch_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st) {

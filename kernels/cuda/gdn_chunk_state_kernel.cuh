@@ -1,7 +1,9 @@
 // State walks of GDN and KDA over the chunks of a segment (docs/algorithm.md F4, 4.2, B3, 4.3): the
 // CPU twin's chunk_state.cpp fwd_walk / bwd_walk ([S1]-[S5], [B1]-[B3]), one template per direction
 // with KDA = true for KDA's per-channel decay. Included only by gdn_chunk_state.cu and
-// kda_chunk_state.cu.
+// kda_chunk_state.cu (and gdn_walk_wgmma.cu, for the parameters and helpers). On an sm_90 device
+// with an sm_90a build the forward and backward walks (GDN, KDA) run the wgmma + TMA kernels of
+// gdn_walk_wgmma.cuh instead where they apply (dispatch_fwd_walk, dispatch_bwd_walk).
 //
 // The gates (docs/algorithm.md 7.1, 7.5): GDN has one log2 decay per token (gcum [T, HV]), KDA one
 // per token and key channel (gcum [T, HV, K]), and KDA's gated keys kg = dtype(k exp2(gL - g_r))
@@ -31,9 +33,8 @@
 //   nobody reads (kernels/api/summary_needs.h) writes zeros for its tile and returns before the
 //   walk. STATES mode starts from seg_entry and writes h, v_new and ht (the piece's last segment).
 //   Shared memory (16-bit tiles): W, Kt 64 x (K+8); U 64 x 40; X0, X1 K x 40; Y0, Y1 64 x 40;
-//   gates (fp32, 64 GDN / K KDA); KDA also the fp32 staging of kg 64 x K (cp.async, one chunk
-//   ahead: kg is fp32 storage, too wide for the register prefetch); the warps' largest
-//   magnitudes of the M and R tiles (2 x 8 floats, fp16 M tiles).
+//   gates (fp32, 64 GDN / K KDA); the warps' largest magnitudes of the M and R tiles (2 x 8
+//   floats, fp16 M tiles). Kt (GDN k, KDA kg: both 16-bit storage) comes through registers.
 // bwd_walk_kernel<DT, K, V, STATES, KDA>: grid S * HV * V/32, same mapping, chunks last to first:
 //     dSb = dtype(dS) (-> dh[n]); dv2 = dtype((Kt dSb) f_r + dv_local);
 //     dS <- Gam dS + qs^T dO - W^T dv2, qs = dtype((q scale) exp2(g_r))   ([B1]-[B3])
@@ -41,7 +42,8 @@
 //   Summary mode starts from 0 and writes seg_dh_ext (zeros, without the walk, where nobody reads
 //   it); STATES mode starts from seg_exit and writes dh, dv2 and dh0 (first segment of each piece).
 //   Shared memory (16-bit): Kt, qs, W 64 x (K+8); dO, dv_local 64 x 40; X0 K x 40; Y0 64 x 40;
-//   gates (fp32); KDA also the fp32 staging of kg 64 x K.
+//   gates (fp32). KDA's kg and W go by cp.async straight into their tiles (the registers GDN
+//   gives them hold qs's per-element gates).
 // Rows beyond a partial chunk are zero in every staged tile and masked in every epilogue.
 // Tiles of 32 columns keep both kernels at <= 128 registers and <= 113 KB of shared memory, so
 // two blocks share an SM: a walk is a chain of dependent steps (loads, barriers, two
@@ -54,6 +56,7 @@
 #include "kernels/api/summary_needs.h"
 #include "kernels/api/tiles.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/gdn_walk_wgmma.h"
 
 namespace kcp::kernels::cuda {
 
@@ -65,7 +68,7 @@ struct FwdWalkParams {
   const SegmentDesc* segments;
   const PieceDesc* pieces;
   const uint16_t* k;       // [T, H, K] dtype, 16-bit storage (GDN)
-  const float* kg;         // [T, HV, K] dtype, fp32 storage (KDA)
+  const uint16_t* kg;      // [T, HV, K] dtype, 16-bit storage (KDA)
   const float* gcum;       // [T, HV] (GDN) or [T, HV, K] (KDA) fp32 log2
   const uint16_t* W;       // [T, HV, K] dtype, 16-bit storage
   const uint16_t* U;       // [T, HV, V] dtype, 16-bit storage
@@ -113,38 +116,21 @@ struct WalkGates {
   }
 };
 
-// The Kt operand of a walk (k or kg, 64 x K rows of the chunk) on its way to 16-bit shared memory:
-// GDN k (16-bit storage) through registers, KDA kg (fp32 storage) through cp.async into an fp32
-// staging tile. issue() starts the loads of chunk c, store() (after cp_async_wait_all and a
-// barrier) writes the 16-bit tile.
-template <class DT, int K, bool KDA>
-struct KeyTile {
-  Tile16<kC, K> t;
-  template <class P>
-  __device__ __forceinline__ void issue(const P& p, int j, const ChunkDesc& c, float* stage) {
-    if constexpr (KDA) {
-      cp_async_rows<float, kC, K>(stage, K, p.kg + (c.begin * p.sh.HV + j) * K, int64_t(p.sh.HV) * K, c.len);
-      cp_async_commit();
-    } else {
-      t.load(p.k + (c.begin * p.sh.H + j / p.sh.G) * K, int64_t(p.sh.H) * K, c.len);
-    }
-  }
-  __device__ __forceinline__ void store(uint16_t* dst, int ld, const float* stage) const {
-    if constexpr (KDA)
-      pack_rows16<DT, kC, K>(dst, ld, stage, K);
-    else
-      t.template store<DT>(dst, ld);
-  }
-};
+// The rows of the walk's key operand Kt of chunk c (16-bit storage, row stride returned in ld):
+// GDN k of the chunk's q/k head, KDA kg of its value head.
+template <int K, bool KDA, class P>
+__device__ __forceinline__ const uint16_t* key_rows(const P& p, int j, const ChunkDesc& c, int64_t& ld) {
+  ld = int64_t(KDA ? p.sh.HV : p.sh.H) * K;
+  return KDA ? p.kg + (c.begin * p.sh.HV + j) * K : p.k + (c.begin * p.sh.H + j / p.sh.G) * K;
+}
 
 template <int K, bool KDA>
 struct WalkSmem {
   static constexpr int kKld = K + 8, kTld = kBV + 8;
-  static constexpr size_t kStage = KDA ? size_t(kC) * K * 4 : 0;  // fp32 staging of kg
-  static constexpr size_t kRed = 2 * kWarps * 4;                  // the warps' largest |M| and |R| (fp16 M tiles)
+  static constexpr size_t kRed = 2 * kWarps * 4;  // the warps' largest |M| and |R| (fp16 M tiles)
   static constexpr size_t bytes =
       (2 * size_t(kC) * kKld + size_t(kC) * kTld + 2 * size_t(K) * kTld + 2 * size_t(kC) * kTld) * 2 +
-      WalkGates<K, KDA>::kN * 4 + kStage + kRed;
+      WalkGates<K, KDA>::kN * 4 + kRed;
 };
 
 // [S4] The scaling of the split operands (fp16 only). A split x = hi + lo with both parts dtype
@@ -218,8 +204,8 @@ __device__ __forceinline__ void walk_split_state(Acc& acc, bool mtile, uint16_t*
 }
 
 // Both modes run two blocks per SM (32-wide tiles, 16-bit operands: <= 128 registers with the
-// next chunk's tiles prefetched into registers, or for KDA's kg into shared memory), so one
-// block's loads and barriers overlap the other's products.
+// next chunk's tiles prefetched into registers), so one block's loads and barriers overlap the
+// other's products.
 template <class DT, int K, int V, bool STATES, bool KDA>
 __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) fwd_walk_kernel(FwdWalkParams p) {
   using Sm = WalkSmem<K, KDA>;
@@ -237,9 +223,8 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) fwd_walk_kern
   uint16_t* sY0 = sX1 + K * Sm::kTld;
   uint16_t* sY1 = sY0 + kC * Sm::kTld;
   float* sG = reinterpret_cast<float*>(sY1 + kC * Sm::kTld);
-  float* sStage = sG + Gt::kN;                 // KDA: kg, fp32
-  float* sRedM = sStage + (KDA ? kC * K : 0);  // the warps' largest |M| (fp16 M tiles)
-  float* sRedR = sRedM + kWarps;               // the warps' largest |R|
+  float* sRedM = sG + Gt::kN;     // the warps' largest |M| (fp16 M tiles)
+  float* sRedR = sRedM + kWarps;  // the warps' largest |R|
   constexpr bool SCALED = kScaledSplit<DT>;
 
   const int HV = p.sh.HV;
@@ -273,14 +258,15 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) fwd_walk_kern
   if (SCALED && mtile) SplitScale::publish(SplitScale::tile_max<TS>(acc), sRedM);
 
   // Prefetch: the next chunk's tiles are loaded while this chunk computes.
-  Tile16<kC, K> tW;
-  KeyTile<DT, K, KDA> tK;
+  Tile16<kC, K> tW, tK;
   Tile16<kC, kBV> tU;
   float gpre = 0.0f;
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
     tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
-    tK.issue(p, j, c, sStage);
+    int64_t kld = 0;
+    const uint16_t* kr = key_rows<K, KDA>(p, j, c, kld);
+    tK.load(kr, kld, c.len);
     if (!mtile) tU.load(p.U + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = Gt::load(p.gcum, HV, j, c);
   };
@@ -289,10 +275,9 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) fwd_walk_kern
     const ChunkDesc ch = p.chunks[n];
     const int L = ch.len;
     const int64_t t0 = ch.begin;
-    if constexpr (KDA) cp_async_wait_all();
-    __syncthreads();  // the previous chunk is done with every tile; KDA: kg is staged
+    __syncthreads();  // the previous chunk is done with every tile
     tW.template store<DT>(sW, Sm::kKld);
-    tK.store(sk, Sm::kKld, sStage);
+    tK.template store<DT>(sk, Sm::kKld);
     if (!mtile) tU.template store<DT>(sU, Sm::kTld);
     Gt::store(sG, gpre);
     __syncthreads();
@@ -387,7 +372,7 @@ struct BwdWalkParams {
   const SegmentDesc* segments;
   const uint16_t* q;         // [T, H, K] dtype, 16-bit storage
   const uint16_t* k;         // [T, H, K] dtype, 16-bit storage (GDN)
-  const float* kg;           // [T, HV, K] dtype, fp32 storage (KDA)
+  const uint16_t* kg;        // [T, HV, K] dtype, 16-bit storage (KDA)
   const float* gcum;         // [T, HV] (GDN) or [T, HV, K] (KDA) fp32 log2
   const uint16_t* W;         // [T, HV, K] dtype, 16-bit storage
   const uint16_t* dO;        // [T, HV, V] dtype, 16-bit (caller storage)
@@ -404,10 +389,9 @@ struct BwdWalkParams {
 template <int K, bool KDA>
 struct BwdWalkSmem {
   static constexpr int kKld = K + 8, kTld = kBV + 8;
-  static constexpr size_t kStage = WalkSmem<K, KDA>::kStage;
   static constexpr size_t bytes =
       (3 * size_t(kC) * kKld + 2 * size_t(kC) * kTld + size_t(K) * kTld + size_t(kC) * kTld) * 2 +
-      WalkGates<K, KDA>::kN * 4 + kStage;
+      WalkGates<K, KDA>::kN * 4;
 };
 
 // [B3] operand qs = dtype((q scale) exp2(g_r)) of a chunk, formed while q is stored to shared
@@ -464,7 +448,6 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) bwd_walk_kern
   uint16_t* sX0 = sdl + kC * Sm::kTld;
   uint16_t* sY0 = sX0 + K * Sm::kTld;
   float* sG = reinterpret_cast<float*>(sY0 + kC * Sm::kTld);
-  float* sStage = sG + Gt::kN;  // KDA: kg, fp32
 
   const int HV = p.sh.HV;
   const int tile = blockIdx.x % NTILES;
@@ -490,28 +473,34 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) bwd_walk_kern
   }
 
   // Prefetch: the previous chunk's tiles are loaded while this chunk computes.
-  KeyTile<DT, K, KDA> tK;
   QsTile<DT, K, KDA> tQ;
-  Tile16<kC, K> tW;
+  Tile16<kC, K> tK, tW;  // GDN
   Tile16<kC, kBV> tO, tD;
   float gpre = 0.0f;
   auto issue = [&](int64_t n) {
     const ChunkDesc c = p.chunks[n];
-    tK.issue(p, j, c, sStage);
-    if constexpr (!KDA) tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    if constexpr (!KDA) {
+      int64_t kld = 0;
+      const uint16_t* kr = key_rows<K, KDA>(p, j, c, kld);
+      tK.load(kr, kld, c.len);
+      tW.load(p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
+    }
     tQ.issue_q(p, j, c);
     if constexpr (!KDA) tQ.issue_gates(p, j, c);
     tO.load(p.dO + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     tD.load(p.dv_local + (c.begin * HV + j) * V + c0, int64_t(HV) * V, c.len);
     gpre = Gt::load(p.gcum, HV, j, c);
   };
-  // KDA: the per-element gates of qs (a K-wide fp32 tile) take the registers GDN gives W, so W
-  // goes by cp.async straight into its tile once the chunk's last product is done with it, and
-  // the gates are loaded then too (fewer registers live across the products). Their latency is
-  // not hidden by this block's compute, only by the SM's other block.
+  // KDA: the per-element gates of qs (a K-wide fp32 tile) take the registers GDN gives k and W,
+  // so kg and W go by cp.async straight into their tiles once the chunk's last product is done
+  // with them, and the gates are loaded then too (fewer registers live across the products).
+  // Their latency is not hidden by this block's compute, only by the SM's other block.
   auto issue_late = [&](int64_t n) {
     if constexpr (KDA) {
       const ChunkDesc c = p.chunks[n];
+      int64_t kld = 0;
+      const uint16_t* kr = key_rows<K, KDA>(p, j, c, kld);
+      cp_async_rows<uint16_t, kC, K>(sk, Sm::kKld, kr, kld, c.len);
       cp_async_rows<uint16_t, kC, K>(sW, Sm::kKld, p.W + (c.begin * HV + j) * K, int64_t(HV) * K, c.len);
       cp_async_commit();
       tQ.issue_gates(p, j, c);
@@ -527,8 +516,10 @@ __global__ void __launch_bounds__(kThreads, kStateWalkBlocksPerSm) bwd_walk_kern
     const int64_t t0 = ch.begin;
     if constexpr (KDA) cp_async_wait_all();
     __syncthreads();  // the previous chunk is done with every tile; KDA: kg and W are staged
-    tK.store(sk, Sm::kKld, sStage);
-    if constexpr (!KDA) tW.template store<DT>(sW, Sm::kKld);
+    if constexpr (!KDA) {
+      tK.template store<DT>(sk, Sm::kKld);
+      tW.template store<DT>(sW, Sm::kKld);
+    }
     tQ.store(sQs, Sm::kKld, scale);
     tO.template store<DT>(sdO, Sm::kTld);
     tD.template store<DT>(sdl, Sm::kTld);
@@ -602,9 +593,11 @@ void launch_walk(Kernel kernel, size_t smem, int tiles, const Params& p, cudaStr
   kernel<<<unsigned(int64_t(p.sh.S) * p.sh.HV * tiles), kThreads, smem, st>>>(p);
   KCP_CUDA_LAUNCH_CHECK(st);
 }
-// The mma.sync walk of a direction for the problem's dtype and dims (KDA: the op's gates).
+// The forward walk for the problem's dtype and dims (KDA: the op's gates): the wgmma walk where it
+// applies (gdn_walk_wgmma.h), else the mma.sync walk. The same for the backward walk.
 template <bool KDA, bool STATES>
 void dispatch_fwd_walk(const Problem& pb, const FwdWalkParams& p, cudaStream_t st) {
+  if (launch_fwd_walk_wgmma(pb, p, STATES, st)) return;  // the Hopper walk where it applies
   dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
     using DT = typename decltype(dt)::type;
     constexpr int K = decltype(k)::value, V = decltype(v)::value;
@@ -613,6 +606,7 @@ void dispatch_fwd_walk(const Problem& pb, const FwdWalkParams& p, cudaStream_t s
 }
 template <bool KDA, bool STATES>
 void dispatch_bwd_walk(const Problem& pb, const BwdWalkParams& p, cudaStream_t st) {
+  if (launch_bwd_walk_wgmma(pb, p, STATES, st)) return;  // the Hopper walk where it applies
   dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
     using DT = typename decltype(dt)::type;
     constexpr int K = decltype(k)::value, V = decltype(v)::value;
@@ -632,7 +626,7 @@ inline Params walk_params(const Args& a, const DevLayout& L) {
   p.has_h0 = a.ctx.problem.has_h0;
   p.has_dht = a.ctx.problem.has_dht;
   p.k = a.k.packed16();
-  p.kg = a.kg;
+  p.kg = a.kg.packed16();
   p.gcum = a.gcum;
   p.W = a.W.packed16();
   return p;

@@ -1,8 +1,10 @@
-// Launcher of the wgmma + TMA GDN forward walk (gdn_walk_wgmma.cuh) and the choice between it and
-// the mma.sync walk (walk_select.h). The tensor maps are encoded per launch on the host (five
-// cuTensorMapEncodeTiled calls, microseconds) and passed as __grid_constant__ parameters.
+// Launchers of the wgmma + TMA state walks (gdn_walk_wgmma.cuh: forward and backward, GDN and
+// KDA) and the choice between them and the mma.sync walks (walk_select.h). The tensor maps are
+// encoded per launch on the host (five to seven cuTensorMapEncodeTiled calls, microseconds) and
+// passed as __grid_constant__ parameters.
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -13,7 +15,7 @@ namespace kcp::kernels::cuda {
 
 namespace {
 
-std::atomic<int> g_choice{int(FwdWalkChoice::Auto)};
+std::atomic<int> g_fwd_choice{int(WalkChoice::Auto)}, g_bwd_choice{int(WalkChoice::Auto)};
 
 // The device runs the sm_90a code of this build (a 9.0 device; another one would JIT the
 // compute_90 PTX, in which the wgmma kernel is a trap).
@@ -40,12 +42,13 @@ CUtensorMap map16(const char* what, bool fp16, const uint16_t* ptr, int64_t d0, 
   return m;
 }
 
-// W, U, v_new [T, HV, K]; k [T, H, K]; h [NT * HV, K, V]: boxes of 64 tokens (64 keys for h).
-walk_wg::Maps make_maps(const FwdWalkParams& p, bool states) {
+// W, U, v_new [T, HV, K]; k [T, H, K] (GDN) or kg [T, HV, K] (KDA); h [NT * HV, K, V]: boxes of
+// 64 tokens (64 keys for h).
+walk_wg::Maps make_maps(const FwdWalkParams& p, bool states, bool kda) {
   const Shape& s = p.sh;
   walk_wg::Maps m{};
   m.W = map16("W", s.fp16, p.W, s.K, s.HV, s.T, 1, kC);
-  m.k = map16("k", s.fp16, p.k, s.K, s.H, s.T, 1, kC);
+  m.k = kda ? map16("kg", s.fp16, p.kg, s.K, s.HV, s.T, 1, kC) : map16("k", s.fp16, p.k, s.K, s.H, s.T, 1, kC);
   m.U = map16("U", s.fp16, p.U, s.V, s.HV, s.T, 1, kC);
   if (states) {
     m.h = map16("h", s.fp16, p.h, s.V, s.K, s.NT * s.HV, s.K, 1);
@@ -54,32 +57,55 @@ walk_wg::Maps make_maps(const FwdWalkParams& p, bool states) {
   return m;
 }
 
-// Every 16-bit tensor a TMA map reads or writes starts on 16 bytes; every coordinate fits an int.
-bool tensors_fit(const FwdWalkParams& p, bool states) {
-  const bool al =
-      aligned16(p.W) && aligned16(p.k) && aligned16(p.U) && (!states || (aligned16(p.h) && aligned16(p.v_new)));
-  return al && p.sh.T < (int64_t(1) << 31) && p.sh.NT * p.sh.HV < (int64_t(1) << 31);
+// The backward walk's maps: k, q [T, H, K] (KDA: kg [T, HV, K] for k); W [T, HV, K]; dO,
+// dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
+walk_wg::BwdMaps make_bwd_maps(const BwdWalkParams& p, bool states, bool kda) {
+  const Shape& s = p.sh;
+  walk_wg::BwdMaps m{};
+  m.k = kda ? map16("kg", s.fp16, p.kg, s.K, s.HV, s.T, 1, kC) : map16("k", s.fp16, p.k, s.K, s.H, s.T, 1, kC);
+  m.q = map16("q", s.fp16, p.q, s.K, s.H, s.T, 1, kC);
+  m.W = map16("W", s.fp16, p.W, s.K, s.HV, s.T, 1, kC);
+  m.dO = map16("dO", s.fp16, p.dO, s.V, s.HV, s.T, 1, kC);
+  m.dl = map16("dv_local", s.fp16, p.dv_local, s.V, s.HV, s.T, 1, kC);
+  if (states) {
+    m.dh = map16("dh", s.fp16, p.dh, s.V, s.K, s.NT * s.HV, s.K, 1);
+    m.dv2 = map16("dv2", s.fp16, p.dv2, s.V, s.HV, s.T, 1, kC);
+  }
+  return m;
 }
 
-template <class DT, int K, bool STATES>
-void run(const walk_wg::Maps& m, const FwdWalkParams& p, cudaStream_t st) {
-  const auto kernel = walk_wg::gdn_fwd_walk_wgmma_kernel<DT, K, STATES>;
-  const size_t smem = walk_wg::Smem<K>::bytes;
-  const int tiles = (STATES ? 1 : 2) * (K / walk_wg::kTileV);
+// Every tensor a TMA map (or a 16-byte load) reads or writes starts on 16 bytes (null: a tensor
+// the mode does not use); every coordinate fits an int.
+bool tensors_fit(const Shape& s, std::initializer_list<const void*> tensors) {
+  for (const void* t : tensors)
+    if (!aligned16(t)) return false;
+  return s.T < (int64_t(1) << 31) && s.NT * s.HV < (int64_t(1) << 31);
+}
+
+// One wgmma walk kernel over S * HV * tiles blocks.
+template <class Kernel, class Maps, class Params>
+void launch(Kernel kernel, size_t smem, int tiles, const Maps& m, const Params& p, cudaStream_t st) {
   allow_smem(kernel, smem);
   kernel<<<unsigned(int64_t(p.sh.S) * p.sh.HV * tiles), walk_wg::kWgThreads, smem, st>>>(m, p);
   KCP_CUDA_LAUNCH_CHECK(st);
 }
 
-}  // namespace
+template <class DT, int K, bool STATES, bool KDA>
+void run(const walk_wg::Maps& m, const FwdWalkParams& p, cudaStream_t st) {
+  launch(walk_wg::fwd_walk_wgmma_kernel<DT, K, STATES, KDA>, walk_wg::Smem<K>::bytes,
+         (STATES ? 1 : 2) * (K / walk_wg::kTileV), m, p, st);
+}
 
-void set_fwd_walk_choice(FwdWalkChoice c) { g_choice.store(int(c)); }
-FwdWalkChoice fwd_walk_choice() { return FwdWalkChoice(g_choice.load()); }
+template <class DT, int K, bool STATES, bool KDA>
+void run_bwd(const walk_wg::BwdMaps& m, const BwdWalkParams& p, cudaStream_t st) {
+  launch(walk_wg::bwd_walk_wgmma_kernel<DT, K, STATES, KDA>, walk_wg::BwdSmem<K>::bytes, K / walk_wg::kTileV, m, p, st);
+}
 
-bool fwd_walk_uses_wgmma(const Problem& p) {
+// The walks' common admission: K = V in {64, 128}, bf16 / fp16, an sm_90 device, an sm_90a build
+// and a driver with the tensor-map encoder.
+bool wgmma_walk_runs(const Problem& p) {
 #if defined(KCP_HAVE_SM90A)
-  if (fwd_walk_choice() != FwdWalkChoice::Auto || p.op != Op::Gdn || p.K != p.V || (p.K != 64 && p.K != 128))
-    return false;
+  if (p.K != p.V || (p.K != 64 && p.K != 128)) return false;
   if (p.dtype != DType::BF16 && p.dtype != DType::FP16) return false;
   return device_is_sm90() && hopper::tensor_map_encoder() != nullptr;
 #else
@@ -88,19 +114,63 @@ bool fwd_walk_uses_wgmma(const Problem& p) {
 #endif
 }
 
-bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st) {
-  if (!fwd_walk_uses_wgmma(pb) || !tensors_fit(p, states)) return false;
-  if (p.sh.S == 0) return true;
-  const walk_wg::Maps m = make_maps(p, states);
+// Calls f(DT tag, K constant) for the problem's dtype and K (K = V: the walks' admission).
+template <class F>
+void dispatch_walk(const Problem& pb, F&& f) {
   dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto kdim, auto vdim) {
+    if constexpr (decltype(kdim)::value == decltype(vdim)::value) f(dt, kdim);
+  });
+}
+
+}  // namespace
+
+void set_fwd_walk_choice(WalkChoice c) { g_fwd_choice.store(int(c)); }
+WalkChoice fwd_walk_choice() { return WalkChoice(g_fwd_choice.load()); }
+void set_bwd_walk_choice(WalkChoice c) { g_bwd_choice.store(int(c)); }
+WalkChoice bwd_walk_choice() { return WalkChoice(g_bwd_choice.load()); }
+
+bool fwd_walk_uses_wgmma(const Problem& p) { return fwd_walk_choice() != WalkChoice::Mma && wgmma_walk_runs(p); }
+
+// Auto: KDA's backward walks stay on mma.sync (walk_select.h: measured slower on wgmma).
+bool bwd_walk_uses_wgmma(const Problem& p) {
+  const WalkChoice c = bwd_walk_choice();
+  return c != WalkChoice::Mma && (c == WalkChoice::Wgmma || p.op == Op::Gdn) && wgmma_walk_runs(p);
+}
+
+bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st) {
+  const bool kda = pb.op == Op::Kda;
+  if (!fwd_walk_uses_wgmma(pb) ||
+      !tensors_fit(p.sh, {p.W, kda ? p.kg : p.k, p.U, states ? p.h : nullptr, states ? p.v_new : nullptr}))
+    return false;
+  if (p.sh.S == 0) return true;
+  const walk_wg::Maps m = make_maps(p, states, kda);
+  dispatch_walk(pb, [&](auto dt, auto kdim) {
     using DT = typename decltype(dt)::type;
     constexpr int K = decltype(kdim)::value;
-    if constexpr (K == decltype(vdim)::value) {  // fwd_walk_uses_wgmma admits K = V only
-      if (states)
-        run<DT, K, true>(m, p, st);
-      else
-        run<DT, K, false>(m, p, st);
-    }
+    if (states)
+      kda ? run<DT, K, true, true>(m, p, st) : run<DT, K, true, false>(m, p, st);
+    else
+      kda ? run<DT, K, false, true>(m, p, st) : run<DT, K, false, false>(m, p, st);
+  });
+  return true;
+}
+
+bool launch_bwd_walk_wgmma(const Problem& pb, const BwdWalkParams& p, bool states, cudaStream_t st) {
+  const bool kda = pb.op == Op::Kda;
+  // KDA: also gcum (the consumers read it by 16-byte loads).
+  if (!bwd_walk_uses_wgmma(pb) ||
+      !tensors_fit(p.sh, {kda ? p.kg : p.k, p.q, p.W, p.dO, p.dv_local, states ? p.dh : nullptr,
+                          states ? p.dv2 : nullptr, kda ? p.gcum : nullptr}))
+    return false;
+  if (p.sh.S == 0) return true;
+  const walk_wg::BwdMaps m = make_bwd_maps(p, states, kda);
+  dispatch_walk(pb, [&](auto dt, auto kdim) {
+    using DT = typename decltype(dt)::type;
+    constexpr int K = decltype(kdim)::value;
+    if (states)
+      kda ? run_bwd<DT, K, true, true>(m, p, st) : run_bwd<DT, K, true, false>(m, p, st);
+    else
+      kda ? run_bwd<DT, K, false, true>(m, p, st) : run_bwd<DT, K, false, false>(m, p, st);
   });
   return true;
 }

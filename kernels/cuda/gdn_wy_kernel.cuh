@@ -30,6 +30,42 @@ struct WySmem {
   static constexpr size_t bytes = (size_t(kC) * kPld + size_t(kC) * kXld + size_t(kC) * kUld) * 2 + 2 * kC * 4;
 };
 
+// [W2] W = Phi xb, U = Phi ub of one chunk on tensor cores, from the 16-bit tiles in shared memory
+// (Phi 64 x (64+8), xb 64 x (K+8), ub 64 x (V+8); rows beyond the chunk zero, as are Phi's entries
+// above the diagonal), stored rounded to dtype for the chunk's L rows: W row r at W + (th0 + r HV) K,
+// U likewise (th0 = t0 HV + j). Each product's dtype result replaces its own operand tile in shared
+// memory (after a barrier: every warp has read the operand) and leaves in 16-byte row stores.
+// Call after the barrier that publishes the tiles; shared by the GDN and KDA WY kernels.
+template <class DT, int K, int V>
+__device__ __forceinline__ void wy_products(uint16_t* W, uint16_t* U, int64_t th0, int HV, const uint16_t* sPhi,
+                                            uint16_t* sX, uint16_t* sU, int L) {
+  using Sm = WySmem<K, V>;
+  const int kend = (L + 15) & ~15;  // Phi columns beyond the chunk are zero
+  {
+    using TW = Tiling<kC, K>;
+    float acc[TW::MT][TW::NT][4];
+    TW::zero(acc);
+    TW::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sX, Sm::kXld}, 0, kend);
+    __syncthreads();
+    TW::pairs(acc, [&](int r, int c, float& v0, float& v1) {
+      *reinterpret_cast<uint32_t*>(sX + r * Sm::kXld + c) = DT::pack(v0, v1);
+    });
+  }
+  {
+    using TU = Tiling<kC, V>;
+    float acc[TU::MT][TU::NT][4];
+    TU::zero(acc);
+    TU::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sU, Sm::kUld}, 0, kend);
+    __syncthreads();
+    TU::pairs(acc, [&](int r, int c, float& v0, float& v1) {
+      *reinterpret_cast<uint32_t*>(sU + r * Sm::kUld + c) = DT::pack(v0, v1);
+    });
+  }
+  __syncthreads();
+  store_rows16<K>(W + th0 * K, int64_t(HV) * K, sX, Sm::kXld, L);
+  store_rows16<V>(U + th0 * V, int64_t(HV) * V, sU, Sm::kUld, L);
+}
+
 template <class DT, int K, int V>
 __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
   using Sm = WySmem<K, V>;
@@ -66,32 +102,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
     tv.template store<DT>(sU, Sm::kUld, [&](int r, float x) { return x * sB[r]; });
   }
   __syncthreads();
-  const int kend = (L + 15) & ~15;  // Phi columns beyond the chunk are zero
-  // Each product's dtype result replaces its own operand tile in shared memory (after a barrier:
-  // every warp has read the operand) and leaves in 16-byte row stores.
-  {
-    using TW = Tiling<kC, K>;
-    float acc[TW::MT][TW::NT][4];
-    TW::zero(acc);
-    TW::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sX, Sm::kXld}, 0, kend);
-    __syncthreads();
-    TW::pairs(acc, [&](int r, int c, float& v0, float& v1) {
-      *reinterpret_cast<uint32_t*>(sX + r * Sm::kXld + c) = DT::pack(v0, v1);
-    });
-  }
-  {
-    using TU = Tiling<kC, V>;
-    float acc[TU::MT][TU::NT][4];
-    TU::zero(acc);
-    TU::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sU, Sm::kUld}, 0, kend);
-    __syncthreads();
-    TU::pairs(acc, [&](int r, int c, float& v0, float& v1) {
-      *reinterpret_cast<uint32_t*>(sU + r * Sm::kUld + c) = DT::pack(v0, v1);
-    });
-  }
-  __syncthreads();
-  store_rows16<K>(p.W + (t0 * HV + j) * K, int64_t(HV) * K, sX, Sm::kXld, L);
-  store_rows16<V>(p.U + (t0 * HV + j) * V, int64_t(HV) * V, sU, Sm::kUld, L);
+  wy_products<DT, K, V>(p.W, p.U, t0 * HV + j, HV, sPhi, sX, sU, L);
 }
 
 // The parameters from the phase's Args (host); the KDA WY kernel's extend them by kg.

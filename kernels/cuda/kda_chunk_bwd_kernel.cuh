@@ -13,19 +13,29 @@
 //   channel x adds dg_last[x] = Gam[x] (h dh^T)[x][x] + sum_r k dKint to the last row.
 //   Shared memory: (16-bit) dO, v_new, dv2 64 x (V+8); h, dh K x (V+8); (fp32) dKint 64 x K, g_L K
 //   (K = V = 128: 155,136 bytes, one block per SM).
-// kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): a warp per row r, lanes over channels:
-//   dX = Phi^T dW, dY = Phi^T dv2 (m >= r ascending): dk_hv += dX beta exp2(g), dlam += dX X,
-//   dv = dtype(beta dY), dbeta = sum dX k exp2(g) + sum dY v (lane partials, fixed-order warp sum);
-//   then on tensor cores (64 x 64 products, dtype operands, fp32 accumulation; issue 16 item 5):
-//   dPhi = dW Xb^T + dv2 Yb^T (s < r), and phi_backward's two dtype-operand products:
-//   dAkk = -stril(Phi^T dtype(stril(dtype(dPhi)) Phi^T)) -> scratch.
+// kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): on tensor cores (dtype operands, fp32
+//   accumulation; issue 16 item 5): dPhi = dW Xb^T + dv2 Yb^T (s < r, 64 x 64), dX = Phi^T dW
+//   (64 x K) and dY = Phi^T dv2 (64 x V) (terms m >= r; Phi is 0 above the diagonal), dX, dY kept
+//   fp32 in shared memory over the dW, Xb and dv2, Yb tiles; phi_backward's first product
+//   T1 = dtype(stril(dtype(dPhi)) Phi^T). Then a warp per row r, lanes over channels:
+//   dk_hv += dX beta exp2(g), dlam += dX X, dv = dtype(beta dY), dbeta = sum dX k exp2(g) +
+//   sum dY v (lane partials, fixed-order warp sum); and dAkk = -stril(Phi^T T1) -> scratch.
 //   Shared memory (16-bit, ldmatrix rows): dW, Xb 64 x (K+8); dv2, Yb 64 x (V+8); Phi, dPhi, T1
 //   64 x 72 (K = V = 128: 97,280 bytes).
-// kda_bwd_intra_kernel (step 5 [E4]): a warp per row r, lanes over channels x, every pair with
-//   its own factor exp2(g_r[x] - g_s[x]) (r >= s, exponent <= 0): dq2, dk2n (s <= r ascending) and
-//   the column side dkt (r' >= r ascending), all fp32 (7.6); dq_hv += dq2, dk_hv += dk2 + dkt,
-//   dlam += q dq2 + k (dk2 - dkt), dbeta += sum k dk2n (warp sum).
-//   Shared memory (fp32): q, k, g 64 x K; dAqk, dAkk 64 x 64; beta 64.
+// kda_bwd_intra_kernel (step 5 [E4]): thread (part, channel c), part = tid / K; the chunk's four
+//   16-row sub-chunks are units, K = 128: part 0 owns units {0, 3}, part 1 {1, 2}; K = 64: unit
+//   = part. A unit B (rows and columns 16 B .. 16 B + 15, channel c) computes, all fp32 (7.6):
+//   * off the diagonal (F5 / 7.5, pivot p = 16 R, the first row of the later sub-chunk R):
+//     row side dq2_r, dk2n_r = exp2(g_r - g_p) sum_{s < p} dA[r][s] (k_s exp2(g_p - g_s)) for its
+//     rows (R = B), column side dkt_s += exp2(g_p - g_s) sum_{r in R} (dAqk q_r + dAkk beta_r k_r)
+//     exp2(g_r - g_p) for its columns and each R > B; gated operands formed once per (row, pivot);
+//   * its diagonal block per pair (r, s) and channel with exp2(g_r - g_s), both sides, as the twin;
+//   then dq_hv += dq2, dk_hv += dk2 + dkt, dlam += q dq2 + k (dk2 - dkt) for its rows and the
+//   dbeta terms k dk2n, summed over channels in a fixed order (butterfly, then warps in order).
+//   Each output is one thread's sum: deterministic, no atomics. Rows, columns and pivots beyond L
+//   are skipped or selected 0, never exponentiated (7.1). The twin differs by fp32 reassociation.
+//   Shared memory (cp.async): q, k 16-bit 64 x K; gcum fp32 64 x K; dAqk, dAkk fp32 64 x 64; beta;
+//   dbeta partials (K = 128: 99,584 bytes, two blocks per SM).
 #pragma once
 
 #include "kernels/cuda/gdn_chunk_bwd_kernel.cuh"  // GradParams
@@ -140,6 +150,8 @@ template <class DT, int K, int V>
 __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   using Sm = KdaWyBwdSmem<K, V>;
   using TA = Tiling<kC, kC>;
+  using TX = Tiling<kC, K>;
+  using TY = Tiling<kC, V>;
   constexpr int kld = Sm::kKld, vld = Sm::kVld, cld = Sm::kCld;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* sdW = reinterpret_cast<uint16_t*>(smem_raw);
@@ -149,12 +161,13 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   uint16_t* sPhi = sYb + kC * vld;
   uint16_t* sdPhi = sPhi + kC * cld;
   uint16_t* sT1 = sdPhi + kC * cld;
+  float* sdX = reinterpret_cast<float*>(sdW);  // dX (fp32, ld kld) over dW, Xb once they are read
+  float* sdY = reinterpret_cast<float*>(sdv);  // dY (fp32, ld vld) over dv2, Yb
 
   const KdaIx ix = kda_ix(p.sh);
   const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
   const int L = w.L, j = w.j, i = w.i;
   const int64_t t0 = w.t0;
-  auto f = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
   auto beta = [&](int r) { return p.beta[ix.th(t0 + r, j)]; };
 
   stage_tile16<DT>(sdW, kld, kC, K, L, [&](int r, int x) { return DT::from_raw(p.dW16[ix.hk(t0 + r, j) + x]); });
@@ -168,32 +181,6 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   stage_rows16<DT, kC, kC>(sPhi, cld, p.Phi + ix.cc(t0, j), int64_t(p.sh.HV) * kC, L);
   __syncthreads();
 
-  // dX, dY per row: a warp per row, lanes over channels; dbeta by a fixed-order warp sum.
-  for (int r = warp_id(); r < L; r += kWarps) {
-    const float br = beta(r);
-    float db = 0.0f;
-    for (int x = lane_id(); x < K; x += 32) {
-      float dX = 0.0f;
-      for (int m = r; m < L; ++m) dX += f(sPhi, m * cld + r) * f(sdW, m * kld + x);
-      const int64_t at = ix.hk(t0 + r, j) + x;
-      const float kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
-      const float eg = exp2f(p.gcum[at]);
-      const float X = (kx * br) * eg;
-      p.dk_hv[at] += dX * (br * eg);
-      db += dX * (kx * eg);
-      p.dlam[at] += dX * X;
-    }
-    for (int e = lane_id(); e < V; e += 32) {
-      float dY = 0.0f;
-      for (int m = r; m < L; ++m) dY += f(sPhi, m * cld + r) * f(sdv, m * vld + e);
-      const int64_t at = ix.vv(t0 + r, j) + e;
-      store_caller<DT>(p.dv, at, br * dY);  // [E5]
-      db += dY * load_caller<DT>(p.v, at);
-    }
-    db = warp_sum(db);
-    if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] = db;
-  }
-
   // dPhi (strictly lower), rounded: the operand of phi_backward; sums over K, then V.
   {
     float acc[TA::MT][TA::NT][4];
@@ -206,7 +193,30 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
           DT::pack(in && s < r ? v0 : 0.0f, in && s + 1 < r ? v1 : 0.0f);
     });
   }
-  __syncthreads();
+  // dX = Phi^T dW (64 x K), then dY = Phi^T dv2 (64 x V), kept fp32: A(m = r, k = m) = Phi[m][r],
+  // zero for m < r (Phi's zeros above the diagonal), so a warp starts at its first row block;
+  // rows m >= L are zeros. Each goes to an fp32 tile (ld in floats as the 16-bit one) over the two
+  // 16-bit tiles every warp has finished reading at the barrier before (dX over dW, Xb; dY over
+  // dv2, Yb), one accumulator at a time (two would cost a block per SM).
+  const int ke = (L + 15) & ~15;
+  {
+    float ax[TX::MT][TX::NT][4];
+    TX::zero(ax);
+    TX::template mma<DT>(ax, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sdW, kld}, TX::m0(), ke);
+    __syncthreads();
+    TX::pairs(ax, [&](int r, int x, float& v0, float& v1) {
+      *reinterpret_cast<float2*>(sdX + r * kld + x) = make_float2(v0, v1);
+    });
+  }
+  {
+    float ay[TY::MT][TY::NT][4];
+    TY::zero(ay);
+    TY::template mma<DT>(ay, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sdv, vld}, TY::m0(), ke);
+    __syncthreads();
+    TY::pairs(ay, [&](int r, int e, float& v0, float& v1) {
+      *reinterpret_cast<float2*>(sdY + r * vld + e) = make_float2(v0, v1);
+    });
+  }
   // T1 = dtype(dPhib Phi^T), strictly lower (the terms x > s are Phi's zeros above the diagonal).
   {
     float acc[TA::MT][TA::NT][4];
@@ -218,6 +228,29 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
     });
   }
   __syncthreads();
+  // Per row: a warp per row, lanes over channels; dbeta by a fixed-order warp sum.
+  for (int r = warp_id(); r < L; r += kWarps) {
+    const float br = beta(r);
+    float db = 0.0f;
+    for (int x = lane_id(); x < K; x += 32) {
+      const float dX = sdX[r * kld + x];
+      const int64_t at = ix.hk(t0 + r, j) + x;
+      const float kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
+      const float eg = exp2f(p.gcum[at]);
+      const float X = (kx * br) * eg;
+      p.dk_hv[at] += dX * (br * eg);
+      db += dX * (kx * eg);
+      p.dlam[at] += dX * X;
+    }
+    for (int e = lane_id(); e < V; e += 32) {
+      const float dY = sdY[r * vld + e];
+      const int64_t at = ix.vv(t0 + r, j) + e;
+      store_caller<DT>(p.dv, at, br * dY);  // [E5]
+      db += dY * load_caller<DT>(p.v, at);
+    }
+    db = warp_sum(db);
+    if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] = db;
+  }
   // dAkk = -stril(Phi^T T1) (the terms m < r are Phi's zeros, m >= L T1's zero rows).
   {
     float acc[TA::MT][TA::NT][4];
@@ -231,62 +264,260 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   }
 }
 
+// ---- kda_bwd_intra_kernel: step 5 [E4] with F5 sub-chunk pivots (docs/algorithm.md 7.5) ----
+
+// Shared memory: q, k 16-bit 64 x K; gcum fp32 64 x K; dAqk, dAkk fp32 64 x 64; beta 64; the
+// dbeta warp partials (K / 32) x 64. A warp reads one row of q, k, g (its 32 consecutive
+// channels: conflict-free) or one dA address (broadcast) at a time, so rows are unpadded.
 template <int K>
 struct KdaIntraBwdSmem {
-  static constexpr size_t bytes = (3 * size_t(kC) * K + 2 * size_t(kC) * kC + kC) * 4;
+  static constexpr size_t q16 = 0, k16 = q16 + size_t(kC) * K * 2, g = k16 + size_t(kC) * K * 2;
+  static constexpr size_t aq = g + size_t(kC) * K * 4, ak = aq + size_t(kC) * kC * 4;
+  static constexpr size_t beta = ak + size_t(kC) * kC * 4, red = beta + kC * 4;
+  static constexpr size_t bytes = red + size_t(K / 32) * kC * 4;
+  static_assert(2 * bytes + 2048 <= 228 * 1024, "two blocks per SM");
 };
 
+// The staged chunk as the thread sees it: values of its channel c, dA rows, beta.
 template <class DT, int K>
-__global__ void __launch_bounds__(kThreads) kda_bwd_intra_kernel(KdaGradParams p) {
+struct BwdIntraView {
+  const uint16_t *sq, *sk;
+  const float *sg, *aq, *ak, *beta;
+  int c, L;
+  __device__ __forceinline__ float q(int r) const { return DT::from_raw(sq[r * K + c]); }
+  __device__ __forceinline__ float k(int r) const { return DT::from_raw(sk[r * K + c]); }
+  __device__ __forceinline__ float g(int r) const { return sg[r * K + c]; }
+};
+
+__device__ __forceinline__ void ld4f(const float* src, float (&x)[4]) {
+  const float4 v = *reinterpret_cast<const float4*>(src);
+  x[0] = v.x;
+  x[1] = v.y;
+  x[2] = v.z;
+  x[3] = v.w;
+}
+
+// [E4] row side off the diagonal (F5): rows r = b + i < L of the unit's sub-chunk against the
+// columns s < b, pivot p = b (the sub-chunk's first row, p < L): dq2_r = exp2(g_r - g_p)
+// sum_s dAqk[r][s] (k_s exp2(g_p - g_s)), dk2n_r the same with dAkk. Column sub-chunks ascending,
+// their 16 gated k_s formed once (registers); rows beyond L stay 0, never exponentiated (7.1).
+template <class DT, int K>
+__device__ __forceinline__ void bwd_rows_off(const BwdIntraView<DT, K>& v, int b, float (&dq)[16], float (&dk)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) dq[i] = dk[i] = 0.0f;
+  const float gp = v.g(b);
+#pragma unroll 1
+  for (int s0 = 0; s0 < b; s0 += 16) {
+    float kg[16];
+#pragma unroll
+    for (int u = 0; u < 16; ++u) kg[u] = v.k(s0 + u) * exp2f(gp - v.g(s0 + u));
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      if (b + i >= v.L) break;
+#pragma unroll
+      for (int u = 0; u < 16; u += 4) {
+        float x[4], y[4];
+        ld4f(v.aq + (b + i) * kC + s0 + u, x);
+        ld4f(v.ak + (b + i) * kC + s0 + u, y);
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          dq[i] += x[t] * kg[u + t];
+          dk[i] += y[t] * kg[u + t];
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float a = b + i < v.L ? exp2f(v.g(b + i) - gp) : 0.0f;
+    dq[i] *= a;
+    dk[i] *= a;
+  }
+}
+
+// [E4] the unit's diagonal 16 x 16 block per pair (r, s), s <= r < L, both sides (no pivot on
+// the diagonal, as the twin): e = exp2(g_r - g_s); dq2_r += dAqk[r][s] k_s e,
+// dk2n_r += dAkk[r][s] k_s e (s < r), dkt_s += (dAqk[r][s] q_r + dAkk[r][s] beta_r k_r) e. Rows
+// ascending, columns ascending; e = 1 on the diagonal (exp2(0), not evaluated). dkt starts here.
+template <class DT, int K>
+__device__ __forceinline__ void bwd_diag(const BwdIntraView<DT, K>& v, int b, float (&dq)[16], float (&dk)[16],
+                                         float (&dkt)[16]) {
+  float gs[16], ks[16];
+#pragma unroll
+  for (int u = 0; u < 16; ++u) {
+    gs[u] = v.g(b + u);
+    ks[u] = v.k(b + u);
+    dkt[u] = 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int r = b + i;
+    if (r >= v.L) break;
+    const float qr = v.q(r), kb = v.beta[r] * ks[i];
+#pragma unroll
+    for (int u0 = 0; u0 <= i; u0 += 4) {
+      float x[4], y[4];
+      ld4f(v.aq + r * kC + b + u0, x);
+      ld4f(v.ak + r * kC + b + u0, y);
+#pragma unroll
+      for (int t = 0; t < 4 && u0 + t < i; ++t) {
+        const int u = u0 + t;
+        const float e = exp2f(gs[i] - gs[u]), kse = ks[u] * e;
+        dq[i] += x[t] * kse;
+        dk[i] += y[t] * kse;
+        dkt[u] += (x[t] * qr + y[t] * kb) * e;
+      }
+      if (i - u0 < 4) {  // the pair (r, r)
+        dq[i] += x[i - u0] * ks[i];
+        dkt[i] += x[i - u0] * qr;
+      }
+    }
+  }
+}
+
+// [E4] column side off the diagonal (F5): columns s = b + u of the unit against the rows r < L of
+// each later sub-chunk R, with R's pivot p = 16 R (its first row, p < L), as the row side:
+// dkt_s += exp2(g_p - g_s) sum_{r in R} (dAqk[r][s] q_r + dAkk[r][s] beta_r k_r) exp2(g_r - g_p).
+// R ascending, rows ascending; sub-chunks and rows beyond L are skipped, never exponentiated.
+template <class DT, int K>
+__device__ __forceinline__ void bwd_cols_off(const BwdIntraView<DT, K>& v, int b, float (&dkt)[16]) {
+#pragma unroll 1
+  for (int p = b + 16; p < v.L; p += 16) {
+    const float gp = v.g(p);
+    float t[16];
+#pragma unroll
+    for (int u = 0; u < 16; ++u) t[u] = 0.0f;
+    const int end = min(p + 16, v.L);
+#pragma unroll 2
+    for (int r = p; r < end; ++r) {
+      const float a = exp2f(v.g(r) - gp), qa = v.q(r) * a, ka = (v.beta[r] * v.k(r)) * a;
+#pragma unroll
+      for (int u = 0; u < 16; u += 4) {
+        float x[4], y[4];
+        ld4f(v.aq + r * kC + b + u, x);
+        ld4f(v.ak + r * kC + b + u, y);
+#pragma unroll
+        for (int z = 0; z < 4; ++z) t[u + z] += x[z] * qa + y[z] * ka;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 16; ++u) dkt[u] += exp2f(gp - v.g(b + u)) * t[u];
+  }
+}
+
+// One butterfly step of row_sums16: lanes with lane bit 2 H keep the upper H of their first
+// 2 H values, the others the lower H, each adding the partner's (lane ^ 2 H) copy.
+template <int H>
+__device__ __forceinline__ void row_sums_step(float (&v)[16]) {
+  const bool up = lane_id() & (2 * H);
+#pragma unroll
+  for (int x = 0; x < H; ++x) {
+    const float keep = up ? v[x + H] : v[x], send = up ? v[x] : v[x + H];
+    v[x] = keep + __shfl_xor_sync(0xffffffffu, send, 2 * H);
+  }
+}
+// Sums of 16 per-lane values over the warp's 32 lanes by a fixed butterfly (16 shuffles, not
+// 16 x 5): lane l returns the sum of value (l >> 1) & 15; lanes l and l ^ 1 get the same bits.
+__device__ __forceinline__ float row_sums16(float (&v)[16]) {
+  row_sums_step<8>(v);
+  row_sums_step<4>(v);
+  row_sums_step<2>(v);
+  row_sums_step<1>(v);
+  return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
+}
+
+// The unit's rows r = b + i < L (the old values of 8 rows loaded at once): dq_hv += dq2,
+// dk_hv += beta_r dk2n + dkt, dlam += q_r dq2 + k_r (beta_r dk2n - dkt) (the twin's expressions);
+// the dbeta terms k_r dk2n summed over the warp's channels to red[warp of the part][r].
+template <class DT, int K>
+__device__ __forceinline__ void bwd_unit_store(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w,
+                                               const BwdIntraView<DT, K>& v, int b, const float (&dq)[16],
+                                               const float (&dk)[16], const float (&dkt)[16], float* red) {
+  const int ld = int(ix.HV) * K;  // row stride of [T, HV, K]
+  const int64_t base = ix.hk(w.t0 + b, w.j) + v.c;
+  float *pq = p.dq_hv + base, *pk = p.dk_hv + base, *pl = p.dlam + base;
+  float db[16];
+#pragma unroll
+  for (int h = 0; h < 16; h += 8) {  // 8 rows at a time: 24 loads in flight
+    float oq[8], ok[8], ol[8];
+#pragma unroll
+    for (int x = 0; x < 8; ++x) {
+      const bool in = b + h + x < w.L;
+      oq[x] = in ? pq[(h + x) * ld] : 0.0f;
+      ok[x] = in ? pk[(h + x) * ld] : 0.0f;
+      ol[x] = in ? pl[(h + x) * ld] : 0.0f;
+    }
+#pragma unroll
+    for (int x = 0; x < 8; ++x) {
+      const int i = h + x, r = b + i;
+      db[i] = 0.0f;
+      if (r >= w.L) continue;
+      const float qr = v.q(r), kr = v.k(r), dk2 = v.beta[r] * dk[i];
+      db[i] = kr * dk[i];
+      pl[i * ld] = ol[x] + (qr * dq[i] + kr * (dk2 - dkt[i]));
+      pk[i * ld] = ok[x] + (dk2 + dkt[i]);
+      pq[i * ld] = oq[x] + dq[i];
+    }
+  }
+  const float s = row_sums16(db);
+  if ((lane_id() & 1) == 0) red[(warp_id() % (K / 32)) * kC + b + (lane_id() >> 1)] = s;
+}
+
+// One unit: sub-chunk b / 16 of the chunk for the thread's channel: its rows' dq2, dk2n (row
+// side) and its columns' dkt (column side), then the stores. Nothing for b >= L.
+template <class DT, int K>
+__device__ __forceinline__ void bwd_unit(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w,
+                                         const BwdIntraView<DT, K>& v, int b, float* red) {
+  if (b >= w.L) return;
+  float dq[16], dk[16], dkt[16];
+  bwd_rows_off<DT, K>(v, b, dq, dk);
+  bwd_diag<DT, K>(v, b, dq, dk, dkt);
+  bwd_cols_off<DT, K>(v, b, dkt);
+  bwd_unit_store<DT, K>(p, ix, w, v, b, dq, dk, dkt, red);
+}
+
+// Step 5 [E4]. Thread (part = tid / K, channel c = tid % K) computes every output of its channel
+// for the sub-chunks of its part: K = 128 (two parts): {0, 3} and {1, 2}, K = 64: {part}. Each
+// sub-chunk owns its rows and columns, so each output is one thread's sum (no reduction but
+// dbeta's fixed-order row sums) and the parts' work is about equal (diagonal block + 3 x 16 x 16
+// off-diagonal pairs per sub-chunk and side).
+template <class DT, int K>
+__global__ void __launch_bounds__(kThreads, 2) kda_bwd_intra_kernel(KdaGradParams p) {
+  using Sm = KdaIntraBwdSmem<K>;
+  constexpr int kUnits = 4 * K / kThreads;  // sub-chunks per thread
+  static_assert(kUnits == 1 || kUnits == 2, "K = 64 or 128");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* sq = reinterpret_cast<float*>(smem_raw);
-  float* sk = sq + kC * K;
-  float* sg = sk + kC * K;
-  float* sAq = sg + kC * K;
-  float* sAk = sAq + kC * kC;
-  float* sB = sAk + kC * kC;
+  uint16_t* sq = reinterpret_cast<uint16_t*>(smem_raw + Sm::q16);
+  uint16_t* sk = reinterpret_cast<uint16_t*>(smem_raw + Sm::k16);
+  float* sg = reinterpret_cast<float*>(smem_raw + Sm::g);
+  float* sAq = reinterpret_cast<float*>(smem_raw + Sm::aq);
+  float* sAk = reinterpret_cast<float*>(smem_raw + Sm::ak);
+  float* sB = reinterpret_cast<float*>(smem_raw + Sm::beta);
+  float* red = reinterpret_cast<float*>(smem_raw + Sm::red);
 
   const KdaIx ix = kda_ix(p.sh);
   const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
-  const int L = w.L, j = w.j, i = w.i;
-  const int64_t t0 = w.t0;
-
-  stage_tile(sq, K, kC, K, L, [&](int r, int x) { return DT::from_raw(p.q[ix.qk(t0 + r, i) + x]); });
-  stage_tile(sk, K, kC, K, L, [&](int r, int x) { return DT::from_raw(p.k[ix.qk(t0 + r, i) + x]); });
-  stage_tile(sg, K, kC, K, L, [&](int r, int x) { return p.gcum[ix.hk(t0 + r, j) + x]; });
-  stage_tile(sAq, kC, kC, kC, L, [&](int r, int s) { return p.dAqk[ix.cc(t0 + r, j) + s]; });
-  stage_tile(sAk, kC, kC, kC, L, [&](int r, int s) { return p.dAkk[ix.cc(t0 + r, j) + s]; });
-  if (threadIdx.x < kC) sB[threadIdx.x] = int(threadIdx.x) < L ? p.beta[ix.th(t0 + threadIdx.x, j)] : 0.0f;
+  // Every input of the chunk at once (rows beyond L zero-filled, never read).
+  cp_async_rows<uint16_t, kC, K>(sq, K, p.q + ix.qk(w.t0, w.i), ix.H * K, w.L);
+  cp_async_rows<uint16_t, kC, K>(sk, K, p.k + ix.qk(w.t0, w.i), ix.H * K, w.L);
+  cp_async_rows<float, kC, K>(sg, K, p.gcum + ix.hk(w.t0, w.j), ix.HV * K, w.L);
+  cp_async_rows<float, kC, kC>(sAq, kC, p.dAqk + ix.cc(w.t0, w.j), ix.HV * kC, w.L);
+  cp_async_rows<float, kC, kC>(sAk, kC, p.dAkk + ix.cc(w.t0, w.j), ix.HV * kC, w.L);
+  cp_async_commit();
+  if (threadIdx.x < kC) sB[threadIdx.x] = int(threadIdx.x) < w.L ? p.beta[ix.th(w.t0 + threadIdx.x, w.j)] : 0.0f;
+  cp_async_wait_all();
   __syncthreads();
 
-  for (int r = warp_id(); r < L; r += kWarps) {
-    const float br = sB[r];
-    float db = 0.0f;
-    for (int x = lane_id(); x < K; x += 32) {
-      const float gr = sg[r * K + x], qr = sq[r * K + x], kr = sk[r * K + x];
-      // Row side: pairs (r, s), s <= r.
-      float dq2 = 0.0f, dk2n = 0.0f;
-      for (int s = 0; s <= r; ++s) {
-        const float kse = sk[s * K + x] * exp2f(gr - sg[s * K + x]);
-        dq2 += sAq[r * kC + s] * kse;
-        dk2n += (s < r ? sAk[r * kC + s] : 0.0f) * kse;
-      }
-      // Column side: pairs (r2, r), r2 >= r, r2 ascending.
-      float dkt = 0.0f;
-      for (int r2 = r; r2 < L; ++r2) {
-        const float e2 = exp2f(sg[r2 * K + x] - gr);
-        const float akb = (r2 > r ? sAk[r2 * kC + r] : 0.0f) * sB[r2];
-        dkt += (sAq[r2 * kC + r] * sq[r2 * K + x] + akb * sk[r2 * K + x]) * e2;
-      }
-      const int64_t at = ix.hk(t0 + r, j) + x;
-      const float dk2 = br * dk2n;
-      db += kr * dk2n;
-      p.dlam[at] += qr * dq2 + kr * (dk2 - dkt);
-      p.dk_hv[at] += dk2 + dkt;
-      p.dq_hv[at] += dq2;
-    }
-    db = warp_sum(db);
-    if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] += db;
+  const int part = threadIdx.x / K;
+  const BwdIntraView<DT, K> v{sq, sk, sg, sAq, sAk, sB, int(threadIdx.x % K), w.L};
+#pragma unroll 1
+  for (int n = 0; n < kUnits; ++n) bwd_unit<DT, K>(p, ix, w, v, 16 * (n == 0 ? part : 3 - part), red);
+  __syncthreads();
+  if (int(threadIdx.x) < w.L) {  // dbeta += the row sums over the channels, warps in order
+    float s = 0.0f;
+#pragma unroll
+    for (int x = 0; x < K / 32; ++x) s += red[x * kC + threadIdx.x];
+    p.dbeta[ix.th(w.t0 + threadIdx.x, w.j)] += s;
   }
 }
 

@@ -7,13 +7,13 @@ namespace {
 template <class DT, int K, int V, bool OUTPUT>
 void run_kda_chunk(const KdaChunkParams& p, cudaStream_t st) {
   if (p.sh.NT == 0) return;
-  const unsigned grid = unsigned(p.sh.NT * p.sh.HV * (V / kKdaOutBV));
+  const unsigned grid = unsigned(p.sh.NT * p.sh.HV);
   if constexpr (OUTPUT) {
-    const size_t smem = KdaOutputSmem<K>::bytes;
+    const size_t smem = KdaOutputSmem<K, V>::bytes;
     allow_smem(kda_output_kernel<DT, K, V>, smem);
     kda_output_kernel<DT, K, V><<<grid, kThreads, smem, st>>>(p);
   } else {
-    const size_t smem = KdaLocalDvSmem<K>::bytes;
+    const size_t smem = KdaLocalDvSmem<V>::bytes;
     allow_smem(kda_local_dv_kernel<DT, K, V>, smem);
     kda_local_dv_kernel<DT, K, V><<<grid, kThreads, smem, st>>>(p);
   }

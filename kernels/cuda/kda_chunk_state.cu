@@ -1,5 +1,6 @@
 // Launchers of the KDA state walks: forward summaries / states, backward summaries / states. The
-// kernels are the GDN walks with per-channel gates (gdn_chunk_state_kernel.cuh, KDA = true).
+// kernels are the GDN walks with per-channel gates (gdn_chunk_state_kernel.cuh, KDA = true; on
+// the wgmma walk where it applies, gdn_walk_wgmma.cuh).
 #include "kernels/cuda/gdn_chunk_state_kernel.cuh"
 
 namespace kcp::kernels::cuda {

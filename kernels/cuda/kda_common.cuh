@@ -2,15 +2,21 @@
 // of a block's (chunk, value head) work item, and staging of rows into fp32 shared-memory tiles.
 // Included only by kernels/cuda/kda_*.cu (through the *_kernel.cuh files).
 //
-// First version, correct first (issue 16 item 1): every KDA kernel but the state walks is a plain
-// fp32 port of the CPU twin (kernels/cpu/kda_chunk_fwd.cpp, wy.cpp, kda_chunk_bwd.cpp,
-// finalize.cpp) with the twin's rounding points ([K1]-[K3], [W1]-[W3], [S1]-[S5], [B1]-[B4],
-// [E1]-[E5], [F1]-[F3]): dtype values are rounded where the twin rounds, everything else is fp32
-// on CUDA cores, no tensor cores and no atomics. Each output element is one thread's sequential
-// sum, mostly in the twin's order; row sums over K (dbeta, dA_log) are fixed-order warp or block
-// reductions. So det and nondet run the same kernels and every result is bitwise reproducible.
+// First version, correct first (issue 16 item 1): every KDA kernel but the tensor-core ones named
+// below is a plain fp32 port of the CPU twin (kernels/cpu/kda_chunk_fwd.cpp, wy.cpp,
+// kda_chunk_bwd.cpp, finalize.cpp) with the twin's rounding points ([K1]-[K3], [W1]-[W3],
+// [S1]-[S5], [B1]-[B4], [E1]-[E5], [F1]-[F3]): dtype values are rounded where the twin rounds,
+// everything else is fp32 on CUDA cores, no tensor cores and no atomics. Each output element is
+// one thread's sequential sum, mostly in the twin's order; row sums over K (dbeta, dA_log) are
+// fixed-order warp or block reductions. So det and nondet run the same kernels and every result
+// is bitwise reproducible.
 // The state walks (chunk_state.cpp's twin) are the GDN tensor-core walks with per-channel gates
-// (gdn_chunk_state_kernel.cuh, KDA = true; issue 16 item 5), equally deterministic.
+// (gdn_chunk_state_kernel.cuh, KDA = true; issue 16 item 5), equally deterministic; so are the
+// tensor-core products (dtype operands, fp32 accumulation, fixed fragment order) of the WY
+// factors (kda_wy_kernel.cuh: the GDN WY kernel's wy_products), kda_bwd_inter_kernel,
+// kda_bwd_wy_kernel (dX, dY, dPhi, dAkk), and the output and local dv (kda_chunk_fwd_kernel.cuh),
+// which differ from the twin by the order of fp32 sums only. The forward walks run the wgmma walk
+// where it applies (gdn_walk_wgmma.cuh, K = V).
 //
 // Per-channel gates and the sign of the exponents (docs/algorithm.md 7.1, 7.5). gcum holds the
 // chunk-local inclusive cumsum lambda of the natural-log decay a <= 0 per channel, in log2 units,
@@ -18,12 +24,13 @@
 // exponential is exp2 of such a difference, evaluated elementwise per pair and channel:
 //   Pi / Aqk and the intra backward: exp2(g_r[d] - g_s[d]) for the pair (r, s) with r >= s only;
 //   kg, the inter-chunk dK: exp2(g_last[d] - g_r[d]); qg, Gam: exp2(g_r[d]), exp2(g_last[d]).
-// All exponents are <= 0, so no factor exceeds 1 and nothing overflows. The one exception to the
-// per-pair form is the prep's Pi / Aqk (kda_prep_kernel.cuh): its off-diagonal 16 x 16 blocks use
-// the F5 pivot at the row sub-block's first row p, exp2(g_r - g_p) exp2(g_p - g_s), both exponents
-// <= 0 (docs/algorithm.md 7.5). Masked pairs (s > r, or a row, column or pivot beyond the chunk's
-// L rows) are never evaluated: the loops skip them or select 0, and rows beyond the chunk are
-// staged as zeros, never read from memory.
+// All exponents are <= 0, so no factor exceeds 1 and nothing overflows. The exceptions to the
+// per-pair form are the prep's Pi / Aqk (kda_prep_kernel.cuh) and the intra backward
+// (kda_bwd_intra_kernel, kda_chunk_bwd_kernel.cuh): their off-diagonal 16 x 16 blocks use the F5
+// pivot at the row sub-block's first row p, exp2(g_r - g_p) exp2(g_p - g_s), both exponents <= 0
+// (docs/algorithm.md 7.5); their diagonal blocks stay per pair. Masked pairs (s > r, or a row,
+// column or pivot beyond the chunk's L rows) are never evaluated: the loops skip them or select 0,
+// and rows beyond the chunk are staged as zeros, never read from memory.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"

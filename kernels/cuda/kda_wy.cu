@@ -10,7 +10,7 @@ void run_kda_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st) {
   if (sh.NT == 0) return;
   KdaWyParams p{};
   static_cast<WyParams&>(p) = wy_params(a, L);
-  p.kg = a.kg;
+  p.kg = a.kg.packed16();
   const size_t smem = KdaWySmem<K, V>::bytes;
   allow_smem(kda_wy_kernel<DT, K, V>, smem);
   kda_wy_kernel<DT, K, V><<<unsigned(sh.NT * sh.HV), kThreads, smem, st>>>(p);

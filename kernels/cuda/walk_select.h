@@ -1,26 +1,37 @@
-// Which kernel runs the GDN forward walks (fwd_summaries, fwd_states) of the CUDA backend: the
-// wgmma + TMA walk (gdn_walk_wgmma.cuh) where it supports the problem on the current device, else
-// the mma.sync walk (gdn_chunk_state_kernel.cuh). Host-only, no CUDA types: the GPU tests include
-// it to run the two walks side by side. Not a user setting: the product always runs Auto.
+// Which kernel runs the state walks (forward: fwd_summaries, fwd_states; backward: bwd_summaries,
+// bwd_states; GDN and KDA) of the CUDA backend: the wgmma + TMA walk (gdn_walk_wgmma.cuh)
+// where it supports the problem on the current device and is the faster one, else the mma.sync
+// walk (gdn_chunk_state_kernel.cuh). Host-only, no CUDA types: the GPU tests include it to run the two
+// walks side by side. Not a user setting: the product always runs Auto.
 #pragma once
 
 #include "kernels/api/problem.h"
 
 namespace kcp::kernels::cuda {
 
-enum class FwdWalkChoice {
-  Auto,  // the wgmma walk where supported (GDN, K = V in {64, 128}, sm_90 device, sm_90a build)
-  Mma,   // always the mma.sync walk
+enum class WalkChoice {
+  Auto,   // the wgmma walk where supported (K = V in {64, 128}, sm_90 device, sm_90a build) and
+          // faster: every forward walk, GDN's backward walks. KDA's backward walks run mma.sync:
+          // measured slower on wgmma (H100, T = 32768, docs/perf-notes.md session 17: bwd_states
+          // 2.12 vs 1.65 ms, bwd_summaries 1.65 vs 1.30 ms)
+  Mma,    // always the mma.sync walk
+  Wgmma,  // the wgmma walk wherever supported (tests: both kernels judged, also where Auto
+          // runs mma.sync)
 };
+using FwdWalkChoice = WalkChoice;  // the forward walks' name of it
 
-// Test hook: the choice for every later forward walk of this process (default Auto). Not
-// synchronised with launches in flight on other threads; set it before a run.
-void set_fwd_walk_choice(FwdWalkChoice c);
-FwdWalkChoice fwd_walk_choice();
+// Test hooks: the choice for every later forward / backward walk of this process (default
+// Auto). Not synchronised with launches in flight on other threads; set it before a run.
+void set_fwd_walk_choice(WalkChoice c);
+WalkChoice fwd_walk_choice();
+void set_bwd_walk_choice(WalkChoice c);
+WalkChoice bwd_walk_choice();
 
-// Whether the forward walks of `p` run the wgmma walk on the current device under the current
-// choice (the tensors' alignment aside: a 16-bit tensor whose address is not 16-byte aligned falls
-// back to the mma.sync walk; the backend's bound tensors always are).
+// Whether the forward (backward) walks of `p` run the wgmma walk on the current device under the
+// current choice (the tensors' alignment aside: a 16-bit tensor whose address is not 16-byte
+// aligned falls back to the mma.sync walk; the backend's bound tensors always are, the caller's
+// dO of the backward walks where the caller's allocation is).
 bool fwd_walk_uses_wgmma(const Problem& p);
+bool bwd_walk_uses_wgmma(const Problem& p);
 
 }  // namespace kcp::kernels::cuda

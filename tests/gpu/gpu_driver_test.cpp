@@ -257,15 +257,16 @@ TEST(GpuDeterminism, KNeVDetRerunsAndFullLightAreBitwiseEqual) {
   check_determinism(*gpu, k);
 }
 
-// The same checks where the forward walks run the wgmma kernel (gdn_walk_wgmma.cuh) in fp16 with
-// a GVA group of 4 (bf16, G = 2 is the case above); skipped where that kernel does not run.
+// The same checks where the forward and backward walks run the wgmma kernels (gdn_walk_wgmma.cuh)
+// in fp16 with a GVA group of 4 (bf16, G = 2 is the case above); skipped where they do not run.
 TEST(GpuDeterminism, WgmmaForwardWalkFp16Gva4) {
   if (kk::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto gpu = kk::make_cuda_backend(0);
   Case c = raw_l2("det_wgmma_K128_fp16_G4", 128, kk::DType::FP16, 305);
   c.H = 1;
   c.lens = {100, 0, 37, 300};
-  if (!kk::cuda::fwd_walk_uses_wgmma(c.problem())) GTEST_SKIP() << "the wgmma forward walk does not run here";
+  if (!kk::cuda::fwd_walk_uses_wgmma(c.problem()) || !kk::cuda::bwd_walk_uses_wgmma(c.problem()))
+    GTEST_SKIP() << "the wgmma walks do not run here";
   check_determinism(*gpu, c);
 }
 

@@ -18,13 +18,15 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 std::vector<Region16> cuda_16bit_tensors(const kk::WorkspaceTensors& w, const kk::Problem& p, const kk::LayoutView& L) {
   const int64_t T = L.T, NT = L.n_chunks, HV = p.HV, K = p.K, V = p.V;
-  return {{"W", w.W, T * HV * K},
-          {"U", w.U, T * HV * V},
-          {"h", w.h, NT * HV * K * V},
-          {"v_new", w.v_new, T * HV * V},
-          {"dh", w.dh, NT * HV * K * V},
-          {"dv2", w.dv2, T * HV * V},
-          {"dv_local", w.dv_local, T * HV * V}};
+  std::vector<Region16> r = {{"W", w.W, T * HV * K},
+                             {"U", w.U, T * HV * V},
+                             {"h", w.h, NT * HV * K * V},
+                             {"v_new", w.v_new, T * HV * V},
+                             {"dh", w.dh, NT * HV * K * V},
+                             {"dv2", w.dv2, T * HV * V},
+                             {"dv_local", w.dv_local, T * HV * V}};
+  if (p.op == kk::Op::Kda) r.push_back({"kg", w.kg, T * HV * K});
+  return r;
 }
 std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Problem& p, const kk::LayoutView& L) {
   const int64_t T = L.T;

@@ -72,8 +72,9 @@ Case multiwave_case() {
 }
 
 // KDA (per-channel gates, kg, Aqk): GVA (H = 2, HV = 4), h0 and dht, a zero-length sequence in the
-// direct case; gate = the gate form (raw forms get dt_bias [HV, K]; softplus and, when a_log,
-// lower_bound get A_log); head dims K and V (V = K unless given).
+// direct case; gate = the gate form (raw forms get dt_bias [HV, K]; softplus always, and
+// lower_bound when a_log, get A_log: the API requires A_log with softplus); head dims K and V (V = K
+// unless given).
 Case kda_case(const std::string& name, int K, kk::DType dt, kk::GateForm gate, bool l2norm, bool a_log, uint64_t seed,
               int V = 0) {
   Case c;
@@ -91,7 +92,7 @@ Case kda_case(const std::string& name, int K, kk::DType dt, kk::GateForm gate, b
   c.l2norm = l2norm;
   if (gate != kk::GateForm::Direct) {
     c.dt_bias = true;
-    c.A_log = a_log;
+    c.A_log = a_log || gate == kk::GateForm::Softplus;
   }
   c.seed = seed;
   return c;
@@ -337,11 +338,65 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     gpu_->fwd_states(a);
   }
   void expect_fwd_states(const char* phase, const Buf& ht) {
+    expect_state_walk(phase, {"h", dw_.h}, {"v_new", dw_.v_new}, {"ht", ht}, h_ht_);
+  }
+  // What a states walk wrote: the 16-bit states of the chunks (h, dh), the 16-bit chunk outputs
+  // (v_new, dv2), and the fp32 final states of the non-empty pieces (ht, dh0; the twin's: twin).
+  void expect_state_walk(const char* phase, std::pair<const char*, kk::DtypeTensor> states,
+                         std::pair<const char*, kk::DtypeTensor> outs, std::pair<const char*, const Buf&> fin,
+                         const std::vector<float>& twin) {
     const int64_t S = state_floats();
-    expect_ws16(phase, "h", dw_.h, L_.n_chunks * S);
-    expect_ws16(phase, "v_new", dw_.v_new, c_.T() * c_.HV * c_.V);
+    expect_ws16(phase, states.first, states.second, L_.n_chunks * S);
+    expect_ws16(phase, outs.first, outs.second, c_.T() * c_.HV * c_.V);
     for (int32_t q = 0; q < L_.n_pieces; ++q)
-      if (L_.pieces[q].end > L_.pieces[q].begin) expect_close(phase, "ht", ht.get() + q * S, h_ht_.data() + q * S, S);
+      if (L_.pieces[q].end > L_.pieces[q].begin)
+        expect_close(phase, fin.first, fin.second.get() + q * S, twin.data() + q * S, S);
+  }
+
+  // The two backward walks (also run by GpuBwdWalk below), as the forward ones above; Args: the
+  // walk's args with the inputs both read.
+  template <class Args>
+  Args bwd_walk_args() const {
+    Args a;
+    a.ctx = ctx();
+    a.q = ds_.q;
+    a.k = ds_.k;
+    a.gcum = ds_.gcum;
+    a.W = dw_.W;
+    a.kg = dw_.kg;
+    a.dO = din_.dO;
+    a.dv_local = dw_.dv_local;
+    return a;
+  }
+  void run_bwd_summaries() {
+    refresh();
+    poison(dw_.seg_dh_ext, L_.n_segments * state_floats());
+    kk::BwdSummaryArgs a = bwd_walk_args<kk::BwdSummaryArgs>();
+    a.seg_dh_ext = dw_.seg_dh_ext;
+    gpu_->bwd_summaries(a);
+  }
+  void expect_bwd_summaries(const char* phase) {
+    expect_ws(phase, "seg_dh_ext", dw_.seg_dh_ext, L_.n_segments * state_floats());
+  }
+  void run_bwd_states(const Buf& dh0) {
+    refresh();
+    poison16(dw_.dh, L_.n_chunks * state_floats());
+    poison16(dw_.dv2, c_.T() * c_.HV * c_.V);
+    dh0.fill(kNaN);
+    kk::BwdStateArgs a = bwd_walk_args<kk::BwdStateArgs>();
+    a.seg_exit = dw_.seg_exit;
+    a.dh = dw_.dh;
+    a.dv2 = dw_.dv2;
+    a.dh0 = dh0.get();
+    gpu_->bwd_states(a);
+  }
+  void expect_bwd_states(const char* phase, const Buf& dh0) {
+    expect_state_walk(phase, {"dh", dw_.dh}, {"dv2", dw_.dv2}, {"dh0", dh0}, h_dh0_);
+  }
+  // The raw 16-bit patterns of a tensor in the CUDA backend's storage, as floats' bits (for
+  // first_bit_difference: two patterns a float).
+  std::vector<float> raw16(kk::DtypeTensor t, int64_t n) const {
+    return down(reinterpret_cast<const float*>(t.packed16()), (n + 1) / 2);
   }
 
   std::unique_ptr<kk::Backend> gpu_, cpu_;
@@ -360,7 +415,7 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
 };
 
 TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
-  const int64_t T = c_.T(), NT = L_.n_chunks, Sg = L_.n_segments, N = L_.n_pieces;
+  const int64_t T = c_.T(), N = L_.n_pieces;
   const int64_t HV = c_.HV, K = c_.K, V = c_.V, H = c_.H;
   const int64_t S = HV * K * V, SK = HV * K * K;
   const int64_t gw = p_.gate_width();     // 1 (GDN) or K (KDA)
@@ -408,7 +463,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   refresh();
   poison16(dw_.W, T * HV * K);
   poison16(dw_.U, T * HV * V);
-  if (kda) poison(dw_.kg, T * HV * K);
+  if (kda) poison16(dw_.kg, T * HV * K);
   {
     kk::WyArgs a;
     a.ctx = ctx();
@@ -424,7 +479,7 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   }
   expect_ws16("wy", "W", dw_.W, T * HV * K);
   expect_ws16("wy", "U", dw_.U, T * HV * V);
-  if (kda) expect_ws("wy", "kg", dw_.kg, T * HV * K);
+  if (kda) expect_ws16("wy", "kg", dw_.kg, T * HV * K);
 
   // fwd_summaries
   run_fwd_summaries();
@@ -518,49 +573,14 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
   expect_ws16("bwd_local_dv", "dv_local", dw_.dv_local, T * HV * V);
 
   // bwd_summaries
-  refresh();
-  poison(dw_.seg_dh_ext, Sg * S);
-  {
-    kk::BwdSummaryArgs a;
-    a.ctx = ctx();
-    a.q = ds_.q;
-    a.k = ds_.k;
-    a.gcum = ds_.gcum;
-    a.W = dw_.W;
-    a.kg = dw_.kg;
-    a.dO = din_.dO;
-    a.dv_local = dw_.dv_local;
-    a.seg_dh_ext = dw_.seg_dh_ext;
-    gpu_->bwd_summaries(a);
-  }
-  expect_ws("bwd_summaries", "seg_dh_ext", dw_.seg_dh_ext, Sg * S);
+  run_bwd_summaries();
+  expect_bwd_summaries("bwd_summaries");
 
   // bwd_states
-  refresh();
-  poison16(dw_.dh, NT * S);
-  poison16(dw_.dv2, T * HV * V);
   {
     const Buf dh0(*gpu_, N * S);
-    dh0.fill(kNaN);
-    kk::BwdStateArgs a;
-    a.ctx = ctx();
-    a.q = ds_.q;
-    a.k = ds_.k;
-    a.gcum = ds_.gcum;
-    a.W = dw_.W;
-    a.kg = dw_.kg;
-    a.dO = din_.dO;
-    a.dv_local = dw_.dv_local;
-    a.seg_exit = dw_.seg_exit;
-    a.dh = dw_.dh;
-    a.dv2 = dw_.dv2;
-    a.dh0 = dh0.get();
-    gpu_->bwd_states(a);
-    expect_ws16("bwd_states", "dh", dw_.dh, NT * S);
-    expect_ws16("bwd_states", "dv2", dw_.dv2, T * HV * V);
-    for (int32_t q = 0; q < N; ++q)
-      if (L_.pieces[q].end > L_.pieces[q].begin)
-        expect_close("bwd_states", "dh0", dh0.get() + q * S, h_dh0_.data() + q * S, S);
+    run_bwd_states(dh0);
+    expect_bwd_states("bwd_states", dh0);
   }
 
   // bwd_grads
@@ -658,12 +678,14 @@ INSTANTIATE_TEST_SUITE_P(
               3}),
     [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 
-// ---- the forward walks with each CUDA kernel (kernels/cuda/walk_select.h) ----
-// fwd_summaries and fwd_states with the mma.sync walk and with the wgmma + TMA walk
-// (gdn_walk_wgmma.cuh), each against the twin at the tolerances above; then the wgmma walk's
-// reruns bitwise. Cases: GVA (G = 2, or 4), varlen with partial last chunks, pieces of one chunk
-// and of one token, P > 1 segments (up to 8 chunks a segment, so the two-stage ring wraps), with
-// and without h0 (without: unread summaries are zero tiles), bf16 and fp16, K = 64 and 128.
+// ---- the state walks with each CUDA kernel (kernels/cuda/walk_select.h) ----
+// fwd_summaries and fwd_states (GpuFwdWalk), bwd_summaries and bwd_states (GpuBwdWalk) with the
+// mma.sync walk and with the wgmma + TMA walk (gdn_walk_wgmma.cuh), each against the twin at the
+// tolerances above; then the wgmma walk's reruns bitwise. Cases: GVA (G = 2, or 4), varlen with
+// partial last chunks, pieces of one chunk and of one token, P > 1 segments (up to 8 chunks a
+// segment, so the two-stage ring wraps), with and without h0 (without: unread summaries are zero
+// tiles), bf16 and fp16, K = 64 and 128, GDN and KDA (per-channel decay, the gated keys kg of wy;
+// backward: qs's per-element gates).
 // Skipped where the wgmma walk does not run (it needs an sm_90 device and an sm_90a build).
 Case walk_case(const std::string& name, int K, kk::DType dt, int H, bool h0, std::vector<int64_t> lens, uint64_t seed) {
   Case c = phase_case(name, K, dt, false);
@@ -674,70 +696,133 @@ Case walk_case(const std::string& name, int K, kk::DType dt, int H, bool h0, std
   return c;
 }
 
-class GpuFwdWalk : public GpuPhase {
+Case kda_walk_case(const std::string& name, int K, kk::DType dt, kk::GateForm gate, int H, bool h0,
+                   std::vector<int64_t> lens, uint64_t seed) {
+  Case c = kda_case(name, K, dt, gate, gate != kk::GateForm::Direct, gate == kk::GateForm::LowerBound, seed);
+  c.H = H;
+  c.h0 = h0;
+  c.lens = std::move(lens);
+  return c;
+}
+
+std::vector<Param> walk_params() {
+  return {
+      Param{walk_case("walk_K128_bf16_h0", 128, kk::DType::BF16, 2, true, {100, 0, 37, 1000}, 601), 3},
+      Param{walk_case("walk_K128_fp16_h0", 128, kk::DType::FP16, 2, true, {1000, 37, 100}, 602), 2},
+      Param{walk_case("walk_K128_bf16_noh0", 128, kk::DType::BF16, 2, false, {300, 64, 129, 1}, 603), 3},
+      Param{walk_case("walk_K128_fp16_G4", 128, kk::DType::FP16, 1, true, {513}, 604), 1},
+      Param{walk_case("walk_K64_bf16_h0", 64, kk::DType::BF16, 2, true, {100, 37, 300}, 605), 2},
+      Param{walk_case("walk_K64_fp16_noh0", 64, kk::DType::FP16, 2, false, {700, 1}, 606), 4},
+      Param{kda_walk_case("walk_kda_K128_bf16_h0", 128, kk::DType::BF16, kk::GateForm::Softplus, 2, true,
+                          {100, 37, 1000}, 611),
+            3},
+      Param{kda_walk_case("walk_kda_K128_fp16_G4", 128, kk::DType::FP16, kk::GateForm::LowerBound, 1, true, {513}, 612),
+            1},
+      Param{kda_walk_case("walk_kda_K64_bf16_noh0", 64, kk::DType::BF16, kk::GateForm::Direct, 2, false,
+                          {300, 0, 64, 129, 1}, 613),
+            3},
+      Param{kda_walk_case("walk_kda_K64_fp16_noh0", 64, kk::DType::FP16, kk::GateForm::Direct, 2, false, {700, 1}, 614),
+            4}};
+}
+
+// One direction's walks with either kernel: set / uses are the direction's hooks of
+// walk_select.h, run_all runs both walks of the direction and compares them with the twin
+// (phase names suffixed with the kernel), outputs lists what they wrote (16-bit tensors raw).
+class GpuWalk : public GpuPhase {
  protected:
+  using Outputs = std::vector<std::pair<std::string, std::vector<float>>>;
+  virtual void set_choice(kk::cuda::WalkChoice c) const = 0;
+  virtual bool uses_wgmma() const = 0;
+  virtual void run_all(bool compare, const std::string& kernel) = 0;
+  virtual Outputs outputs() const = 0;
   void SetUp() override {
     GpuPhase::SetUp();
     if (IsSkipped()) return;
-    if (!kk::cuda::fwd_walk_uses_wgmma(p_))
-      GTEST_SKIP() << "the wgmma forward walk does not run here (sm_90 device and sm_90a build)";
+    set_choice(kk::cuda::WalkChoice::Wgmma);  // also where Auto runs mma.sync (KDA backward)
+    if (!uses_wgmma()) GTEST_SKIP() << "the wgmma walk does not run here (sm_90 device and sm_90a build)";
   }
-  void TearDown() override { kk::cuda::set_fwd_walk_choice(kk::cuda::FwdWalkChoice::Auto); }
-  // The raw 16-bit patterns of a tensor in the CUDA backend's storage, as floats' bits (for
-  // first_bit_difference: two patterns a float).
-  std::vector<float> raw16(kk::DtypeTensor t, int64_t n) const {
-    return down(reinterpret_cast<const float*>(t.packed16()), (n + 1) / 2);
+  void TearDown() override { set_choice(kk::cuda::WalkChoice::Auto); }
+  void both_kernels_match_the_twin() {
+    for (const auto choice : {kk::cuda::WalkChoice::Mma, kk::cuda::WalkChoice::Wgmma}) {
+      set_choice(choice);
+      const bool wg = choice == kk::cuda::WalkChoice::Wgmma;
+      ASSERT_EQ(uses_wgmma(), wg);
+      run_all(true, wg ? " wgmma" : " mma");
+    }
   }
-  // What the walks wrote: seg_h_ext, seg_Mt, h and v_new (raw 16-bit), ht.
-  std::vector<std::pair<std::string, std::vector<float>>> outputs(const Buf& ht) const {
+  // The det package's walks must rerun to the same bits (no atomics, fixed order): the wgmma walk
+  // twice on the same inputs, every output compared bitwise.
+  void wgmma_reruns_are_bitwise_equal() {
+    run_all(false, "");
+    const Outputs first = outputs();
+    run_all(false, "");
+    const Outputs second = outputs();
+    for (size_t e = 0; e < first.size(); ++e) {
+      const int64_t at = first_bit_difference(first[e].second, second[e].second);
+      EXPECT_EQ(at, -1) << first[e].first << " differs first at element " << at;
+    }
+  }
+};
+
+class GpuFwdWalk : public GpuWalk {
+ protected:
+  void set_choice(kk::cuda::WalkChoice c) const override { kk::cuda::set_fwd_walk_choice(c); }
+  bool uses_wgmma() const override { return kk::cuda::fwd_walk_uses_wgmma(p_); }
+  void run_all(bool compare, const std::string& kernel) override {
+    run_fwd_summaries();
+    if (compare) expect_fwd_summaries(("fwd_summaries" + kernel).c_str());
+    run_fwd_states(ht_);
+    if (compare) expect_fwd_states(("fwd_states" + kernel).c_str(), ht_);
+  }
+  // seg_h_ext, seg_Mt, h and v_new (raw 16-bit), ht.
+  Outputs outputs() const override {
     const int64_t Sg = L_.n_segments;
     return {{"seg_h_ext", down(dw_.seg_h_ext, Sg * state_floats())},
             {"seg_Mt", down(ds_.seg_Mt, Sg * mt_floats())},
             {"h", raw16(dw_.h, L_.n_chunks * state_floats())},
             {"v_new", raw16(dw_.v_new, c_.T() * c_.HV * c_.V)},
-            {"ht", ht.host()}};
+            {"ht", ht_.host()}};
   }
+  void SetUp() override {
+    GpuWalk::SetUp();
+    if (!IsSkipped()) ht_ = Buf(*gpu_, L_.n_pieces * state_floats());
+  }
+  Buf ht_;
 };
 
-TEST_P(GpuFwdWalk, BothKernelsMatchTheTwin) {
-  const Buf ht(*gpu_, L_.n_pieces * state_floats());
-  for (const auto choice : {kk::cuda::FwdWalkChoice::Mma, kk::cuda::FwdWalkChoice::Auto}) {
-    kk::cuda::set_fwd_walk_choice(choice);
-    const bool wg = choice == kk::cuda::FwdWalkChoice::Auto;
-    ASSERT_EQ(kk::cuda::fwd_walk_uses_wgmma(p_), wg);
-    run_fwd_summaries();
-    expect_fwd_summaries(wg ? "fwd_summaries wgmma" : "fwd_summaries mma");
-    run_fwd_states(ht);
-    expect_fwd_states(wg ? "fwd_states wgmma" : "fwd_states mma", ht);
+class GpuBwdWalk : public GpuWalk {
+ protected:
+  void set_choice(kk::cuda::WalkChoice c) const override { kk::cuda::set_bwd_walk_choice(c); }
+  bool uses_wgmma() const override { return kk::cuda::bwd_walk_uses_wgmma(p_); }
+  void run_all(bool compare, const std::string& kernel) override {
+    run_bwd_summaries();
+    if (compare) expect_bwd_summaries(("bwd_summaries" + kernel).c_str());
+    run_bwd_states(dh0_);
+    if (compare) expect_bwd_states(("bwd_states" + kernel).c_str(), dh0_);
   }
-}
-
-// The det package's walks must rerun to the same bits (no atomics, fixed order): the wgmma walk
-// twice on the same inputs, every output compared bitwise.
-TEST_P(GpuFwdWalk, WgmmaRerunsAreBitwiseEqual) {
-  const Buf ht(*gpu_, L_.n_pieces * state_floats());
-  run_fwd_summaries();
-  run_fwd_states(ht);
-  const auto first = outputs(ht);
-  run_fwd_summaries();
-  run_fwd_states(ht);
-  const auto second = outputs(ht);
-  for (size_t e = 0; e < first.size(); ++e) {
-    const int64_t at = first_bit_difference(first[e].second, second[e].second);
-    EXPECT_EQ(at, -1) << first[e].first << " differs first at element " << at;
+  // seg_dh_ext, dh and dv2 (raw 16-bit), dh0.
+  Outputs outputs() const override {
+    return {{"seg_dh_ext", down(dw_.seg_dh_ext, L_.n_segments * state_floats())},
+            {"dh", raw16(dw_.dh, L_.n_chunks * state_floats())},
+            {"dv2", raw16(dw_.dv2, c_.T() * c_.HV * c_.V)},
+            {"dh0", dh0_.host()}};
   }
-}
+  void SetUp() override {
+    GpuWalk::SetUp();
+    if (!IsSkipped()) dh0_ = Buf(*gpu_, L_.n_pieces * state_floats());
+  }
+  Buf dh0_;
+};
 
-INSTANTIATE_TEST_SUITE_P(
-    Walks, GpuFwdWalk,
-    ::testing::Values(Param{walk_case("walk_K128_bf16_h0", 128, kk::DType::BF16, 2, true, {100, 0, 37, 1000}, 601), 3},
-                      Param{walk_case("walk_K128_fp16_h0", 128, kk::DType::FP16, 2, true, {1000, 37, 100}, 602), 2},
-                      Param{walk_case("walk_K128_bf16_noh0", 128, kk::DType::BF16, 2, false, {300, 64, 129, 1}, 603),
-                            3},
-                      Param{walk_case("walk_K128_fp16_G4", 128, kk::DType::FP16, 1, true, {513}, 604), 1},
-                      Param{walk_case("walk_K64_bf16_h0", 64, kk::DType::BF16, 2, true, {100, 37, 300}, 605), 2},
-                      Param{walk_case("walk_K64_fp16_noh0", 64, kk::DType::FP16, 2, false, {700, 1}, 606), 4}),
-    [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
+TEST_P(GpuFwdWalk, BothKernelsMatchTheTwin) { both_kernels_match_the_twin(); }
+TEST_P(GpuFwdWalk, WgmmaRerunsAreBitwiseEqual) { wgmma_reruns_are_bitwise_equal(); }
+TEST_P(GpuBwdWalk, BothKernelsMatchTheTwin) { both_kernels_match_the_twin(); }
+TEST_P(GpuBwdWalk, WgmmaRerunsAreBitwiseEqual) { wgmma_reruns_are_bitwise_equal(); }
+
+INSTANTIATE_TEST_SUITE_P(Walks, GpuFwdWalk, ::testing::ValuesIn(walk_params()),
+                         [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
+INSTANTIATE_TEST_SUITE_P(Walks, GpuBwdWalk, ::testing::ValuesIn(walk_params()),
+                         [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 
 TEST(GpuBackend, CanImplementAndArgChecks) {
   if (kk::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";

@@ -220,7 +220,7 @@ TEST(BadArgs, NullTensorsAreNamed) {
   s.U = f.run.ws.U;
   EXPECT_MESSAGE_HAS(f.be->fwd_states(s), "gdn fwd_states: args.seg_entry is null");
   kk::WyArgs w = f.wy_args();
-  w.kg = f.run.ws.W.f32();
+  w.kg = f.run.ws.W;
   EXPECT_MESSAGE_HAS(f.be->wy(w), "args.kg must be null");
   kk::FoldArgs fo;
   fo.HV = 1;

@@ -163,7 +163,7 @@ class EverySummaryBackend final : public kk::Backend {
       b.k = a.k.at(t0 * p.H * p.K);
       b.gcum = at(a.gcum, int64_t(p.HV) * p.gate_width());
       b.W = a.W.at(t0 * p.HV * p.K);
-      b.kg = at(a.kg, int64_t(p.HV) * p.K);
+      b.kg = a.kg.at(t0 * p.HV * p.K);
       fn(b, t0, int64_t(pc.seg_begin));
     }
   }
