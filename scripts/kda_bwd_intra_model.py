@@ -3,7 +3,7 @@
 maps (units per part, F5 pivots, masks for partial chunks) transcribed in float64 and compared
 with the CPU twin's per-pair loops (kernels/cpu/kda_chunk_bwd.cpp [E4]); checks that every
 (row < L, channel) output is written by exactly one thread and every evaluated exponent is <= 0;
-then the lane map of row_sums16. Slow (pure Python loops, about a minute). NOTES-kbintra.md.
+then the lane map of row_sums16. Slow (pure Python loops, about a minute). Run by hand when the kernel's index maps change.
 """
 import numpy as np, math
 kC=64
