@@ -29,15 +29,17 @@
 //   dv_local    [T, HV, V]       written by bwd_local_dv; read by the backward walks
 // and bwd_grads passes dW [T, HV, K] in 16-bit storage between its kernels through the backend's
 // scratch (extra_workspace_floats; KDA also dAqk and dAkk, fp32, and the backward walks' qs,
-// 16-bit). The KDA-only Aqk is a float* holding dtype values, as tensors.h says. The values were already rounded to the
-// dtype before they were stored, so the conversion is exact and every output is the same as with fp32 storage.
-// caller_storage() is Packed16 too (tensors.h): the kernels read q, k (prep), v (wy, bwd_grads) and dO (bwd_local_dv,
-// the backward walks, bwd_grads) as 16-bit patterns and write o (fwd_output), dv (bwd_grads), dq and dk (bwd_finalize)
-// as 16-bit patterns, rounded at the same points as before (a 16-bit store of the value that was rounded to dtype and
-// stored as a float). Every other tensor (g, beta, h0, dht, ht, dg, dbeta, dA_log, ddt_bias, dh0, rstd, gcum, incoming,
-// dq_hv / dk_hv / dlam, the fp32 seg_* tensors) is float as tensors.h says. A caller that reads a 16-bit tensor back
-// takes packed16() and converts (tests/kcp/twin_harness.h, unpack16; core/kcp/device_array.h, DtypeArray); one that
-// supplies them packs.
+// 16-bit). The KDA-only Aqk is a float* holding dtype values, as tensors.h says. The values were
+// already rounded to the dtype before they were stored, so the conversion is exact and every
+// output is the same as with fp32 storage. caller_storage() is Packed16 too (tensors.h): the
+// kernels read q, k (prep), v (wy, bwd_grads) and dO (bwd_local_dv, the backward walks,
+// bwd_grads) as 16-bit patterns and write o (fwd_output), dv (bwd_grads), dq and dk
+// (bwd_finalize) as 16-bit patterns, rounded at the same points as before (a 16-bit store of the
+// value that was rounded to dtype and stored as a float). Every other tensor (g, beta, h0, dht,
+// ht, dg, dbeta, dA_log, ddt_bias, dh0, rstd, gcum, incoming, dq_hv / dk_hv / dlam, the fp32
+// seg_* tensors) is float as tensors.h says. A caller that reads a 16-bit tensor back takes
+// packed16() and converts (tests/kcp/twin_harness.h, unpack16; core/kcp/device_array.h,
+// DtypeArray); one that supplies them packs.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>

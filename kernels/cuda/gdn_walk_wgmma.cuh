@@ -6,8 +6,9 @@
 // (gdn_chunk_state_kernel.cuh) when launch_fwd_walk_wgmma / launch_bwd_walk_wgmma
 // (gdn_walk_wgmma.h) support the problem: K = V in {64, 128}, bf16 / fp16, an sm_90 device and an
 // sm_90a build (KDA's backward walks only when forced: walk_select.h, measured slower than the
-// mma.sync walk). Same contract, same rounding points, same outputs; bits may differ from the
-// mma.sync walks only by the order of fp32 accumulation inside the products.
+// mma.sync walk while they formed qs per element themselves). Same contract, same rounding
+// points, same outputs; bits may differ from the mma.sync walks only by the order of fp32
+// accumulation inside the products.
 //
 // KDA (template flag KDA; gdn_chunk_state_kernel.cuh's header gives the twin's formulas): the key
 // operand is kg [T, HV, K] of the value head (16-bit storage, gated and rounded by wy) instead of
@@ -100,8 +101,9 @@
 //   SM) holds as for the forward walk. K = 64: 109600 B, two blocks per SM fit (the planner then
 //   counts twice the slots this walk uses, as for the forward walk).
 // Registers of the backward walk (ptxas, sm_90a, nvcc 13.0; bf16, fp16 within 2): GDN K = 128 145
-//   (summaries) / 162 (states), K = 64 127 / 143; KDA K = 128 194 / 188, K = 64 148 / 168; no
-//   spills (K = 64 two blocks per SM: <= 204 registers).
+//   (summaries) / 162 (states), K = 64 127 / 143; KDA K = 128 153 / 155, K = 64 114 / 134 (qs
+//   by TMA; with the per-element gate loads it was 194 / 188 and 148 / 168); no spills (K = 64
+//   two blocks per SM: <= 204 registers).
 #pragma once
 
 #include <type_traits>
@@ -141,10 +143,9 @@ struct Smem {
 };
 
 // Backward walk: shared memory. Stage: k (GDN: of the q/k head; KDA: kg), q (GDN: -> qs in
-// place; KDA: qs), W
-// (NKT tiles each), dO, dv_local (one 64 x 64 tile each), the gates (GDN 64, KDA K floats) and
-// the header; then X0 (K x 64:
-// dtype(dS), the source of dh's TMA store), Y0 (64 x 64: -dv2), Y1 (64 x 64: dv2 for its TMA store).
+// place; KDA: qs), W (NKT tiles each), dO, dv_local (one 64 x 64 tile each), the gates (GDN 64,
+// KDA K floats) and the header; then X0 (K x 64: dtype(dS), the source of dh's TMA store), Y0
+// (64 x 64: -dv2), Y1 (64 x 64: dv2 for its TMA store).
 template <int K>
 struct BwdSmem {
   static constexpr int NKT = K / 64;
@@ -172,8 +173,7 @@ struct Maps {
 };
 
 // TMA descriptors of the backward walk: k, q [T, H, K] (KDA: k is kg, q is qs, both [T, HV, K]);
-// W [T, HV, K];
-// dO, dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
+// W [T, HV, K]; dO, dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
 struct BwdMaps {
   CUtensorMap k, q, W, dO, dl, dh, dv2;
 };
@@ -678,8 +678,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
 // The backward producer, chunks last to first: k (of the q/k head; KDA: kg of value head j), q
 // (of the q/k head; KDA: qs of value head j), W (NKT tiles each), dO and dv_local (the block's 64
-// columns) by TMA; the
-// chunk's gates (GDN: 64 token gates, KDA: Gam per key channel).
+// columns) by TMA; the chunk's gates (GDN: 64 token gates, KDA: Gam per key channel).
 template <int K, bool KDA>
 __device__ __forceinline__ void produce_bwd(const BwdMaps& maps, const BwdWalkParams& p, const Blk& b, uint32_t base,
                                             unsigned char* sb) {

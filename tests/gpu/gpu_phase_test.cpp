@@ -688,7 +688,7 @@ INSTANTIATE_TEST_SUITE_P(
 // partial last chunks, pieces of one chunk and of one token, P > 1 segments (up to 8 chunks a
 // segment, so the two-stage ring wraps), with and without h0 (without: unread summaries are zero
 // tiles), bf16 and fp16, K = 64 and 128, GDN and KDA (per-channel decay, the gated keys kg of wy;
-// backward: qs's per-element gates).
+// backward: qs's per-element gates, on the wgmma walk from the prepass kda_qs.cu).
 // Skipped where the wgmma walk does not run (it needs an sm_90 device and an sm_90a build).
 Case walk_case(const std::string& name, int K, kk::DType dt, int H, bool h0, std::vector<int64_t> lens, uint64_t seed) {
   Case c = phase_case(name, K, dt, false);
