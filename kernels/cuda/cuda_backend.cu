@@ -28,17 +28,18 @@
 //   v_new, dv2  [T, HV, V]       written by fwd_states / bwd_states; read by fwd_output, bwd_grads
 //   dv_local    [T, HV, V]       written by bwd_local_dv; read by the backward walks
 // and bwd_grads passes dW [T, HV, K] in 16-bit storage between its kernels through the backend's
-// scratch (extra_workspace_floats; KDA also dAqk and dAkk, fp32). The KDA-only Aqk is a float*
-// holding dtype values, as tensors.h says. The values were already rounded to the dtype before
-// they were stored, so the conversion is exact and every output is the same as with fp32
-// storage. caller_storage() is Packed16 too (tensors.h): the kernels read q, k (prep), v (wy,
-// bwd_grads) and dO (bwd_local_dv, the backward walks, bwd_grads) as 16-bit patterns and write
-// o (fwd_output), dv (bwd_grads), dq and dk (bwd_finalize) as 16-bit patterns, rounded at the
-// same points as before (a 16-bit store of the value that was rounded to dtype and stored as a
-// float). Every other tensor (g, beta, h0, dht, ht, dg, dbeta, dA_log, ddt_bias, dh0, rstd,
-// gcum, incoming, dq_hv / dk_hv / dlam, the fp32 seg_* tensors) is float as tensors.h says. A
-// caller that reads a 16-bit tensor back takes packed16() and converts (tests/kcp/twin_harness.h,
-// unpack16; core/kcp/device_array.h, DtypeArray); one that supplies them packs.
+// scratch (extra_workspace_floats; KDA also dAqk and dAkk, fp32, and the backward walks' qs,
+// 16-bit). The KDA-only Aqk is a float* holding dtype values, as tensors.h says. The values were
+// already rounded to the dtype before they were stored, so the conversion is exact and every
+// output is the same as with fp32 storage. caller_storage() is Packed16 too (tensors.h): the
+// kernels read q, k (prep), v (wy, bwd_grads) and dO (bwd_local_dv, the backward walks,
+// bwd_grads) as 16-bit patterns and write o (fwd_output), dv (bwd_grads), dq and dk
+// (bwd_finalize) as 16-bit patterns, rounded at the same points as before (a 16-bit store of the
+// value that was rounded to dtype and stored as a float). Every other tensor (g, beta, h0, dht,
+// ht, dg, dbeta, dA_log, ddt_bias, dh0, rstd, gcum, incoming, dq_hv / dk_hv / dlam, the fp32
+// seg_* tensors) is float as tensors.h says. A caller that reads a 16-bit tensor back takes
+// packed16() and converts (tests/kcp/twin_harness.h, unpack16; core/kcp/device_array.h,
+// DtypeArray); one that supplies them packs.
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
@@ -188,18 +189,29 @@ class CudaBackend final : public Backend {
   // KDA scratch (each part 256-byte aligned):
   //   [NT, HV, K + 1] fp32   per-chunk gate partials of finalize (ddt_bias per channel, dA_log);
   //   [T, HV, K] 16-bit      dW between the bwd_grads kernels;
-  //   [T, HV, 64] fp32 x 2   dAqk and dAkk between the bwd_grads kernels.
+  //   [T, HV, 64] fp32 x 2   dAqk and dAkk between the bwd_grads kernels;
+  //   [T, HV, K] 16-bit      qs (kda_qs.cu) inside a backward walk phase (bwd_summaries,
+  //                          bwd_states; the wgmma walk), at dAqk's offset: T HV K / 2 <= T HV 64
+  //                          floats (K <= 128), and no phase needs both (dAqk lives inside
+  //                          bwd_grads only, qs inside one walk phase only).
   struct KdaScratchParts {
-    int64_t partials = 0, dW16 = 0, dAqk = 0, dAkk = 0, total = 0;  // offsets in floats; total size
+    int64_t partials = 0, dW16 = 0, dAqk = 0, dAkk = 0, qs = 0, total = 0;  // offsets in floats; total size
   };
   static KdaScratchParts kda_scratch_parts(const Problem& p, const LayoutView& l) {
+    static_assert(cuda::SupportedHeadDims::max_k() <= 2 * kChunk, "qs [T, HV, K] 16-bit fits dAqk's floats");
     KdaScratchParts s;
     const int64_t T = l.T, HV = p.HV;
     s.dW16 = align_floats(l.n_chunks * HV * (p.K + 1));
     s.dAqk = s.dW16 + align_floats((T * HV * p.K + 1) / 2);
     s.dAkk = s.dAqk + align_floats(T * HV * kChunk);
     s.total = s.dAkk + align_floats(T * HV * kChunk);
+    s.qs = s.dAqk;
     return s;
+  }
+  // KDA's backward walks: qs in the scratch (bound: the phase refuses a missing one).
+  uint16_t* kda_qs(const PhaseCtx& c, const char* ph) const {
+    need_scratch(c, ph);
+    return reinterpret_cast<uint16_t*>(c.scratch + kda_scratch_parts(c.problem, c.layout).qs);  // 16-bit storage
   }
   int64_t extra_workspace_floats(const Problem& problem, const LayoutView& layout) const override {
     return problem.op == Op::Kda ? kda_scratch_parts(problem, layout).total : scratch_parts(problem, layout).total;
@@ -282,7 +294,10 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_summaries_args(a, ph, kStorage);
-    by_op(a, cuda::launch_bwd_summaries, cuda::launch_kda_bwd_summaries);
+    if (a.ctx.problem.op == Op::Kda)
+      cuda::launch_kda_bwd_summaries(a, layout(a.ctx), kda_qs(a.ctx, ph), stream(a.ctx.exec));
+    else
+      cuda::launch_bwd_summaries(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_states(const BwdStateArgs& a) const override {
@@ -290,7 +305,10 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_bwd_states_args(a, ph, kStorage);
-    by_op(a, cuda::launch_bwd_states, cuda::launch_kda_bwd_states);
+    if (a.ctx.problem.op == Op::Kda)
+      cuda::launch_kda_bwd_states(a, layout(a.ctx), kda_qs(a.ctx, ph), stream(a.ctx.exec));
+    else
+      cuda::launch_bwd_states(a, layout(a.ctx), stream(a.ctx.exec));
   }
 
   void bwd_grads(const BwdGradArgs& a) const override {

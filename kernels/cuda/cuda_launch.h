@@ -116,8 +116,13 @@ void launch_kda_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st);
 // State walks (kda_chunk_state.cu).
 void launch_kda_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_kda_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st);
-void launch_kda_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
-void launch_kda_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st);
+// The backward walks take qs: [T, HV, K] 16-bit scratch, written there by launch_kda_qs before a
+// wgmma walk (the mma.sync walk forms qs itself and leaves it untouched).
+void launch_kda_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, uint16_t* qs, cudaStream_t st);
+void launch_kda_bwd_states(const BwdStateArgs& a, const DevLayout& L, uint16_t* qs, cudaStream_t st);
+// qs [T, HV, K] = dtype((q[t, j / G] scale) exp2(gcum[t, j])) per element, the backward walks'
+// operand [B3], for every token (kda_qs.cu; q: saved q [T, H, K], qs: 16-bit storage).
+void launch_kda_qs(const Shape& s, const uint16_t* q, const float* gcum, uint16_t* qs, cudaStream_t st);
 // Output and local dv (kda_chunk_fwd.cu).
 void launch_kda_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_kda_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st);

@@ -29,6 +29,11 @@ template <class... Pairs>
 struct HeadDimList {
   static constexpr int size = int(sizeof...(Pairs));
   static constexpr bool contains(int k, int v) { return ((k == Pairs::K && v == Pairs::V) || ...); }
+  static constexpr int max_k() {
+    int m = 0;
+    ((m = Pairs::K > m ? Pairs::K : m), ...);
+    return m;
+  }
   // "(64, 64), (64, 128)"
   static std::string text() {
     std::string s;

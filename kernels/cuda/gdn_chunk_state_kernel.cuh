@@ -384,6 +384,7 @@ struct BwdWalkParams {
   float* seg_dh_ext;         // [S, HV, K, V] fp32 (summaries)
   const PieceDesc* pieces;   // (summaries: which parts are read)
   bool has_h0, has_dht;
+  uint16_t* qs;  // [T, HV, K] dtype, 16-bit scratch (KDA, the wgmma walk: written by kda_qs_kernel before it)
 };
 
 template <int K, bool KDA>

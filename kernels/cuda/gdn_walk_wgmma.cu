@@ -57,13 +57,13 @@ walk_wg::Maps make_maps(const FwdWalkParams& p, bool states, bool kda) {
   return m;
 }
 
-// The backward walk's maps: k, q [T, H, K] (KDA: kg [T, HV, K] for k); W [T, HV, K]; dO,
+// The backward walk's maps: k, q [T, H, K] (KDA: kg, qs [T, HV, K] for k, q); W [T, HV, K]; dO,
 // dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
 walk_wg::BwdMaps make_bwd_maps(const BwdWalkParams& p, bool states, bool kda) {
   const Shape& s = p.sh;
   walk_wg::BwdMaps m{};
   m.k = kda ? map16("kg", s.fp16, p.kg, s.K, s.HV, s.T, 1, kC) : map16("k", s.fp16, p.k, s.K, s.H, s.T, 1, kC);
-  m.q = map16("q", s.fp16, p.q, s.K, s.H, s.T, 1, kC);
+  m.q = kda ? map16("qs", s.fp16, p.qs, s.K, s.HV, s.T, 1, kC) : map16("q", s.fp16, p.q, s.K, s.H, s.T, 1, kC);
   m.W = map16("W", s.fp16, p.W, s.K, s.HV, s.T, 1, kC);
   m.dO = map16("dO", s.fp16, p.dO, s.V, s.HV, s.T, 1, kC);
   m.dl = map16("dv_local", s.fp16, p.dv_local, s.V, s.HV, s.T, 1, kC);
@@ -157,12 +157,13 @@ bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool state
 
 bool launch_bwd_walk_wgmma(const Problem& pb, const BwdWalkParams& p, bool states, cudaStream_t st) {
   const bool kda = pb.op == Op::Kda;
-  // KDA: also gcum (the consumers read it by 16-byte loads).
-  if (!bwd_walk_uses_wgmma(pb) ||
+  // KDA: also the scratch qs and gcum (kda_qs_kernel reads q and gcum by 16-byte loads).
+  if (!bwd_walk_uses_wgmma(pb) || (kda && !p.qs) ||
       !tensors_fit(p.sh, {kda ? p.kg : p.k, p.q, p.W, p.dO, p.dv_local, states ? p.dh : nullptr,
-                          states ? p.dv2 : nullptr, kda ? p.gcum : nullptr}))
+                          states ? p.dv2 : nullptr, kda ? p.gcum : nullptr, kda ? p.qs : nullptr}))
     return false;
   if (p.sh.S == 0) return true;
+  if (kda) launch_kda_qs(p.sh, p.q, p.gcum, p.qs, st);  // the walk's q tiles: qs of every token
   const walk_wg::BwdMaps m = make_bwd_maps(p, states, kda);
   dispatch_walk(pb, [&](auto dt, auto kdim) {
     using DT = typename decltype(dt)::type;

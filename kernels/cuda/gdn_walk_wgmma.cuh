@@ -6,8 +6,9 @@
 // (gdn_chunk_state_kernel.cuh) when launch_fwd_walk_wgmma / launch_bwd_walk_wgmma
 // (gdn_walk_wgmma.h) support the problem: K = V in {64, 128}, bf16 / fp16, an sm_90 device and an
 // sm_90a build (KDA's backward walks only when forced: walk_select.h, measured slower than the
-// mma.sync walk). Same contract, same rounding points, same outputs; bits may differ from the
-// mma.sync walks only by the order of fp32 accumulation inside the products.
+// mma.sync walk while they formed qs per element themselves). Same contract, same rounding
+// points, same outputs; bits may differ from the mma.sync walks only by the order of fp32
+// accumulation inside the products.
 //
 // KDA (template flag KDA; gdn_chunk_state_kernel.cuh's header gives the twin's formulas): the key
 // operand is kg [T, HV, K] of the value head (16-bit storage, gated and rounded by wy) instead of
@@ -79,15 +80,16 @@
 //   KDA: Kt = kg of value head j (TMA, the forward's map) in place of k, f_r = 1 (dv2 =
 //   dtype(v + dv_local)), Gam = exp2(gL) per key channel (K floats in the stage, written by the
 //   producer as in the forward walk; per row of the tile in the update), and qs = dtype((q scale)
-//   exp2(g)) with one gate per element: the consumers load the chunk's gcum rows of value head j
-//   from global memory (two 16-byte loads per 8 values, all of a thread's issued together, rows
-//   >= L read row L - 1 and are not used) while Kt X0 runs; the ring carries no gate tile (it
-//   would not fit next to two stages at K = 128).
+//   exp2(g)) with one gate per element comes ready: kda_qs_kernel (kda_qs.cu) writes it for
+//   every token before the walk ([T, HV, K], 16-bit, the backend's scratch), the producer loads
+//   the chunk's rows of value head j by TMA into the stage's q tiles, and the consumers only
+//   zero its rows >= L (with those of W and dO, one pass) while Kt X0 runs.
 //   Summary mode starts from 0 and writes seg_dh_ext (a block whose part nobody reads writes
 //   zeros and returns before any barrier); STATES mode starts from seg_exit and writes dh, dv2
 //   and dh0 (the first segment of each piece).
 //   Rounding points: dSb, dv2 and qs are rounded to the dtype exactly where bwd_walk_kernel
-//   rounds them, from the same fp32 expressions (dv2: v f_r + dv_local, qs: (q scale) exp2(g_r)),
+//   rounds them, from the same fp32 expressions (dv2: v f_r + dv_local, qs: (q scale) exp2(g_r);
+//   KDA's qs by kda_qs_kernel, the same expression and conversion as GDN's here),
 //   and the products take the same 16-bit operands with fp32 accumulation; only the order of the
 //   fp32 sums inside a product differs (wgmma's k16 steps over all 64 rows of a chunk vs mma.sync's
 //   k16 steps up to the chunk's length rounded up to 16; the extra rows are exact zeros).
@@ -99,8 +101,9 @@
 //   SM) holds as for the forward walk. K = 64: 109600 B, two blocks per SM fit (the planner then
 //   counts twice the slots this walk uses, as for the forward walk).
 // Registers of the backward walk (ptxas, sm_90a, nvcc 13.0; bf16, fp16 within 2): GDN K = 128 145
-//   (summaries) / 162 (states), K = 64 127 / 143; KDA K = 128 194 / 188, K = 64 148 / 168; no
-//   spills (K = 64 two blocks per SM: <= 204 registers).
+//   (summaries) / 162 (states), K = 64 127 / 143; KDA K = 128 153 / 155, K = 64 114 / 134 (qs
+//   by TMA; with the per-element gate loads it was 194 / 188 and 148 / 168); no spills (K = 64
+//   two blocks per SM: <= 204 registers).
 #pragma once
 
 #include <type_traits>
@@ -139,10 +142,10 @@ struct Smem {
   static_assert(K <= 128 && kC <= 128 && kHdrAt + 16 <= kGateBytes, "the gates and the header fit the stage's 1 KiB");
 };
 
-// Backward walk: shared memory. Stage: k (GDN: of the q/k head; KDA: kg), q (-> qs in place), W
-// (NKT tiles each), dO, dv_local (one 64 x 64 tile each), the gates (GDN 64, KDA K floats) and
-// the header; then X0 (K x 64:
-// dtype(dS), the source of dh's TMA store), Y0 (64 x 64: -dv2), Y1 (64 x 64: dv2 for its TMA store).
+// Backward walk: shared memory. Stage: k (GDN: of the q/k head; KDA: kg), q (GDN: -> qs in
+// place; KDA: qs), W (NKT tiles each), dO, dv_local (one 64 x 64 tile each), the gates (GDN 64,
+// KDA K floats) and the header; then X0 (K x 64: dtype(dS), the source of dh's TMA store), Y0
+// (64 x 64: -dv2), Y1 (64 x 64: dv2 for its TMA store).
 template <int K>
 struct BwdSmem {
   static constexpr int NKT = K / 64;
@@ -153,7 +156,8 @@ struct BwdSmem {
   static constexpr size_t bytes = size_t(Bar) + 8 * 2 * kStages + 1024;
   static_assert(bytes <= 227 * 1024, "one block must fit an SM's shared memory");
   static_assert(K != 64 || 2 * (bytes + 1024) <= 228 * 1024, "K = 64: two blocks share an SM");
-  static_assert(W + NKT * kAtom == dO, "W and dO are adjacent (their rows >= L are zeroed in one pass)");
+  static_assert(Q + NKT * kAtom == W && W + NKT * kAtom == dO,
+                "q, W and dO are adjacent (their rows >= L are zeroed in one pass)");
 };
 
 // The chunk as the producer hands it over (after the stage's gates).
@@ -168,8 +172,8 @@ struct Maps {
   CUtensorMap W, k, U, h, vn;
 };
 
-// TMA descriptors of the backward walk: k, q [T, H, K] (KDA: k is kg [T, HV, K]); W [T, HV, K];
-// dO, dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
+// TMA descriptors of the backward walk: k, q [T, H, K] (KDA: k is kg, q is qs, both [T, HV, K]);
+// W [T, HV, K]; dO, dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
 struct BwdMaps {
   CUtensorMap k, q, W, dO, dl, dh, dv2;
 };
@@ -337,14 +341,13 @@ __device__ __forceinline__ void put_operand(float (&acc)[K / 64][32], unsigned c
 // (only a partial chunk has them); with GATE, every value x of a row r < L replaced by
 // dtype(op(e, x)), op = chunk_op(r, c) the map of the 16-byte chunk of 8 values whose first
 // column is c (the swizzle undone; e in [0, 8) its element). chunk_op is formed for every chunk
-// of the thread, rows >= L too (it must be safe there), so that its loads need no branch. UNROLL:
-// the loop's unroll factor (KDA's gate loads: all, so they are issued together; else 1, fewer
+// of the thread, rows >= L too (it must be safe there). The loop is not unrolled (fewer
 // registers).
-template <class DT, bool GATE, int ATOMS, int UNROLL, class ChunkOp>
+template <class DT, bool GATE, int ATOMS, class ChunkOp>
 __device__ __forceinline__ void stage_rows(unsigned char* tile, int L, ChunkOp chunk_op) {
   if (!GATE && L == kC) return;
   constexpr int kIters = ATOMS * kC * 8 / kConsumers;  // 16-byte chunks, 8 a row
-#pragma unroll UNROLL
+#pragma unroll 1
   for (int i = 0; i < kIters; ++i) {
     const int q = int(threadIdx.x) + i * kConsumers, r = (q >> 3) & (kC - 1);
     uint4* w = reinterpret_cast<uint4*>(tile) + q;
@@ -369,7 +372,7 @@ __device__ __forceinline__ void stage_rows(unsigned char* tile, int L, ChunkOp c
 // rows >= L set to zero. KDA's kg comes gated.
 template <class DT, int K, bool MT, bool KDA>
 __device__ __forceinline__ void prep_k_rows(unsigned char* kt, int L, float gL, const float* g) {
-  stage_rows<DT, MT && !KDA, K / 64, 1>(kt, L, [&](int r, int) {
+  stage_rows<DT, MT && !KDA, K / 64>(kt, L, [&](int r, int) {
     const float f = exp2f(gL - g[r]);
     return [f](int, float x) { return x * f; };
   });
@@ -674,8 +677,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 // ---- the backward walk ----
 
 // The backward producer, chunks last to first: k (of the q/k head; KDA: kg of value head j), q
-// (of the q/k head), W (NKT tiles each), dO and dv_local (the block's 64 columns) by TMA; the
-// chunk's gates (GDN: 64 token gates, KDA: Gam per key channel).
+// (of the q/k head; KDA: qs of value head j), W (NKT tiles each), dO and dv_local (the block's 64
+// columns) by TMA; the chunk's gates (GDN: 64 token gates, KDA: Gam per key channel).
 template <int K, bool KDA>
 __device__ __forceinline__ void produce_bwd(const BwdMaps& maps, const BwdWalkParams& p, const Blk& b, uint32_t base,
                                             unsigned char* sb) {
@@ -692,7 +695,7 @@ __device__ __forceinline__ void produce_bwd(const BwdMaps& maps, const BwdWalkPa
 #pragma unroll
           for (int a = 0; a < Sm::NKT; ++a) {
             tma_load_3d(st + Sm::Kt + a * kAtom, &maps.k, full, 64 * a, KDA ? b.j : b.i, t0);
-            tma_load_3d(st + Sm::Q + a * kAtom, &maps.q, full, 64 * a, b.i, t0);
+            tma_load_3d(st + Sm::Q + a * kAtom, &maps.q, full, 64 * a, KDA ? b.j : b.i, t0);
             tma_load_3d(st + Sm::W + a * kAtom, &maps.W, full, 64 * a, b.j, t0);
           }
           tma_load_3d(st + Sm::dO, &maps.dO, full, b.c0, b.j, t0);
@@ -727,25 +730,20 @@ __device__ __forceinline__ void epilogue_dv2(const float (&v)[32], const unsigne
   }
 }
 
-// [B3] qs = dtype((q scale) exp2(g_r)) in place of the stage's q (rows >= L zero): GDN one gate
-// per row (the stage's g), KDA one per element, loaded here from gcum (of value head j, rows of
-// the chunk at t0; a row >= L reads row L - 1, unused), two 16-byte loads per 8 values.
+// [B3] the stage's operands of the update: rows >= L of q, W and dO zero (a partial chunk; the
+// TMA box read other tokens there) and, GDN, qs = dtype((q scale) exp2(g_r)) in place of q, one
+// gate per row (the stage's g). KDA's q tiles hold qs already (kda_qs_kernel).
 template <class DT, int K, bool KDA>
-__device__ __forceinline__ void put_qs(unsigned char* q, int L, const float* g, float scale, const float* gcum,
-                                       int64_t t0, int HV, int j) {
-  if constexpr (KDA) {
-    const float* gk = gcum + (t0 * HV + j) * K;
-    stage_rows<DT, true, K / 64, K / 64 * kC * 8 / kConsumers>(q, L, [&](int r, int c) {
-      const float4* s = reinterpret_cast<const float4*>(gk + int64_t(min(r, L - 1)) * HV * K + c);
-      const float4 lo = __ldg(s), hi = __ldg(s + 1);
-      return [=](int e, float x) { return (x * scale) * exp2f(at8(lo, hi, e)); };
-    });
-  } else {
-    stage_rows<DT, true, K / 64, 1>(q, L, [&](int r, int) {
+__device__ __forceinline__ void prep_update_rows(unsigned char* sst, int L, const float* g, float scale) {
+  using Sm = BwdSmem<K>;
+  if constexpr (!KDA) {
+    stage_rows<DT, true, K / 64>(sst + Sm::Q, L, [&](int r, int) {
       const float e = exp2f(g[r]);
       return [=](int, float x) { return (x * scale) * e; };
     });
   }
+  constexpr int kFrom = KDA ? Sm::Q : Sm::W, kAtoms = (KDA ? 2 : 1) * Sm::NKT + 1;
+  stage_rows<DT, false, kAtoms>(sst + kFrom, L, [](int, int) { return [](int, float x) { return x; }; });
 }
 
 // The consumer warpgroup's backward walk over the segment's chunks, last to first ([B1]-[B3]).
@@ -774,11 +772,10 @@ __device__ __forceinline__ void consume_bwd(const BwdMaps& maps, const BwdWalkPa
     const float* g = reinterpret_cast<const float*>(sst + Sm::G);
     const int L = hd.len;
     const float gL = KDA ? 0.0f : g[L - 1];  // KDA: g holds Gam per channel
-    // (2) [B2] v = Kt X0 on the tensor cores while the stage's operands of (3) are formed: qs in
-    // place of q, rows >= L of qs, W and dO zero.
+    // (2) [B2] v = Kt X0 on the tensor cores while the stage's operands of (3) are formed (GDN: qs
+    // in place of q; rows >= L of qs, W and dO zero).
     issue_ax<F16, K, false>(v, st + Sm::Kt, base + Sm::X0, 0u);
-    put_qs<DT, K, KDA>(sst + Sm::Q, L, g, scale, p.gcum, hd.begin, p.sh.HV, b.j);
-    stage_rows<DT, false, Sm::NKT + 1, 1>(sst + Sm::W, L, [](int, int) { return [](int, float x) { return x; }; });
+    prep_update_rows<DT, K, KDA>(sst, L, g, scale);
     wait_acc(v);
     epilogue_dv2<DT, K, STATES, KDA>(v, sst, sb, p, b, hd, gL);
     fence_proxy_async();

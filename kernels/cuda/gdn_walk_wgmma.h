@@ -19,7 +19,8 @@ struct BwdWalkParams;
 bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st);
 
 // The same for the backward walk (states: bwd_states, else bwd_summaries; bwd_walk_uses_wgmma;
-// otherwise the caller runs bwd_walk_kernel).
+// otherwise the caller runs bwd_walk_kernel). KDA: also needs p.qs (the scratch that
+// launch_kda_qs fills first, on the same stream; 16-byte aligned).
 bool launch_bwd_walk_wgmma(const Problem& pb, const BwdWalkParams& p, bool states, cudaStream_t st);
 
 }  // namespace kcp::kernels::cuda

@@ -13,7 +13,8 @@ enum class WalkChoice {
   Auto,   // the wgmma walk where supported (K = V in {64, 128}, sm_90 device, sm_90a build) and
           // faster: every forward walk, GDN's backward walks. KDA's backward walks run mma.sync:
           // measured slower on wgmma (H100, T = 32768, docs/perf-notes.md session 17: bwd_states
-          // 2.12 vs 1.65 ms, bwd_summaries 1.65 vs 1.30 ms)
+          // 2.12 vs 1.65 ms, bwd_summaries 1.65 vs 1.30 ms), when that walk formed qs per element
+          // itself; with qs from the prepass (kda_qs.cu) not measured yet
   Mma,    // always the mma.sync walk
   Wgmma,  // the wgmma walk wherever supported (tests: both kernels judged, also where Auto
           // runs mma.sync)

@@ -3,9 +3,13 @@
 // records the numbers). Not a test; the project's timing command is `kcpbench run --bench`.
 //
 //   kcp_gpu_bench [T=8192] [H=16] [HV=32] [K=128] [P=planned] [repeats=10] [fp16=0] [l2norm=1] [kda=0]
+//                 [walk=0]
 //
 // kda = 1 times KDA (per-channel gates g [T, HV, K]) instead of GDN; issue 16's shape is
 // `kcp_gpu_bench T 32 32 128 0 20 0 1 1`.
+// walk: the kernel of the state walks, forward and backward (kernels/cuda/walk_select.h): 0 Auto
+// (the product's choice), 1 the mma.sync walk, 2 the wgmma + TMA walk wherever it runs (KDA's
+// backward walks too); e.g. `kcp_gpu_bench 32768 32 32 128 0 20 0 1 1 2`.
 // Inputs: uniform random values (never zeros), rounded to the dtype; q, k normalized
 // in the kernel when l2norm = 1; direct gates log-sigmoid-like in (-0.7, -0.05); beta in (0, 1).
 // P defaults to the planner's rule for the h200 class: floor(132 / (HV * V / 64)), at most
@@ -27,6 +31,7 @@
 #include "core/kcp/rank_driver.h"
 #include "kernels/api/numeric.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/walk_select.h"
 
 namespace kk = kcp::kernels;
 
@@ -55,6 +60,11 @@ int main(int argc, char** argv) {
   const int H = int(arg(2, 16)), HV = int(arg(3, 32)), K = int(arg(4, 128));
   const int repeats = int(arg(6, 10));
   const bool fp16 = arg(7, 0) != 0, l2norm = arg(8, 1) != 0, kda = arg(9, 0) != 0;
+  const long walk = arg(10, 0);
+  if (walk < 0 || walk > 2) {
+    std::printf("walk must be 0 (auto), 1 (mma) or 2 (wgmma), not %ld\n", walk);
+    return 2;
+  }
   const int64_t chunks = (T + 63) / 64;
   int P = int(arg(5, 0));
   if (P <= 0)
@@ -63,6 +73,11 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device\n");
     return 0;
   }
+  const kk::cuda::WalkChoice choice = walk == 1   ? kk::cuda::WalkChoice::Mma
+                                      : walk == 2 ? kk::cuda::WalkChoice::Wgmma
+                                                  : kk::cuda::WalkChoice::Auto;
+  kk::cuda::set_fwd_walk_choice(choice);
+  kk::cuda::set_bwd_walk_choice(choice);
   auto real = kk::make_cuda_backend(0);
   kcp::PhaseTimingBackend be(*real);
 
@@ -148,8 +163,13 @@ int main(int argc, char** argv) {
   int64_t bad = 0;
   for (float x : host) bad += std::isfinite(x) ? 0 : 1;
 
-  std::printf("kcp_gpu_bench %s %s: T=%lld H=%d HV=%d K=V=%d P=%d %s l2norm=%d, median of %d (per-phase timing on)\n",
-              kda ? "kda" : "gdn", be.device_name().c_str(), (long long)T, H, HV, K, P, fp16 ? "fp16" : "bf16", int(l2norm), repeats);
+  static const char* const kWalk[] = {"auto", "mma", "wgmma"};
+  std::printf(
+      "kcp_gpu_bench %s %s: T=%lld H=%d HV=%d K=V=%d P=%d %s l2norm=%d walk=%s (fwd %s, bwd %s), median of %d "
+      "(per-phase timing on)\n",
+      kda ? "kda" : "gdn", be.device_name().c_str(), (long long)T, H, HV, K, P, fp16 ? "fp16" : "bf16", int(l2norm),
+      kWalk[walk], kk::cuda::fwd_walk_uses_wgmma(p) ? "wgmma" : "mma",
+      kk::cuda::bwd_walk_uses_wgmma(p) ? "wgmma" : "mma", repeats);
   std::printf("  %-16s %9s\n", "phase", "ms/iter");
   for (const auto& [name, ms] : phase_ms) std::printf("  %-16s %9.3f\n", name.c_str(), ms / repeats);
   std::printf("  forward %.3f ms  backward %.3f ms  fwd+bwd %.3f ms  (non-finite dq: %lld)\n", median(fwd_ms),
@@ -169,8 +189,8 @@ int main(int argc, char** argv) {
     fwd_ms.push_back(t_fwd->elapsed_ms());
     bwd_ms.push_back(t_bwd->elapsed_ms());
   }
-  std::printf("RESULT %s T=%lld P=%d fwd_ms=%.3f bwd_ms=%.3f total_ms=%.3f\n", kda ? "kda" : "gdn", (long long)T, P, median(fwd_ms),
-              median(bwd_ms), median(fwd_ms) + median(bwd_ms));
+  std::printf("RESULT %s T=%lld P=%d fwd_ms=%.3f bwd_ms=%.3f total_ms=%.3f\n", kda ? "kda" : "gdn", (long long)T, P,
+              median(fwd_ms), median(bwd_ms), median(fwd_ms) + median(bwd_ms));
   // FNV-1a of the bits of every output and gradient as floats (o, dq, dk, dv decoded from their
   // 16-bit patterns): two builds that must give the same bits (a storage change,
   // docs/perf-notes.md v5; the 16-bit caller tensors) print the same line.

@@ -26,9 +26,12 @@
 #include <limits>
 
 #include "core/kcp/rank_driver.h"
+#include "device_exp2.h"
 #include "gpu_harness.h"
+#include "kernels/api/numeric.h"
 #include "kernels/api/summary_needs.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/kda_qs.h"
 #include "kernels/cuda/walk_select.h"
 
 namespace kcp::test {
@@ -685,7 +688,7 @@ INSTANTIATE_TEST_SUITE_P(
 // partial last chunks, pieces of one chunk and of one token, P > 1 segments (up to 8 chunks a
 // segment, so the two-stage ring wraps), with and without h0 (without: unread summaries are zero
 // tiles), bf16 and fp16, K = 64 and 128, GDN and KDA (per-channel decay, the gated keys kg of wy;
-// backward: qs's per-element gates).
+// backward: qs's per-element gates, on the wgmma walk from the prepass kda_qs.cu).
 // Skipped where the wgmma walk does not run (it needs an sm_90 device and an sm_90a build).
 Case walk_case(const std::string& name, int K, kk::DType dt, int H, bool h0, std::vector<int64_t> lens, uint64_t seed) {
   Case c = phase_case(name, K, dt, false);
@@ -822,6 +825,54 @@ TEST_P(GpuBwdWalk, WgmmaRerunsAreBitwiseEqual) { wgmma_reruns_are_bitwise_equal(
 INSTANTIATE_TEST_SUITE_P(Walks, GpuFwdWalk, ::testing::ValuesIn(walk_params()),
                          [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 INSTANTIATE_TEST_SUITE_P(Walks, GpuBwdWalk, ::testing::ValuesIn(walk_params()),
+                         [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
+
+// ---- KDA's qs prepass (kernels/cuda/kda_qs.cu) ----
+// Its 16-bit output against the twin's formula [B3] (kernels/cpu/chunk_state.cpp: qs =
+// dtype((q scale) exp2(g)), q of q/k head j / G, g = gcum of value head j, per element), evaluated
+// on the host from the twin's saved q and gcum, bit for bit. exp2 is the device's exp2f
+// (device_exp2.cu, the function the kernels call): CUDA documents up to 2 ulps from the exact
+// value, so the twin's std::exp2 differs now and then and can flip a 16-bit rounding (the count
+// is printed); the test judges what the prepass puts around it: the operands, the order of the two
+// products, the rounding to the dtype and the layout [T, HV, K]. Runs on any device (no sm_90).
+class GpuKdaQs : public GpuPhase {};
+
+TEST_P(GpuKdaQs, KdaQsPrepassMatchesTheTwinFormula) {
+  refresh();
+  const int64_t T = c_.T(), HV = c_.HV, K = c_.K, n = T * HV * K;
+  const Buf qs(*gpu_, (n + 1) / 2), ex(*gpu_, n);
+  qs.fill(kNaN);
+  kk::cuda::run_kda_qs(p_, T, ds_.q.packed16(), ds_.gcum, reinterpret_cast<uint16_t*>(qs.get()));
+  kcp::test::device_exp2(ds_.gcum, ex.get(), n);
+  const std::vector<float> e = ex.host(), got = qs.host();
+  const uint16_t* dev = reinterpret_cast<const uint16_t*>(got.data());
+  const float* q = hs_.q.f32();
+  const float scale = p_.resolved_scale();
+  const kcp::RoundTo rt = kk::rounding_of(c_.dtype);
+  int64_t bad = 0, first = -1, exp2_differs = 0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < HV; ++j)
+      for (int64_t x = 0; x < K; ++x) {
+        const size_t i = size_t((t * HV + j) * K + x);
+        const float qx = q[(t * c_.H + j / p_.group()) * K + x];
+        const uint16_t want = kcp::dtype16_bits((qx * scale) * e[i], rt);
+        exp2_differs += e[i] != std::exp2(hs_.gcum[i]) ? 1 : 0;
+        if (dev[i] == want) continue;
+        if (first < 0) first = int64_t(i);
+        ++bad;
+      }
+  std::printf("[ kda_qs   ] %-22s %lld elements, device exp2f != std::exp2 at %lld\n", c_.name.c_str(), (long long)n,
+              (long long)exp2_differs);
+  EXPECT_EQ(bad, 0) << "qs differs at " << bad << " elements, first at " << first;
+}
+
+std::vector<Param> kda_walk_params() {
+  std::vector<Param> r;
+  for (const Param& w : walk_params())
+    if (w.c.op == kk::Op::Kda) r.push_back(w);
+  return r;
+}
+INSTANTIATE_TEST_SUITE_P(Walks, GpuKdaQs, ::testing::ValuesIn(kda_walk_params()),
                          [](const ::testing::TestParamInfo<Param>& i) { return i.param.c.name; });
 
 TEST(GpuBackend, CanImplementAndArgChecks) {
