@@ -3,7 +3,10 @@
 # write every entry's folder (exec:true), run fla_adapter.py on all folders in parallel (with and
 # without --bypass-hopper-check), then judge through copy_outputs.py. JSON + logs to $OUT.
 # Usage (repository root on the GPU machine, wheels in .whl/): OUT=DIR [SETS="int1 ext1 int1:K*"] [MODES="bypass plain"]
-#   [PAR=14] [ALIM=300] [KCPBENCH=a kcpbench built elsewhere: no build] bash scripts/fla_judge_parallel.sh
+#   [SEEDS=1:8] [PAR=14] [ALIM=300] [KCPBENCH=a kcpbench built elsewhere: no build] bash scripts/fla_judge_parallel.sh
+# MODES: bypass (--bypass-hopper-check), plain (no flag: FLA's Hopper refusal stands), safe
+# (--bypass-hopper-check --safe-gate: KDA lower_bound rows with safe_gate=True). SEEDS: kcpbench's
+# --seeds for every set (default: each row's own seed).
 set -uo pipefail
 start=$(date +%s)
 export CUDACXX=/usr/local/cuda/bin/nvcc TRITON_CACHE_DIR=/tmp/tc PYTHONUNBUFFERED=1
@@ -25,16 +28,20 @@ entry() {
   for r in $(echo "${1#*:}" | tr , ' '); do rows="$rows --row $r"; done
   t="$t-$(echo "${1#*:}" | tr -c 'A-Za-z0-9\n' _)"
 }
+seeds=""; [ -n "${SEEDS:-}" ] && seeds="--seeds $SEEDS"
+mode_flags() { case $1 in bypass) echo --bypass-hopper-check ;; safe) echo --bypass-hopper-check --safe-gate ;; plain) ;;
+  *) echo "fla_judge_parallel: unknown mode '$1' (bypass, plain, safe)" >&2; exit 2 ;; esac; }
+for mode in ${MODES:-bypass plain}; do mode_flags $mode >/dev/null || exit 2; done
 set -f   # row globs ('K*') reach kcpbench unexpanded (set +f again for the folder globs)
 for e in ${SETS:-int1 ext1}; do
   entry "$e"
-  $k -q --configs configs run --rows $s $rows --backend exec:true --external-dir /tmp/src-$t-bypass --cache none >$OUT/logs/gen-$t.log 2>&1
-  cp -r /tmp/src-$t-bypass /tmp/src-$t-plain
+  $k -q --configs configs run --rows $s $rows $seeds --backend exec:true --external-dir /tmp/src-$t-gen --cache none >$OUT/logs/gen-$t.log 2>&1
+  for mode in ${MODES:-bypass plain}; do cp -r /tmp/src-$t-gen /tmp/src-$t-$mode; done
 done
 set +f
 echo "folders at +$(( $(date +%s) - start )) s"
 for mode in ${MODES:-bypass plain}; do
-  flag=""; [ $mode = bypass ] && flag=--bypass-hopper-check
+  flag=$(mode_flags $mode)
   # one worker per compile group (group_folders.py): a group's folders run one after another, so
   # only its first adapter compiles and autotunes FLA's kernels (the Triton cache is shared)
   python3 scripts/adapters/group_folders.py /tmp/src-*-$mode/*/ | xargs -P ${PAR:-14} -L 1 sh -c \
@@ -44,7 +51,7 @@ done
 set -f
 for e in ${SETS:-int1 ext1}; do for mode in ${MODES:-bypass plain}; do  # the judges run at once
   entry "$e"
-  ( $k -q --configs configs run --rows $s $rows --backend "exec:python3 scripts/adapters/copy_outputs.py /tmp/src-$t-$mode" --cache none \
+  ( $k -q --configs configs run --rows $s $rows $seeds --backend "exec:python3 scripts/adapters/copy_outputs.py /tmp/src-$t-$mode" --cache none \
       --external-dir /tmp/judge-$t-$mode --json $OUT/fla-$t-$mode.json >$OUT/logs/judge-$t-$mode.log 2>&1
     echo "$t $mode: exit $? $(tail -1 $OUT/logs/judge-$t-$mode.log)" ) &
 done; done
