@@ -131,11 +131,7 @@ WalkChoice bwd_walk_choice() { return WalkChoice(g_bwd_choice.load()); }
 
 bool fwd_walk_uses_wgmma(const Problem& p) { return fwd_walk_choice() != WalkChoice::Mma && wgmma_walk_runs(p); }
 
-// Auto: KDA's backward walks stay on mma.sync (walk_select.h: measured slower on wgmma).
-bool bwd_walk_uses_wgmma(const Problem& p) {
-  const WalkChoice c = bwd_walk_choice();
-  return c != WalkChoice::Mma && (c == WalkChoice::Wgmma || p.op == Op::Gdn) && wgmma_walk_runs(p);
-}
+bool bwd_walk_uses_wgmma(const Problem& p) { return bwd_walk_choice() != WalkChoice::Mma && wgmma_walk_runs(p); }
 
 bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st) {
   const bool kda = pb.op == Op::Kda;

@@ -5,8 +5,8 @@
 // 17). Included only by gdn_walk_wgmma.cu; launched instead of fwd_walk_kernel / bwd_walk_kernel
 // (gdn_chunk_state_kernel.cuh) when launch_fwd_walk_wgmma / launch_bwd_walk_wgmma
 // (gdn_walk_wgmma.h) support the problem: K = V in {64, 128}, bf16 / fp16, an sm_90 device and an
-// sm_90a build (KDA's backward walks only when forced: walk_select.h, measured slower than the
-// mma.sync walk while they formed qs per element themselves). Same contract, same rounding
+// sm_90a build (KDA's backward walks read qs from the prepass kda_qs.cu; walk_select.h gives the
+// measurement that made them the default). Same contract, same rounding
 // points, same outputs; bits may differ from the mma.sync walks only by the order of fp32
 // accumulation inside the products.
 //

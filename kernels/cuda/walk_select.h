@@ -10,14 +10,13 @@
 namespace kcp::kernels::cuda {
 
 enum class WalkChoice {
-  Auto,   // the wgmma walk where supported (K = V in {64, 128}, sm_90 device, sm_90a build) and
-          // faster: every forward walk, GDN's backward walks. KDA's backward walks run mma.sync:
-          // measured slower on wgmma (H100, T = 32768, docs/perf-notes.md session 17: bwd_states
-          // 2.12 vs 1.65 ms, bwd_summaries 1.65 vs 1.30 ms), when that walk formed qs per element
-          // itself; with qs from the prepass (kda_qs.cu) not measured yet
+  Auto,   // the wgmma walk where supported (K = V in {64, 128}, sm_90 device, sm_90a build): every
+          // walk of GDN and KDA (KDA's backward walks since session 18, with qs from the prepass,
+          // kda_qs.cu: H100, T = 32768, bwd_states 1.08 vs 1.64 ms, bwd_summaries 0.77 vs 1.29 ms,
+          // same output bits; docs/perf-notes.md)
   Mma,    // always the mma.sync walk
-  Wgmma,  // the wgmma walk wherever supported (tests: both kernels judged, also where Auto
-          // runs mma.sync)
+  Wgmma,  // the wgmma walk wherever supported (today the same as Auto; the tests name it when
+          // they judge both kernels)
 };
 using FwdWalkChoice = WalkChoice;  // the forward walks' name of it
 

@@ -741,7 +741,7 @@ class GpuWalk : public GpuPhase {
   void SetUp() override {
     GpuPhase::SetUp();
     if (IsSkipped()) return;
-    set_choice(kk::cuda::WalkChoice::Wgmma);  // also where Auto runs mma.sync (KDA backward)
+    set_choice(kk::cuda::WalkChoice::Wgmma);  // the wgmma walk, whatever Auto picks
     if (!uses_wgmma()) GTEST_SKIP() << "the wgmma walk does not run here (sm_90 device and sm_90a build)";
   }
   void TearDown() override { set_choice(kk::cuda::WalkChoice::Auto); }
