@@ -8,7 +8,8 @@
 // kda = 1 times KDA (per-channel gates g [T, HV, K]) instead of GDN; issue 16's shape is
 // `kcp_gpu_bench T 32 32 128 0 20 0 1 1`.
 // walk: the kernel of the state walks, forward and backward (kernels/cuda/walk_select.h): 0 Auto
-// (the product's choice), 1 the mma.sync walk, 2 the wgmma + TMA walk wherever it runs; e.g. `kcp_gpu_bench 32768 32 32 128 0 20 0 1 1 2`.
+// (the product's choice), 1 the mma.sync walk, 2 the wgmma + TMA walk wherever it runs;
+// e.g. `kcp_gpu_bench 32768 32 32 128 0 20 0 1 1 2`.
 // Inputs: uniform random values (never zeros), rounded to the dtype; q, k normalized
 // in the kernel when l2norm = 1; direct gates log-sigmoid-like in (-0.7, -0.05); beta in (0, 1).
 // P defaults to the planner's rule for the h200 class: floor(132 / (HV * V / 64)), at most
