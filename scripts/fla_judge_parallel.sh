@@ -45,7 +45,7 @@ for mode in ${MODES:-bypass plain}; do
   # one worker per compile group (group_folders.py): a group's folders run one after another, so
   # only its first adapter compiles and autotunes FLA's kernels (the Triton cache is shared)
   python3 scripts/adapters/group_folders.py /tmp/src-*-$mode/*/ | xargs -P ${PAR:-14} -L 1 sh -c \
-    "for d; do timeout ${ALIM:-300} python3 scripts/adapters/fla_adapter.py $flag \$d >\${d}adapter.log 2>&1; echo \$? >\${d}adapter.status; echo \"\$(cat \${d}adapter.status) \$d\"; done" _ >$OUT/logs/adapter-$mode.txt
+    "for d; do echo \"python3 scripts/adapters/fla_adapter.py $flag \$d\" >\${d}adapter.cmd; timeout ${ALIM:-300} python3 scripts/adapters/fla_adapter.py $flag \$d >\${d}adapter.log 2>&1; echo \$? >\${d}adapter.status; echo \"\$(cat \${d}adapter.status) \$d\"; done" _ >$OUT/logs/adapter-$mode.txt
   echo "$mode adapters at +$(( $(date +%s) - start )) s: $(awk '$1!=0' $OUT/logs/adapter-$mode.txt | wc -l) nonzero of $(wc -l <$OUT/logs/adapter-$mode.txt)"
 done
 set -f

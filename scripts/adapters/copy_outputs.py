@@ -4,6 +4,9 @@ SRC/<row>_seed<seed>/outputs/*.npy into the folder kcpbench made, after checking
 manifest.json describes the same problem (protocol, row digest, seed, shapes, cu_seqlens).
 A source folder whose adapter failed is refused with the adapter's own exit status: whoever ran the
 adapter there writes it to SRC/<row>_seed<seed>/adapter.status (scripts/fla_judge_parallel.sh does).
+Provenance: after copying it prints the command that made the outputs (SRC/.../adapter.cmd, written
+by the runner) and the first lines of that adapter's log, so kcpbench's JSON (the entry's
+external.log_tail) records which kernel, version and flags produced what it judged.
 
     kcpbench run --rows int1 --backend "exec:python3 scripts/adapters/copy_outputs.py SRC" --json out.json
 
@@ -38,6 +41,18 @@ def refuse_failed_adapter(src):
         sys.exit(f"copy_outputs: the adapter on {src} exited with status {text}{why}; see {src}/adapter.log")
 
 
+def print_provenance(src, head_lines=3):
+    """Print SRC's adapter.cmd and the first lines of its adapter.log (those it has)."""
+    for name, label in (("adapter.cmd", "made by"), ("adapter.log", "adapter log")):
+        try:
+            with open(os.path.join(src, name)) as f:
+                lines = [ln.rstrip("\n") for ln in f.readlines()[:head_lines]]
+        except FileNotFoundError:
+            lines = [f"(no {name})"]
+        for ln in lines:
+            print(f"copy_outputs: {label}: {ln}")
+
+
 def main(argv):
     if len(argv) != 3:
         sys.exit("usage: copy_outputs.py SRC FOLDER")
@@ -61,6 +76,7 @@ def main(argv):
     for name in names:
         shutil.copyfile(os.path.join(src, "outputs", name), os.path.join(folder, "outputs", name))
         print(f"copy_outputs: {name} from {src}")
+    print_provenance(src)
 
 
 if __name__ == "__main__":

@@ -90,9 +90,15 @@ def test_copy_outputs(args, src_root):
     """scripts/adapters/copy_outputs.py: outputs computed in an earlier run are judged again (pass),
     and a source folder of another problem (another seed) is refused (fail, naming what differs)."""
     adapter = f"{sys.executable} scripts/adapters/copy_outputs.py {src_root}"
+    with open(os.path.join(src_root, "D1_seed1", "adapter.cmd"), "w") as f:
+        f.write("python3 my_kernel_adapter.py --flag D1_seed1\n")
     p, doc, _ = run(args, "copy_outputs", ["D1", "KE1"], adapter)
     check(p.returncode == 0 and doc and all(e["status"] == "pass" for e in doc["entries"]),
           f"copy_outputs: exit {p.returncode}\n{p.stdout[-1500:]}")
+    tails = {e["row"]: e["external"]["log_tail"] for e in doc["entries"]}
+    check("copy_outputs: made by: python3 my_kernel_adapter.py --flag D1_seed1" in tails["D1"]
+          and "copy_outputs: made by: (no adapter.cmd)" in tails["KE1"],
+          f"copy_outputs provenance in the JSON's log_tail: {tails}")
     other = os.path.join(args.workdir, "copy_other")
     os.makedirs(other, exist_ok=True)
     shutil.copytree(os.path.join(src_root, "D1_seed1"), os.path.join(other, "D1_seed2"), dirs_exist_ok=True)
