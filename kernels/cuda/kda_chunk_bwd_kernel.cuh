@@ -143,11 +143,120 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_inter_kernel(KdaGradParams p
 template <int K, int V>
 struct KdaWyBwdSmem {
   static constexpr int kKld = K + 8, kVld = V + 8, kCld = kC + 8;  // ldmatrix rows (cuda_common.cuh)
-  static constexpr size_t bytes = (2 * size_t(kC) * kKld + 2 * size_t(kC) * kVld + 3 * size_t(kC) * kCld) * 2;
+  static constexpr size_t tiles = (2 * size_t(kC) * kKld + 2 * size_t(kC) * kVld + 3 * size_t(kC) * kCld) * 2;
+  static constexpr size_t bytes = tiles + size_t(kC) * 4;  // + beta
+  static_assert(2 * (bytes + 1024) <= 228 * 1024, "two blocks per SM");
 };
 
+// Rows of kda_bwd_wy_kernel's per-row part one warp step takes: rows r + kWarps u, u < kWyRows.
+template <int K, int V>
+inline constexpr int kWyRows = K + V <= 128 ? 4 : 2;
+
+// The global operands of one row r < L of kda_bwd_wy_kernel's per-row part as lane l of its warp
+// holds them: channels x = l + 32 m (k, gcum, and dk_hv, dlam as kda_bwd_inter_kernel left them)
+// and values e = l + 32 m (v). load() only loads, so the loads of a warp step's rows are all in
+// flight before its first store.
 template <class DT, int K, int V>
-__global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
+struct WyRowIn {
+  static constexpr int NK = K / 32, NV = V / 32;
+  float k[NK], g[NK], dk[NK], dl[NK], v[NV];
+  __device__ __forceinline__ void load(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, int r) {
+    const int l = lane_id();
+    const int64_t aq = ix.qk(w.t0 + r, w.i) + l, at = ix.hk(w.t0 + r, w.j) + l, av = ix.vv(w.t0 + r, w.j) + l;
+#pragma unroll
+    for (int m = 0; m < NK; ++m) {
+      k[m] = DT::from_raw(__ldg(p.k + aq + 32 * m));
+      g[m] = __ldg(p.gcum + at + 32 * m);
+      dk[m] = p.dk_hv[at + 32 * m];
+      dl[m] = p.dlam[at + 32 * m];
+    }
+#pragma unroll
+    for (int m = 0; m < NV; ++m) v[m] = load_caller<DT>(p.v, av + 32 * m);
+  }
+};
+
+// Row r's outputs from its operands, beta_r and its dX, dY rows (fp32, shared memory):
+// dk_hv += dX beta exp2(g), dlam += dX X (X = (k beta) exp2(g), [E2]'s xb unrounded),
+// dv = dtype(beta dY) [E5]. Returns the lane's dbeta partial: dX k exp2(g) over its channels
+// ascending, then dY v over its values ascending.
+template <class DT, int K, int V>
+__device__ __forceinline__ float wy_row_out(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, int r,
+                                            float br, const WyRowIn<DT, K, V>& in, const float* dXr, const float* dYr) {
+  const int l = lane_id();
+  const int64_t at = ix.hk(w.t0 + r, w.j) + l, av = ix.vv(w.t0 + r, w.j) + l;
+  float db = 0.0f;
+#pragma unroll
+  for (int m = 0; m < WyRowIn<DT, K, V>::NK; ++m) {
+    const float dX = dXr[l + 32 * m];
+    const float eg = exp2f(in.g[m]);
+    const float X = (in.k[m] * br) * eg;
+    p.dk_hv[at + 32 * m] = in.dk[m] + dX * (br * eg);
+    db += dX * (in.k[m] * eg);
+    p.dlam[at + 32 * m] = in.dl[m] + dX * X;
+  }
+#pragma unroll
+  for (int m = 0; m < WyRowIn<DT, K, V>::NV; ++m) {
+    const float dY = dYr[l + 32 * m];
+    store_caller<DT>(p.dv, av + 32 * m, br * dY);  // [E5]
+    db += dY * in.v[m];
+  }
+  return db;
+}
+
+// The rows r + kWarps u (u < kWyRows, rows < L) of one warp step.
+template <class DT, int K, int V>
+struct WyRowStep {
+  WyRowIn<DT, K, V> in[kWyRows<K, V>];
+  __device__ __forceinline__ void load(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, int r) {
+#pragma unroll
+    for (int u = 0; u < kWyRows<K, V>; ++u)
+      if (r + kWarps * u < w.L) in[u].load(p, ix, w, r + kWarps * u);
+  }
+  // dk_hv, dlam, dv of the rows, and dbeta by a fixed-order warp sum of the lane partials.
+  __device__ __forceinline__ void store(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, int r,
+                                        const float* sB, const float* sdX, const float* sdY) {
+    using Sm = KdaWyBwdSmem<K, V>;
+#pragma unroll
+    for (int u = 0; u < kWyRows<K, V>; ++u) {
+      const int ru = r + kWarps * u;
+      if (ru >= w.L) break;
+      float db = wy_row_out<DT, K, V>(p, ix, w, ru, sB[ru], in[u], sdX + ru * Sm::kKld, sdY + ru * Sm::kVld);
+      db = warp_sum(db);
+      if (lane_id() == 0) p.dbeta[ix.th(w.t0 + ru, w.j)] = db;
+    }
+  }
+};
+
+// [E2] staging, one memory round trip: dW, dv2, Phi by cp.async (raw bits, no registers), and
+// k, gcum, v through registers into xb = dtype((k beta) exp2(g)) and ub = dtype(v beta); rows
+// beyond L are zeros (k, g, v and beta read 0 there, never from memory). Ends with a barrier.
+template <class DT, int K, int V>
+__device__ __forceinline__ void wy_bwd_stage(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, uint16_t* sdW,
+                                             uint16_t* sXb, uint16_t* sdv, uint16_t* sYb, uint16_t* sPhi, float* sB) {
+  using Sm = KdaWyBwdSmem<K, V>;
+  const int64_t HV = ix.HV;
+  if (int(threadIdx.x) < kC) sB[threadIdx.x] = int(threadIdx.x) < w.L ? p.beta[ix.th(w.t0 + threadIdx.x, w.j)] : 0.0f;
+  cp_async_rows<uint16_t, kC, K>(sdW, Sm::kKld, p.dW16 + ix.hk(w.t0, w.j), HV * K, w.L);
+  cp_async_rows<uint16_t, kC, V>(sdv, Sm::kVld, p.dv2 + ix.vv(w.t0, w.j), HV * V, w.L);
+  cp_async_rows<uint16_t, kC, kC>(sPhi, Sm::kCld, p.Phi + ix.cc(w.t0, w.j), HV * kC, w.L);
+  cp_async_commit();
+  Tile16<kC, K> tk;
+  GateTile16<kC, K> tg;
+  Tile16<kC, V> tv;
+  tk.load(p.k + ix.qk(w.t0, w.i), ix.H * K, w.L);
+  tg.load(p.gcum + ix.hk(w.t0, w.j), HV * K, w.L);
+  tv.load(p.v + ix.vv(w.t0, w.j), HV * V, w.L);
+  __syncthreads();                                                                   // beta
+  tk.template store_by_elem<DT>(sXb, Sm::kKld, [&](int it, int r, int u, float x) {  // xb
+    return (x * sB[r]) * exp2f(tg.at(it, u));
+  });
+  tv.template store<DT>(sYb, Sm::kVld, [&](int r, float x) { return x * sB[r]; });  // ub
+  cp_async_wait_all();
+  __syncthreads();
+}
+
+template <class DT, int K, int V>
+__global__ void __launch_bounds__(kThreads, 2) kda_bwd_wy_kernel(KdaGradParams p) {
   using Sm = KdaWyBwdSmem<K, V>;
   using TA = Tiling<kC, kC>;
   using TX = Tiling<kC, K>;
@@ -161,25 +270,16 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
   uint16_t* sPhi = sYb + kC * vld;
   uint16_t* sdPhi = sPhi + kC * cld;
   uint16_t* sT1 = sdPhi + kC * cld;
-  float* sdX = reinterpret_cast<float*>(sdW);  // dX (fp32, ld kld) over dW, Xb once they are read
-  float* sdY = reinterpret_cast<float*>(sdv);  // dY (fp32, ld vld) over dv2, Yb
+  float* sB = reinterpret_cast<float*>(smem_raw + Sm::tiles);  // beta, 0 beyond L
+  float* sdX = reinterpret_cast<float*>(sdW);                  // dX (fp32, ld kld) over dW, Xb once they are read
+  float* sdY = reinterpret_cast<float*>(sdv);                  // dY (fp32, ld vld) over dv2, Yb
 
   const KdaIx ix = kda_ix(p.sh);
   const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
-  const int L = w.L, j = w.j, i = w.i;
+  const int L = w.L;
   const int64_t t0 = w.t0;
-  auto beta = [&](int r) { return p.beta[ix.th(t0 + r, j)]; };
 
-  stage_tile16<DT>(sdW, kld, kC, K, L, [&](int r, int x) { return DT::from_raw(p.dW16[ix.hk(t0 + r, j) + x]); });
-  stage_tile16<DT>(sXb, kld, kC, K, L, [&](int r, int x) {  // [E2] xb = dtype((k beta) exp2(g))
-    return (DT::from_raw(p.k[ix.qk(t0 + r, i) + x]) * beta(r)) * exp2f(p.gcum[ix.hk(t0 + r, j) + x]);
-  });
-  stage_tile16<DT>(sdv, vld, kC, V, L, [&](int r, int e) { return DT::from_raw(p.dv2[ix.vv(t0 + r, j) + e]); });
-  stage_tile16<DT>(sYb, vld, kC, V, L, [&](int r, int e) {  // ub = dtype(v beta)
-    return load_caller<DT>(p.v, ix.vv(t0 + r, j) + e) * beta(r);
-  });
-  stage_rows16<DT, kC, kC>(sPhi, cld, p.Phi + ix.cc(t0, j), int64_t(p.sh.HV) * kC, L);
-  __syncthreads();
+  wy_bwd_stage<DT, K, V>(p, ix, w, sdW, sXb, sdv, sYb, sPhi, sB);
 
   // dPhi (strictly lower), rounded: the operand of phi_backward; sums over K, then V.
   {
@@ -227,30 +327,10 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
       *reinterpret_cast<uint32_t*>(sT1 + m * cld + s) = DT::pack(in && s < m ? v0 : 0.0f, in && s + 1 < m ? v1 : 0.0f);
     });
   }
+  // The per-row part's first warp step loads before dAkk's product, which hides their latency.
+  WyRowStep<DT, K, V> rows;
+  rows.load(p, ix, w, warp_id());
   __syncthreads();
-  // Per row: a warp per row, lanes over channels; dbeta by a fixed-order warp sum.
-  for (int r = warp_id(); r < L; r += kWarps) {
-    const float br = beta(r);
-    float db = 0.0f;
-    for (int x = lane_id(); x < K; x += 32) {
-      const float dX = sdX[r * kld + x];
-      const int64_t at = ix.hk(t0 + r, j) + x;
-      const float kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
-      const float eg = exp2f(p.gcum[at]);
-      const float X = (kx * br) * eg;
-      p.dk_hv[at] += dX * (br * eg);
-      db += dX * (kx * eg);
-      p.dlam[at] += dX * X;
-    }
-    for (int e = lane_id(); e < V; e += 32) {
-      const float dY = sdY[r * vld + e];
-      const int64_t at = ix.vv(t0 + r, j) + e;
-      store_caller<DT>(p.dv, at, br * dY);  // [E5]
-      db += dY * load_caller<DT>(p.v, at);
-    }
-    db = warp_sum(db);
-    if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] = db;
-  }
   // dAkk = -stril(Phi^T T1) (the terms m < r are Phi's zeros, m >= L T1's zero rows).
   {
     float acc[TA::MT][TA::NT][4];
@@ -258,9 +338,14 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
     TA::template mma<DT>(acc, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sT1, cld}, 0, kC);
     TA::pairs(acc, [&](int r, int s, float& v0, float& v1) {
       if (r < L)
-        *reinterpret_cast<float2*>(p.dAkk + ix.cc(t0 + r, j) + s) =
+        *reinterpret_cast<float2*>(p.dAkk + ix.cc(t0 + r, w.j) + s) =
             make_float2(s < r ? -v0 : 0.0f, s + 1 < r ? -v1 : 0.0f);
     });
+  }
+  // Per row: a warp per row, lanes over channels, kWyRows rows per step.
+  for (int r = warp_id(); r < L; r += kWarps * kWyRows<K, V>) {
+    rows.store(p, ix, w, r, sB, sdX, sdY);
+    if (r + kWarps * kWyRows<K, V> < L) rows.load(p, ix, w, r + kWarps * kWyRows<K, V>);
   }
 }
 
