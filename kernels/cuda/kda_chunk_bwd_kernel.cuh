@@ -13,15 +13,18 @@
 //   channel x adds dg_last[x] = Gam[x] (h dh^T)[x][x] + sum_r k dKint to the last row.
 //   Shared memory: (16-bit) dO, v_new, dv2 64 x (V+8); h, dh K x (V+8); (fp32) dKint 64 x K, g_L K
 //   (K = V = 128: 155,136 bytes, one block per SM).
-// kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): on tensor cores (dtype operands, fp32
-//   accumulation; issue 16 item 5): dPhi = dW Xb^T + dv2 Yb^T (s < r, 64 x 64), dX = Phi^T dW
-//   (64 x K) and dY = Phi^T dv2 (64 x V) (terms m >= r; Phi is 0 above the diagonal), dX, dY kept
-//   fp32 in shared memory over the dW, Xb and dv2, Yb tiles; phi_backward's first product
-//   T1 = dtype(stril(dtype(dPhi)) Phi^T). Then a warp per row r, lanes over channels:
-//   dk_hv += dX beta exp2(g), dlam += dX X, dv = dtype(beta dY), dbeta = sum dX k exp2(g) +
-//   sum dY v (lane partials, fixed-order warp sum); and dAkk = -stril(Phi^T T1) -> scratch.
+// kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): staging in one memory round trip: dW, dv2, Phi
+//   by cp.async, k, gcum, v through registers into [E2] xb = dtype((k beta) exp2(g)) and
+//   ub = dtype(v beta). On tensor cores (dtype operands, fp32 accumulation; issue 16 item 5):
+//   dPhi = dW Xb^T + dv2 Yb^T (s < r, 64 x 64), dX = Phi^T dW (64 x K) and dY = Phi^T dv2 (64 x V)
+//   (terms m >= r; Phi is 0 above the diagonal), dX, dY kept fp32 in shared memory over the dW, Xb
+//   and dv2, Yb tiles; phi_backward's first product T1 = dtype(stril(dtype(dPhi)) Phi^T), then
+//   dAkk = -stril(Phi^T T1) -> scratch. Then a warp per row r, lanes over channels, two rows per
+//   warp step (their global operands all loaded before the step's first store; the first step's
+//   loads are in flight during dAkk's product): dk_hv += dX beta exp2(g), dlam += dX X,
+//   dv = dtype(beta dY), dbeta = sum dX k exp2(g) + sum dY v (lane partials, fixed-order warp sum).
 //   Shared memory (16-bit, ldmatrix rows): dW, Xb 64 x (K+8); dv2, Yb 64 x (V+8); Phi, dPhi, T1
-//   64 x 72 (K = V = 128: 97,280 bytes).
+//   64 x 72; (fp32) beta 64 (K = V = 128: 97,536 bytes, two blocks per SM; K = V = 64: three).
 // kda_bwd_intra_kernel (step 5 [E4]): thread (part, channel c), part = tid / K; the chunk's four
 //   16-row sub-chunks are units, K = 128: part 0 owns units {0, 3}, part 1 {1, 2}; K = 64: unit
 //   = part. A unit B (rows and columns 16 B .. 16 B + 15, channel c) computes, all fp32 (7.6):
@@ -145,12 +148,13 @@ struct KdaWyBwdSmem {
   static constexpr int kKld = K + 8, kVld = V + 8, kCld = kC + 8;  // ldmatrix rows (cuda_common.cuh)
   static constexpr size_t tiles = (2 * size_t(kC) * kKld + 2 * size_t(kC) * kVld + 3 * size_t(kC) * kCld) * 2;
   static constexpr size_t bytes = tiles + size_t(kC) * 4;  // + beta
-  static_assert(2 * (bytes + 1024) <= 228 * 1024, "two blocks per SM");
+  static constexpr int kBlocks = K + V <= 128 ? 3 : 2;     // per SM (__launch_bounds__: registers)
+  static_assert(kBlocks * (bytes + 1024) <= 228 * 1024, "kBlocks blocks per SM");
 };
 
-// Rows of kda_bwd_wy_kernel's per-row part one warp step takes: rows r + kWarps u, u < kWyRows.
-template <int K, int V>
-inline constexpr int kWyRows = K + V <= 128 ? 4 : 2;
+// Rows of kda_bwd_wy_kernel's per-row part one warp step takes: rows r + kWarps u, u < kWyRows
+// (a row's operands: (4 K + V) / 32 registers per lane, K = V = 128: 20).
+inline constexpr int kWyRows = 2;
 
 // The global operands of one row r < L of kda_bwd_wy_kernel's per-row part as lane l of its warp
 // holds them: channels x = l + 32 m (k, gcum, and dk_hv, dlam as kda_bwd_inter_kernel left them)
@@ -206,10 +210,10 @@ __device__ __forceinline__ float wy_row_out(const KdaGradParams& p, const KdaIx&
 // The rows r + kWarps u (u < kWyRows, rows < L) of one warp step.
 template <class DT, int K, int V>
 struct WyRowStep {
-  WyRowIn<DT, K, V> in[kWyRows<K, V>];
+  WyRowIn<DT, K, V> in[kWyRows];
   __device__ __forceinline__ void load(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, int r) {
 #pragma unroll
-    for (int u = 0; u < kWyRows<K, V>; ++u)
+    for (int u = 0; u < kWyRows; ++u)
       if (r + kWarps * u < w.L) in[u].load(p, ix, w, r + kWarps * u);
   }
   // dk_hv, dlam, dv of the rows, and dbeta by a fixed-order warp sum of the lane partials.
@@ -217,7 +221,7 @@ struct WyRowStep {
                                         const float* sB, const float* sdX, const float* sdY) {
     using Sm = KdaWyBwdSmem<K, V>;
 #pragma unroll
-    for (int u = 0; u < kWyRows<K, V>; ++u) {
+    for (int u = 0; u < kWyRows; ++u) {
       const int ru = r + kWarps * u;
       if (ru >= w.L) break;
       float db = wy_row_out<DT, K, V>(p, ix, w, ru, sB[ru], in[u], sdX + ru * Sm::kKld, sdY + ru * Sm::kVld);
@@ -246,17 +250,17 @@ __device__ __forceinline__ void wy_bwd_stage(const KdaGradParams& p, const KdaIx
   tk.load(p.k + ix.qk(w.t0, w.i), ix.H * K, w.L);
   tg.load(p.gcum + ix.hk(w.t0, w.j), HV * K, w.L);
   tv.load(p.v + ix.vv(w.t0, w.j), HV * V, w.L);
-  __syncthreads();                                                                   // beta
-  tk.template store_by_elem<DT>(sXb, Sm::kKld, [&](int it, int r, int u, float x) {  // xb
-    return (x * sB[r]) * exp2f(tg.at(it, u));
-  });
-  tv.template store<DT>(sYb, Sm::kVld, [&](int r, float x) { return x * sB[r]; });  // ub
+  __syncthreads();  // sB
+  // xb, then ub
+  tk.template store_by_elem<DT>(sXb, Sm::kKld,
+                                [&](int it, int r, int u, float x) { return (x * sB[r]) * exp2f(tg.at(it, u)); });
+  tv.template store<DT>(sYb, Sm::kVld, [&](int r, float x) { return x * sB[r]; });
   cp_async_wait_all();
   __syncthreads();
 }
 
 template <class DT, int K, int V>
-__global__ void __launch_bounds__(kThreads, 2) kda_bwd_wy_kernel(KdaGradParams p) {
+__global__ void __launch_bounds__(kThreads, KdaWyBwdSmem<K, V>::kBlocks) kda_bwd_wy_kernel(KdaGradParams p) {
   using Sm = KdaWyBwdSmem<K, V>;
   using TA = Tiling<kC, kC>;
   using TX = Tiling<kC, K>;
@@ -271,8 +275,9 @@ __global__ void __launch_bounds__(kThreads, 2) kda_bwd_wy_kernel(KdaGradParams p
   uint16_t* sdPhi = sPhi + kC * cld;
   uint16_t* sT1 = sdPhi + kC * cld;
   float* sB = reinterpret_cast<float*>(smem_raw + Sm::tiles);  // beta, 0 beyond L
-  float* sdX = reinterpret_cast<float*>(sdW);                  // dX (fp32, ld kld) over dW, Xb once they are read
-  float* sdY = reinterpret_cast<float*>(sdv);                  // dY (fp32, ld vld) over dv2, Yb
+  // dX (fp32, ld kld) over dW, Xb and dY (fp32, ld vld) over dv2, Yb once they are read.
+  float* sdX = reinterpret_cast<float*>(sdW);
+  float* sdY = reinterpret_cast<float*>(sdv);
 
   const KdaIx ix = kda_ix(p.sh);
   const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
@@ -343,9 +348,9 @@ __global__ void __launch_bounds__(kThreads, 2) kda_bwd_wy_kernel(KdaGradParams p
     });
   }
   // Per row: a warp per row, lanes over channels, kWyRows rows per step.
-  for (int r = warp_id(); r < L; r += kWarps * kWyRows<K, V>) {
+  for (int r = warp_id(); r < L; r += kWarps * kWyRows) {
     rows.store(p, ix, w, r, sB, sdX, sdY);
-    if (r + kWarps * kWyRows<K, V> < L) rows.load(p, ix, w, r + kWarps * kWyRows<K, V>);
+    if (r + kWarps * kWyRows < L) rows.load(p, ix, w, r + kWarps * kWyRows);
   }
 }
 
