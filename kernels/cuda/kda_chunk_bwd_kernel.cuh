@@ -259,12 +259,44 @@ __device__ __forceinline__ void wy_bwd_stage(const KdaGradParams& p, const KdaIx
   __syncthreads();
 }
 
+// dX = Phi^T dW (64 x K), then dY = Phi^T dv2 (64 x V), kept fp32: A(m = r, k = m) = Phi[m][r],
+// zero for m < r (Phi's zeros above the diagonal), so a warp starts at its first row block;
+// rows m >= L are zeros. Each goes to an fp32 tile (ld in floats as the 16-bit one) over the two
+// 16-bit tiles every warp has finished reading at the barrier before (dX over dW, Xb; dY over
+// dv2, Yb), one accumulator at a time (two would cost a block per SM). No barrier at the end.
+template <class DT, int K, int V>
+__device__ __forceinline__ void wy_bwd_dx_dy(const uint16_t* sPhi, uint16_t* sdW, uint16_t* sdv, int L) {
+  using Sm = KdaWyBwdSmem<K, V>;
+  using TX = Tiling<kC, K>;
+  using TY = Tiling<kC, V>;
+  constexpr int kld = Sm::kKld, vld = Sm::kVld, cld = Sm::kCld;
+  float* sdX = reinterpret_cast<float*>(sdW);
+  float* sdY = reinterpret_cast<float*>(sdv);
+  const int ke = (L + 15) & ~15;
+  {
+    float ax[TX::MT][TX::NT][4];
+    TX::zero(ax);
+    TX::template mma<DT>(ax, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sdW, kld}, TX::m0(), ke);
+    __syncthreads();
+    TX::pairs(ax, [&](int r, int x, float& v0, float& v1) {
+      *reinterpret_cast<float2*>(sdX + r * kld + x) = make_float2(v0, v1);
+    });
+  }
+  {
+    float ay[TY::MT][TY::NT][4];
+    TY::zero(ay);
+    TY::template mma<DT>(ay, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sdv, vld}, TY::m0(), ke);
+    __syncthreads();
+    TY::pairs(ay, [&](int r, int e, float& v0, float& v1) {
+      *reinterpret_cast<float2*>(sdY + r * vld + e) = make_float2(v0, v1);
+    });
+  }
+}
+
 template <class DT, int K, int V>
 __global__ void __launch_bounds__(kThreads, KdaWyBwdSmem<K, V>::kBlocks) kda_bwd_wy_kernel(KdaGradParams p) {
   using Sm = KdaWyBwdSmem<K, V>;
   using TA = Tiling<kC, kC>;
-  using TX = Tiling<kC, K>;
-  using TY = Tiling<kC, V>;
   constexpr int kld = Sm::kKld, vld = Sm::kVld, cld = Sm::kCld;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* sdW = reinterpret_cast<uint16_t*>(smem_raw);
@@ -275,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, KdaWyBwdSmem<K, V>::kBlocks) kda_bwd
   uint16_t* sdPhi = sPhi + kC * cld;
   uint16_t* sT1 = sdPhi + kC * cld;
   float* sB = reinterpret_cast<float*>(smem_raw + Sm::tiles);  // beta, 0 beyond L
-  // dX (fp32, ld kld) over dW, Xb and dY (fp32, ld vld) over dv2, Yb once they are read.
+  // dX (fp32, ld kld) over dW, Xb and dY (fp32, ld vld) over dv2, Yb: wy_bwd_dx_dy.
   float* sdX = reinterpret_cast<float*>(sdW);
   float* sdY = reinterpret_cast<float*>(sdv);
 
@@ -298,30 +330,7 @@ __global__ void __launch_bounds__(kThreads, KdaWyBwdSmem<K, V>::kBlocks) kda_bwd
           DT::pack(in && s < r ? v0 : 0.0f, in && s + 1 < r ? v1 : 0.0f);
     });
   }
-  // dX = Phi^T dW (64 x K), then dY = Phi^T dv2 (64 x V), kept fp32: A(m = r, k = m) = Phi[m][r],
-  // zero for m < r (Phi's zeros above the diagonal), so a warp starts at its first row block;
-  // rows m >= L are zeros. Each goes to an fp32 tile (ld in floats as the 16-bit one) over the two
-  // 16-bit tiles every warp has finished reading at the barrier before (dX over dW, Xb; dY over
-  // dv2, Yb), one accumulator at a time (two would cost a block per SM).
-  const int ke = (L + 15) & ~15;
-  {
-    float ax[TX::MT][TX::NT][4];
-    TX::zero(ax);
-    TX::template mma<DT>(ax, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sdW, kld}, TX::m0(), ke);
-    __syncthreads();
-    TX::pairs(ax, [&](int r, int x, float& v0, float& v1) {
-      *reinterpret_cast<float2*>(sdX + r * kld + x) = make_float2(v0, v1);
-    });
-  }
-  {
-    float ay[TY::MT][TY::NT][4];
-    TY::zero(ay);
-    TY::template mma<DT>(ay, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sdv, vld}, TY::m0(), ke);
-    __syncthreads();
-    TY::pairs(ay, [&](int r, int e, float& v0, float& v1) {
-      *reinterpret_cast<float2*>(sdY + r * vld + e) = make_float2(v0, v1);
-    });
-  }
+  wy_bwd_dx_dy<DT, K, V>(sPhi, sdW, sdv, L);
   // T1 = dtype(dPhib Phi^T), strictly lower (the terms x > s are Phi's zeros above the diagonal).
   {
     float acc[TA::MT][TA::NT][4];
