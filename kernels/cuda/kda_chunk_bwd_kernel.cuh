@@ -13,15 +13,18 @@
 //   channel x adds dg_last[x] = Gam[x] (h dh^T)[x][x] + sum_r k dKint to the last row.
 //   Shared memory: (16-bit) dO, v_new, dv2 64 x (V+8); h, dh K x (V+8); (fp32) dKint 64 x K, g_L K
 //   (K = V = 128: 155,136 bytes, one block per SM).
-// kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): on tensor cores (dtype operands, fp32
-//   accumulation; issue 16 item 5): dPhi = dW Xb^T + dv2 Yb^T (s < r, 64 x 64), dX = Phi^T dW
-//   (64 x K) and dY = Phi^T dv2 (64 x V) (terms m >= r; Phi is 0 above the diagonal), dX, dY kept
-//   fp32 in shared memory over the dW, Xb and dv2, Yb tiles; phi_backward's first product
-//   T1 = dtype(stril(dtype(dPhi)) Phi^T). Then a warp per row r, lanes over channels:
-//   dk_hv += dX beta exp2(g), dlam += dX X, dv = dtype(beta dY), dbeta = sum dX k exp2(g) +
-//   sum dY v (lane partials, fixed-order warp sum); and dAkk = -stril(Phi^T T1) -> scratch.
+// kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): staging in one memory round trip: dW, dv2, Phi
+//   by cp.async, k, gcum, v through registers into [E2] xb = dtype((k beta) exp2(g)) and
+//   ub = dtype(v beta). On tensor cores (dtype operands, fp32 accumulation; issue 16 item 5):
+//   dPhi = dW Xb^T + dv2 Yb^T (s < r, 64 x 64), dX = Phi^T dW (64 x K) and dY = Phi^T dv2 (64 x V)
+//   (terms m >= r; Phi is 0 above the diagonal), dX, dY kept fp32 in shared memory over the dW, Xb
+//   and dv2, Yb tiles; phi_backward's first product T1 = dtype(stril(dtype(dPhi)) Phi^T), then
+//   dAkk = -stril(Phi^T T1) -> scratch. Then a warp per row r, lanes over channels, two rows per
+//   warp step (their global operands all loaded before the step's first store; the first step's
+//   loads are in flight during dAkk's product): dk_hv += dX beta exp2(g), dlam += dX X,
+//   dv = dtype(beta dY), dbeta = sum dX k exp2(g) + sum dY v (lane partials, fixed-order warp sum).
 //   Shared memory (16-bit, ldmatrix rows): dW, Xb 64 x (K+8); dv2, Yb 64 x (V+8); Phi, dPhi, T1
-//   64 x 72 (K = V = 128: 97,280 bytes).
+//   64 x 72; (fp32) beta 64 (K = V = 128: 97,536 bytes, two blocks per SM; K = V = 64: three).
 // kda_bwd_intra_kernel (step 5 [E4]): thread (part, channel c), part = tid / K; the chunk's four
 //   16-row sub-chunks are units, K = 128: part 0 owns units {0, 3}, part 1 {1, 2}; K = 64: unit
 //   = part. A unit B (rows and columns 16 B .. 16 B + 15, channel c) computes, all fp32 (7.6):
@@ -143,61 +146,132 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_inter_kernel(KdaGradParams p
 template <int K, int V>
 struct KdaWyBwdSmem {
   static constexpr int kKld = K + 8, kVld = V + 8, kCld = kC + 8;  // ldmatrix rows (cuda_common.cuh)
-  static constexpr size_t bytes = (2 * size_t(kC) * kKld + 2 * size_t(kC) * kVld + 3 * size_t(kC) * kCld) * 2;
+  static constexpr size_t tiles = (2 * size_t(kC) * kKld + 2 * size_t(kC) * kVld + 3 * size_t(kC) * kCld) * 2;
+  static constexpr size_t bytes = tiles + size_t(kC) * 4;  // + beta
+  static constexpr int kBlocks = K + V <= 128 ? 3 : 2;     // per SM (__launch_bounds__: registers)
+  static_assert(kBlocks * (bytes + 1024) <= 228 * 1024, "kBlocks blocks per SM");
 };
 
+// Rows of kda_bwd_wy_kernel's per-row part one warp step takes: rows r + kWarps u, u < kWyRows
+// (a row's operands: (4 K + V) / 32 registers per lane, K = V = 128: 20).
+inline constexpr int kWyRows = 2;
+
+// The global operands of one row r < L of kda_bwd_wy_kernel's per-row part as lane l of its warp
+// holds them: channels x = l + 32 m (k, gcum, and dk_hv, dlam as kda_bwd_inter_kernel left them)
+// and values e = l + 32 m (v). load() only loads, so the loads of a warp step's rows are all in
+// flight before its first store.
 template <class DT, int K, int V>
-__global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
+struct WyRowIn {
+  static constexpr int NK = K / 32, NV = V / 32;
+  float k[NK], g[NK], dk[NK], dl[NK], v[NV];
+  __device__ __forceinline__ void load(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, int r) {
+    const int l = lane_id();
+    const int64_t aq = ix.qk(w.t0 + r, w.i) + l, at = ix.hk(w.t0 + r, w.j) + l, av = ix.vv(w.t0 + r, w.j) + l;
+#pragma unroll
+    for (int m = 0; m < NK; ++m) {
+      k[m] = DT::from_raw(__ldg(p.k + aq + 32 * m));
+      g[m] = __ldg(p.gcum + at + 32 * m);
+      dk[m] = p.dk_hv[at + 32 * m];
+      dl[m] = p.dlam[at + 32 * m];
+    }
+#pragma unroll
+    for (int m = 0; m < NV; ++m) v[m] = load_caller<DT>(p.v, av + 32 * m);
+  }
+};
+
+// Row r's outputs from its operands, beta_r and its dX, dY rows (fp32, shared memory):
+// dk_hv += dX beta exp2(g), dlam += dX X (X = (k beta) exp2(g), [E2]'s xb unrounded),
+// dv = dtype(beta dY) [E5]. Returns the lane's dbeta partial: dX k exp2(g) over its channels
+// ascending, then dY v over its values ascending.
+template <class DT, int K, int V>
+__device__ __forceinline__ float wy_row_out(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, int r,
+                                            float br, const WyRowIn<DT, K, V>& in, const float* dXr, const float* dYr) {
+  const int l = lane_id();
+  const int64_t at = ix.hk(w.t0 + r, w.j) + l, av = ix.vv(w.t0 + r, w.j) + l;
+  float db = 0.0f;
+#pragma unroll
+  for (int m = 0; m < WyRowIn<DT, K, V>::NK; ++m) {
+    const float dX = dXr[l + 32 * m];
+    const float eg = exp2f(in.g[m]);
+    const float X = (in.k[m] * br) * eg;
+    p.dk_hv[at + 32 * m] = in.dk[m] + dX * (br * eg);
+    db += dX * (in.k[m] * eg);
+    p.dlam[at + 32 * m] = in.dl[m] + dX * X;
+  }
+#pragma unroll
+  for (int m = 0; m < WyRowIn<DT, K, V>::NV; ++m) {
+    const float dY = dYr[l + 32 * m];
+    store_caller<DT>(p.dv, av + 32 * m, br * dY);  // [E5]
+    db += dY * in.v[m];
+  }
+  return db;
+}
+
+// The rows r + kWarps u (u < kWyRows, rows < L) of one warp step.
+template <class DT, int K, int V>
+struct WyRowStep {
+  WyRowIn<DT, K, V> in[kWyRows];
+  __device__ __forceinline__ void load(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, int r) {
+#pragma unroll
+    for (int u = 0; u < kWyRows; ++u)
+      if (r + kWarps * u < w.L) in[u].load(p, ix, w, r + kWarps * u);
+  }
+  // dk_hv, dlam, dv of the rows, and dbeta by a fixed-order warp sum of the lane partials.
+  __device__ __forceinline__ void store(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, int r,
+                                        const float* sB, const float* sdX, const float* sdY) {
+    using Sm = KdaWyBwdSmem<K, V>;
+#pragma unroll
+    for (int u = 0; u < kWyRows; ++u) {
+      const int ru = r + kWarps * u;
+      if (ru >= w.L) break;
+      float db = wy_row_out<DT, K, V>(p, ix, w, ru, sB[ru], in[u], sdX + ru * Sm::kKld, sdY + ru * Sm::kVld);
+      db = warp_sum(db);
+      if (lane_id() == 0) p.dbeta[ix.th(w.t0 + ru, w.j)] = db;
+    }
+  }
+};
+
+// [E2] staging, one memory round trip: dW, dv2, Phi by cp.async (raw bits, no registers), and
+// k, gcum, v through registers into xb = dtype((k beta) exp2(g)) and ub = dtype(v beta); rows
+// beyond L are zeros (k, g, v and beta read 0 there, never from memory). Ends with a barrier.
+template <class DT, int K, int V>
+__device__ __forceinline__ void wy_bwd_stage(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w, uint16_t* sdW,
+                                             uint16_t* sXb, uint16_t* sdv, uint16_t* sYb, uint16_t* sPhi, float* sB) {
   using Sm = KdaWyBwdSmem<K, V>;
-  using TA = Tiling<kC, kC>;
+  const int64_t HV = ix.HV;
+  if (int(threadIdx.x) < kC) sB[threadIdx.x] = int(threadIdx.x) < w.L ? p.beta[ix.th(w.t0 + threadIdx.x, w.j)] : 0.0f;
+  cp_async_rows<uint16_t, kC, K>(sdW, Sm::kKld, p.dW16 + ix.hk(w.t0, w.j), HV * K, w.L);
+  cp_async_rows<uint16_t, kC, V>(sdv, Sm::kVld, p.dv2 + ix.vv(w.t0, w.j), HV * V, w.L);
+  cp_async_rows<uint16_t, kC, kC>(sPhi, Sm::kCld, p.Phi + ix.cc(w.t0, w.j), HV * kC, w.L);
+  cp_async_commit();
+  Tile16<kC, K> tk;
+  GateTile16<kC, K> tg;
+  Tile16<kC, V> tv;
+  tk.load(p.k + ix.qk(w.t0, w.i), ix.H * K, w.L);
+  tg.load(p.gcum + ix.hk(w.t0, w.j), HV * K, w.L);
+  tv.load(p.v + ix.vv(w.t0, w.j), HV * V, w.L);
+  __syncthreads();  // sB
+  // xb, then ub
+  tk.template store_by_elem<DT>(sXb, Sm::kKld,
+                                [&](int it, int r, int u, float x) { return (x * sB[r]) * exp2f(tg.at(it, u)); });
+  tv.template store<DT>(sYb, Sm::kVld, [&](int r, float x) { return x * sB[r]; });
+  cp_async_wait_all();
+  __syncthreads();
+}
+
+// dX = Phi^T dW (64 x K), then dY = Phi^T dv2 (64 x V), kept fp32: A(m = r, k = m) = Phi[m][r],
+// zero for m < r (Phi's zeros above the diagonal), so a warp starts at its first row block;
+// rows m >= L are zeros. Each goes to an fp32 tile (ld in floats as the 16-bit one) over the two
+// 16-bit tiles every warp has finished reading at the barrier before (dX over dW, Xb; dY over
+// dv2, Yb), one accumulator at a time (two would cost a block per SM). No barrier at the end.
+template <class DT, int K, int V>
+__device__ __forceinline__ void wy_bwd_dx_dy(const uint16_t* sPhi, uint16_t* sdW, uint16_t* sdv, int L) {
+  using Sm = KdaWyBwdSmem<K, V>;
   using TX = Tiling<kC, K>;
   using TY = Tiling<kC, V>;
   constexpr int kld = Sm::kKld, vld = Sm::kVld, cld = Sm::kCld;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  uint16_t* sdW = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* sXb = sdW + kC * kld;
-  uint16_t* sdv = sXb + kC * kld;
-  uint16_t* sYb = sdv + kC * vld;
-  uint16_t* sPhi = sYb + kC * vld;
-  uint16_t* sdPhi = sPhi + kC * cld;
-  uint16_t* sT1 = sdPhi + kC * cld;
-  float* sdX = reinterpret_cast<float*>(sdW);  // dX (fp32, ld kld) over dW, Xb once they are read
-  float* sdY = reinterpret_cast<float*>(sdv);  // dY (fp32, ld vld) over dv2, Yb
-
-  const KdaIx ix = kda_ix(p.sh);
-  const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
-  const int L = w.L, j = w.j, i = w.i;
-  const int64_t t0 = w.t0;
-  auto beta = [&](int r) { return p.beta[ix.th(t0 + r, j)]; };
-
-  stage_tile16<DT>(sdW, kld, kC, K, L, [&](int r, int x) { return DT::from_raw(p.dW16[ix.hk(t0 + r, j) + x]); });
-  stage_tile16<DT>(sXb, kld, kC, K, L, [&](int r, int x) {  // [E2] xb = dtype((k beta) exp2(g))
-    return (DT::from_raw(p.k[ix.qk(t0 + r, i) + x]) * beta(r)) * exp2f(p.gcum[ix.hk(t0 + r, j) + x]);
-  });
-  stage_tile16<DT>(sdv, vld, kC, V, L, [&](int r, int e) { return DT::from_raw(p.dv2[ix.vv(t0 + r, j) + e]); });
-  stage_tile16<DT>(sYb, vld, kC, V, L, [&](int r, int e) {  // ub = dtype(v beta)
-    return load_caller<DT>(p.v, ix.vv(t0 + r, j) + e) * beta(r);
-  });
-  stage_rows16<DT, kC, kC>(sPhi, cld, p.Phi + ix.cc(t0, j), int64_t(p.sh.HV) * kC, L);
-  __syncthreads();
-
-  // dPhi (strictly lower), rounded: the operand of phi_backward; sums over K, then V.
-  {
-    float acc[TA::MT][TA::NT][4];
-    TA::zero(acc);
-    TA::template mma<DT>(acc, AView<uint16_t, true>{sdW, kld}, BView<uint16_t, true>{sXb, kld}, 0, K);
-    TA::template mma<DT>(acc, AView<uint16_t, true>{sdv, vld}, BView<uint16_t, true>{sYb, vld}, 0, V);
-    TA::pairs(acc, [&](int r, int s, float& v0, float& v1) {
-      const bool in = r < L;
-      *reinterpret_cast<uint32_t*>(sdPhi + r * cld + s) =
-          DT::pack(in && s < r ? v0 : 0.0f, in && s + 1 < r ? v1 : 0.0f);
-    });
-  }
-  // dX = Phi^T dW (64 x K), then dY = Phi^T dv2 (64 x V), kept fp32: A(m = r, k = m) = Phi[m][r],
-  // zero for m < r (Phi's zeros above the diagonal), so a warp starts at its first row block;
-  // rows m >= L are zeros. Each goes to an fp32 tile (ld in floats as the 16-bit one) over the two
-  // 16-bit tiles every warp has finished reading at the barrier before (dX over dW, Xb; dY over
-  // dv2, Yb), one accumulator at a time (two would cost a block per SM).
+  float* sdX = reinterpret_cast<float*>(sdW);
+  float* sdY = reinterpret_cast<float*>(sdv);
   const int ke = (L + 15) & ~15;
   {
     float ax[TX::MT][TX::NT][4];
@@ -217,6 +291,46 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
       *reinterpret_cast<float2*>(sdY + r * vld + e) = make_float2(v0, v1);
     });
   }
+}
+
+template <class DT, int K, int V>
+__global__ void __launch_bounds__(kThreads, KdaWyBwdSmem<K, V>::kBlocks) kda_bwd_wy_kernel(KdaGradParams p) {
+  using Sm = KdaWyBwdSmem<K, V>;
+  using TA = Tiling<kC, kC>;
+  constexpr int kld = Sm::kKld, vld = Sm::kVld, cld = Sm::kCld;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  uint16_t* sdW = reinterpret_cast<uint16_t*>(smem_raw);
+  uint16_t* sXb = sdW + kC * kld;
+  uint16_t* sdv = sXb + kC * kld;
+  uint16_t* sYb = sdv + kC * vld;
+  uint16_t* sPhi = sYb + kC * vld;
+  uint16_t* sdPhi = sPhi + kC * cld;
+  uint16_t* sT1 = sdPhi + kC * cld;
+  float* sB = reinterpret_cast<float*>(smem_raw + Sm::tiles);  // beta, 0 beyond L
+  // dX (fp32, ld kld) over dW, Xb and dY (fp32, ld vld) over dv2, Yb: wy_bwd_dx_dy.
+  float* sdX = reinterpret_cast<float*>(sdW);
+  float* sdY = reinterpret_cast<float*>(sdv);
+
+  const KdaIx ix = kda_ix(p.sh);
+  const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
+  const int L = w.L;
+  const int64_t t0 = w.t0;
+
+  wy_bwd_stage<DT, K, V>(p, ix, w, sdW, sXb, sdv, sYb, sPhi, sB);
+
+  // dPhi (strictly lower), rounded: the operand of phi_backward; sums over K, then V.
+  {
+    float acc[TA::MT][TA::NT][4];
+    TA::zero(acc);
+    TA::template mma<DT>(acc, AView<uint16_t, true>{sdW, kld}, BView<uint16_t, true>{sXb, kld}, 0, K);
+    TA::template mma<DT>(acc, AView<uint16_t, true>{sdv, vld}, BView<uint16_t, true>{sYb, vld}, 0, V);
+    TA::pairs(acc, [&](int r, int s, float& v0, float& v1) {
+      const bool in = r < L;
+      *reinterpret_cast<uint32_t*>(sdPhi + r * cld + s) =
+          DT::pack(in && s < r ? v0 : 0.0f, in && s + 1 < r ? v1 : 0.0f);
+    });
+  }
+  wy_bwd_dx_dy<DT, K, V>(sPhi, sdW, sdv, L);
   // T1 = dtype(dPhib Phi^T), strictly lower (the terms x > s are Phi's zeros above the diagonal).
   {
     float acc[TA::MT][TA::NT][4];
@@ -227,30 +341,10 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
       *reinterpret_cast<uint32_t*>(sT1 + m * cld + s) = DT::pack(in && s < m ? v0 : 0.0f, in && s + 1 < m ? v1 : 0.0f);
     });
   }
+  // The per-row part's first warp step loads before dAkk's product, which hides their latency.
+  WyRowStep<DT, K, V> rows;
+  rows.load(p, ix, w, warp_id());
   __syncthreads();
-  // Per row: a warp per row, lanes over channels; dbeta by a fixed-order warp sum.
-  for (int r = warp_id(); r < L; r += kWarps) {
-    const float br = beta(r);
-    float db = 0.0f;
-    for (int x = lane_id(); x < K; x += 32) {
-      const float dX = sdX[r * kld + x];
-      const int64_t at = ix.hk(t0 + r, j) + x;
-      const float kx = DT::from_raw(p.k[ix.qk(t0 + r, i) + x]);
-      const float eg = exp2f(p.gcum[at]);
-      const float X = (kx * br) * eg;
-      p.dk_hv[at] += dX * (br * eg);
-      db += dX * (kx * eg);
-      p.dlam[at] += dX * X;
-    }
-    for (int e = lane_id(); e < V; e += 32) {
-      const float dY = sdY[r * vld + e];
-      const int64_t at = ix.vv(t0 + r, j) + e;
-      store_caller<DT>(p.dv, at, br * dY);  // [E5]
-      db += dY * load_caller<DT>(p.v, at);
-    }
-    db = warp_sum(db);
-    if (lane_id() == 0) p.dbeta[ix.th(t0 + r, j)] = db;
-  }
   // dAkk = -stril(Phi^T T1) (the terms m < r are Phi's zeros, m >= L T1's zero rows).
   {
     float acc[TA::MT][TA::NT][4];
@@ -258,9 +352,14 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_wy_kernel(KdaGradParams p) {
     TA::template mma<DT>(acc, AView<uint16_t, false>{sPhi, cld}, BView<uint16_t, false>{sT1, cld}, 0, kC);
     TA::pairs(acc, [&](int r, int s, float& v0, float& v1) {
       if (r < L)
-        *reinterpret_cast<float2*>(p.dAkk + ix.cc(t0 + r, j) + s) =
+        *reinterpret_cast<float2*>(p.dAkk + ix.cc(t0 + r, w.j) + s) =
             make_float2(s < r ? -v0 : 0.0f, s + 1 < r ? -v1 : 0.0f);
     });
+  }
+  // Per row: a warp per row, lanes over channels, kWyRows rows per step.
+  for (int r = warp_id(); r < L; r += kWarps * kWyRows) {
+    rows.store(p, ix, w, r, sB, sdX, sdY);
+    if (r + kWarps * kWyRows < L) rows.load(p, ix, w, r + kWarps * kWyRows);
   }
 }
 
