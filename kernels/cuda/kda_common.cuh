@@ -2,21 +2,17 @@
 // of a block's (chunk, value head) work item, and staging of rows into fp32 shared-memory tiles.
 // Included only by kernels/cuda/kda_*.cu (through the *_kernel.cuh files).
 //
-// First version, correct first (issue 16 item 1): every KDA kernel but the tensor-core ones named
-// below is a plain fp32 port of the CPU twin (kernels/cpu/kda_chunk_fwd.cpp, wy.cpp,
-// kda_chunk_bwd.cpp, finalize.cpp) with the twin's rounding points ([K1]-[K3], [W1]-[W3],
-// [S1]-[S5], [B1]-[B4], [E1]-[E5], [F1]-[F3]): dtype values are rounded where the twin rounds,
-// everything else is fp32 on CUDA cores, no tensor cores and no atomics. Each output element is
-// one thread's sequential sum, mostly in the twin's order; row sums over K (dbeta, dA_log) are
-// fixed-order warp or block reductions. So det and nondet run the same kernels and every result
-// is bitwise reproducible.
-// The state walks (chunk_state.cpp's twin) are the GDN tensor-core walks with per-channel gates
-// (gdn_chunk_state_kernel.cuh, KDA = true; issue 16 item 5), equally deterministic; so are the
-// tensor-core products (dtype operands, fp32 accumulation, fixed fragment order) of the WY
-// factors (kda_wy_kernel.cuh: the GDN WY kernel's wy_products), kda_bwd_inter_kernel,
-// kda_bwd_wy_kernel (dX, dY, dPhi, dAkk), and the output and local dv (kda_chunk_fwd_kernel.cuh),
-// which differ from the twin by the order of fp32 sums only. The forward walks run the wgmma walk
-// where it applies (gdn_walk_wgmma.cuh, K = V).
+// Every KDA kernel keeps the CPU twin's rounding points (kernels/cpu/kda_chunk_fwd.cpp, wy.cpp,
+// kda_chunk_bwd.cpp, finalize.cpp: [K1]-[K3], [W1]-[W3], [S1]-[S5], [B1]-[B4], [E1]-[E5],
+// [F1]-[F3]): dtype values are rounded where the twin rounds. The products run on tensor cores
+// with dtype operands and fp32 accumulation in a fixed fragment order: mma.sync in the WY factors
+// (kda_wy_kernel.cuh), the output and local dv (kda_chunk_fwd_kernel.cuh), kda_bwd_inter_kernel
+// and kda_bwd_wy_kernel; wgmma + TMA in the four state walks on sm_90a (gdn_walk_wgmma.cuh, K = V;
+// the backward ones read qs from kda_qs.cu), else the mma.sync walk (gdn_chunk_state_kernel.cuh,
+// KDA = true). The rest (gates, cumsums, the F5-pivot intra blocks, finalize) is fp32 on CUDA
+// cores, each output element one thread's sum in a fixed order; row sums over K (dbeta, dA_log)
+// are fixed-order warp or block reductions. No atomics: det and nondet run the same kernels and
+// every result is bitwise reproducible; results differ from the twin by the order of fp32 sums.
 //
 // Per-channel gates and the sign of the exponents (docs/algorithm.md 7.1, 7.5). gcum holds the
 // chunk-local inclusive cumsum lambda of the natural-log decay a <= 0 per channel, in log2 units,
