@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One device call that decides a kernel candidate (docs/perf-notes.md, how each session measures):
+# kcp_gpu_bench of every build in BUILDS side by side on a quiet GPU (KDA and GDN at the issue 16 /
+# 17 shapes; the OUTHASH lines of two builds that must give the same bits must match), optionally
+# an ncu per-kernel split, then the GPU tests and int1 on CUDA of the last build at once, then FLA's
+# scripts/fla_bench.py on the same shapes (wheels in .whl/) with the time left. Writes everything
+# under $OUT/r and packs it as $OUT/r.tgz (the device tool returns few files).
+#
+#   OUT=DIR BUILDS="main=DIR1 cand=DIR2" [TS="8192 32768"] [OPS="kda gdn"] [NCU=cand] [SEED=5]
+#     [FLA=1] [LIMIT=560] bash scripts/gpu_compare.sh
+#
+# A build DIR holds kcp_gpu_bench, kcp_gpu_test and kcpbench, plain or .xz-compressed (built
+# elsewhere with static cudart: strip -o, xz). NCU names a build to profile (one iteration). LIMIT:
+# seconds after which FLA is cut and the results are packed (a device call allows 600).
+set -u
+start=$(date +%s)
+R=$OUT/r
+mkdir -p "$R"
+left() { echo $(( ${LIMIT:-560} - $(date +%s) + start )); }
+log() { echo "$* +$(( $(date +%s) - start )) s" | tee -a "$R/status.txt"; }
+declare -A bin
+for e in $BUILDS; do
+  name=${e%%=*} dir=${e#*=}
+  mkdir -p "/tmp/gc-$name"
+  for f in "$dir"/*; do
+    b=$(basename "$f" .xz)
+    if [ "$f" != "${f%.xz}" ]; then xz -dc "$f" > "/tmp/gc-$name/$b"; else cp "$f" "/tmp/gc-$name/$b"; fi
+    chmod +x "/tmp/gc-$name/$b"
+  done
+  bin[$name]=/tmp/gc-$name
+  last=$name
+done
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$R/gpu.txt"
+shape() { [ "$1" = kda ] && echo "32 32 128 0 20 0 1 1" || echo "16 32 128 0 20 0 1 0"; }
+for op in ${OPS:-kda gdn}; do for T in ${TS:-8192 32768}; do for e in $BUILDS; do
+  name=${e%%=*}
+  echo "== $name $op T=$T"
+  "${bin[$name]}/kcp_gpu_bench" "$T" $(shape "$op")
+done; done; done > "$R/bench.txt" 2>&1
+log benches
+if [ -n "${NCU:-}" ]; then
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for op in ${OPS:-kda gdn}; do
+    a=$(shape "$op" | sed 's/ 20 / 1 /')
+    "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv "${bin[$NCU]}/kcp_gpu_bench" 32768 $a \
+      > "$R/ncu-$op.csv" 2> "$R/ncu-$op.err"
+    python3 scripts/ncu_sum.py "$R/ncu-$op.csv" 4 > "$R/ncu-$op.txt" 2>&1
+    gzip -f "$R/ncu-$op.csv"
+  done
+  log ncu
+fi
+( "${bin[$last]}/kcp_gpu_test" > "$R/gpu_test.txt" 2>&1; log "kcp_gpu_test ($last) rc $?" ) &
+( "${bin[$last]}/kcpbench" -q --configs configs run --rows int1 --backend cuda --seed "${SEED:-5}" --cache none \
+    --json "$R/int1-cuda-seed${SEED:-5}-$last.json" > "$R/int1.txt" 2>&1; log "int1 seed ${SEED:-5} ($last) rc $?" ) &
+wait
+if [ "${FLA:-1}" = 1 ] && [ "$(left)" -gt 60 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    PYTHONPATH=/tmp/site timeout "$(left)" python3 scripts/fla_bench.py --out "$R/fla-bench.json" --T ${TS:-8192 32768} \
+      --ops ${OPS:-kda gdn} > "$R/fla-bench.txt" 2>&1
+  log "fla_bench rc $?"
+fi
+tar czf "$OUT/r.tgz" -C "$OUT" r
+tail -n 1 "$R/gpu_test.txt" "$R/int1.txt"
+grep -E "^==|RESULT|OUTHASH" "$R/bench.txt"
+tail -n 6 "$R/fla-bench.txt" 2>/dev/null
