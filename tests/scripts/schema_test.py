@@ -146,6 +146,11 @@ def broken_cases(src, rv, rowsv, rowv):
     def pop(obj, key):
         obj.pop(key)
 
+    def no_budget(t, count, passed):  # a tensor of a row without its budget, as compare.cpp writes it
+        for k in ("ratio_max", "rms_ratio"):
+            t.pop(k, None)
+        t.update(budget=None, count=count, **{"pass": passed})
+
     cases = [
         res_case("unknown status", "/entries/%d/status" % pi, lambda d: d["entries"][pi].update(status="error")),
         res_case("ratio written as a string", "/entries/%d/tensors/%s/ratio_max" % (pi, t0),
@@ -160,6 +165,8 @@ def broken_cases(src, rv, rowsv, rowv):
         res_case("a skip without its reason", "/entries/%d" % si, lambda d: pop(d["entries"][si], "reason")),
         res_case("a ratio without a budget", "/entries/%d/tensors/%s" % (pi, t0),
                  lambda d: d["entries"][pi]["tensors"][t0].update(budget=None)),
+        res_case("a judged tensor passing without a budget", "/entries/%d/tensors/%s" % (pi, t0),
+                 lambda d: no_budget(d["entries"][pi]["tensors"][t0], count=5, passed=True)),
         res_case("forced P as text", "/entries/%d/form/P" % pi, lambda d: d["entries"][pi]["form"].update(P="P=2")),
         res_case("negative count in the summary", "/summary/passed", lambda d: d["summary"].update(passed=-1)),
         res_case("stats without a median", "/entries/%d/timings_ms/total" % pi,
@@ -191,6 +198,12 @@ def broken_cases(src, rv, rowsv, rowv):
                  (label, at or "/", "; ".join("%s: %s" % (where(e), e.message[:120]) for e in errs[:3])))
         else:
             print("rejected as it should be: %s (%s)" % (label, at or "/"))
+    # A tensor nothing judged (count 0: h_entry / dh_exit where no boundary carries state) passes
+    # without a budget, as compare.cpp's judge() writes it.
+    d = copy.deepcopy(res)
+    no_budget(d["entries"][pi]["tensors"][t0], count=0, passed=True)
+    for e in errors_of(rv, d)[:3]:
+        fail("a count-0 tensor passing without a budget rejected: %s: %s" % (where(e), e.message[:200]))
     # row_config of a results entry: checked against the row schema, so a bad one is caught.
     d = copy.deepcopy(res)
     d["entries"][pi]["row_config"]["headz"] = 3
