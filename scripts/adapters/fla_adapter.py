@@ -117,8 +117,9 @@ def main(argv):
         man = json.load(f)
     if man["protocol"] != "kcpbench.external/1":
         sys.exit(f"fla_adapter: protocol {man['protocol']!r} is not kcpbench.external/1")
+    import triton
     print(f"fla_adapter: fla {getattr(fla, '__version__', '?')}, torch {torch.__version__}, "
-          f"{torch.cuda.get_device_name(args.device)}", flush=True)
+          f"triton {triton.__version__}, {torch.cuda.get_device_name(args.device)}", flush=True)
     x = load(args.folder, man, args.device)
     t, dt = leaves(man, x, args.device)
     cu = torch.tensor(man["cu_seqlens"], dtype=torch.long, device=args.device)
