@@ -6,6 +6,7 @@
 #include "app/cli_checks.h"
 #include "app/commands.h"
 #include "app/run_guard.h"
+#include "core/compare/reference_spill.h"
 #include "core/config/row_loader.h"
 #include "core/plan/head_groups.h"
 #include "core/plan/segment_plan.h"
@@ -46,7 +47,9 @@ nlohmann::json ranks_json(const MemoryEstimate& m) {
 }
 
 // cpu: the CPU twin (run and calibrate), gpu: run on a GPU (form arrays in device memory).
-nlohmann::json memory_json(const MemoryEstimate& cpu, const MemoryEstimate& gpu, int64_t available) {
+nlohmann::json memory_json(const MemoryEstimate& cpu, const MemoryEstimate& gpu, int64_t available,
+                           int64_t spill_room) {
+  const int64_t spill = spilled_reference_bytes(cpu);
   return {{"what",
            "estimated bytes of a threads launch (all ranks in one process) on the CPU twin, for run and calibrate "
            "alike: host_bytes is the process's peak; host_per_rank the largest rank's share of the forms' peak; "
@@ -55,6 +58,10 @@ nlohmann::json memory_json(const MemoryEstimate& cpu, const MemoryEstimate& gpu,
           {"host_per_rank", largest(cpu, &RankMemory::host_peak)},
           {"host_available", available},
           {"fits", available <= 0 || cpu.host_bytes <= available},
+          {"spill_bytes", spill},
+          {"spill_folder", reference_spill_folder()},
+          {"spill_room", spill_room},
+          {"spill_fits", spill_room <= 0 || spill <= spill_room},
           {"phase_prepare", cpu.phase_prepare},
           {"phase_forms", cpu.phase_forms},
           {"sequences", cpu.sequences},
@@ -77,6 +84,15 @@ std::string groups_text(const MemoryEstimate& e) {
   return fmt::format("; forms in {} groups of heads", e.head_groups);
 }
 
+// "; 8 rank slices spilled to $TMPDIR (/tmp), 80.1 GiB", and what `run` does when the room for
+// them (--max-spill-disk, else the folder's free space) is smaller.
+std::string spill_text(int64_t bytes, int slices, int64_t room) {
+  std::string s =
+      fmt::format("; {} rank slices spilled to $TMPDIR ({}), {}", slices, reference_spill_folder(), human_bytes(bytes));
+  if (room > 0 && bytes > room) s += fmt::format(": more than the {} free there, `run` refuses it", human_bytes(room));
+  return s;
+}
+
 // The device memory of a GPU of the class where known (what the CUDA runtime reports on the
 // machines this project uses: H100 about 78 GiB, H200 about 139 GiB), else 0 (no limit).
 int64_t class_device_memory(const std::string& device) {
@@ -85,7 +101,8 @@ int64_t class_device_memory(const std::string& device) {
   return 0;
 }
 
-std::string describe_memory(const MemoryEstimate& cpu, const MemoryEstimate& gpu, int64_t available) {
+std::string describe_memory(const MemoryEstimate& cpu, const MemoryEstimate& gpu, int64_t available,
+                            int64_t spill_room) {
   const size_t W = cpu.ranks.size();
   int spilled = 0;
   for (const RankMemory& r : cpu.ranks) spilled += r.reference_spilled ? 1 : 0;
@@ -96,9 +113,7 @@ std::string describe_memory(const MemoryEstimate& cpu, const MemoryEstimate& gpu
       human_bytes(cpu.sequences), human_bytes(cpu.reference_work),
       cpu.reference_groups > 1 ? fmt::format(" (one of {} groups of heads at a time)", cpu.reference_groups) : "",
       human_bytes(cpu.phase_forms), groups_text(cpu),
-      spilled ? fmt::format("; {} rank slices spilled to $TMPDIR, {}", spilled,
-                            human_bytes(largest(cpu, &RankMemory::reference) * int64_t(spilled)))
-              : std::string());
+      spilled ? spill_text(spilled_reference_bytes(cpu), spilled, spill_room) : std::string());
   if (available > 0 && cpu.host_bytes > available)
     s += fmt::format(": more than the {} available here, `run` refuses it", human_bytes(available));
   s += fmt::format(
@@ -123,7 +138,8 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
     int P = 0;
     bool json = false;
     bool segments = false;
-    std::string head_group = "auto", max_host_mem = "auto", max_device_mem = "auto";
+    std::string head_group = "auto", max_host_mem = "auto", max_device_mem = "auto", reference_spill = "auto",
+                max_spill_disk = "auto";
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
@@ -147,9 +163,15 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
                   "Device memory the GPU estimate's groups of heads are chosen for (BYTES, or auto: the device "
                   "class's, H100 78 GiB, H200 139 GiB; others no limit)")
       ->capture_default_str();
+  sub->add_option("--reference-spill", o->reference_spill, reference_spill_help() + " (as run --reference-spill)")
+      ->capture_default_str();
+  sub->add_option("--max-spill-disk", o->max_spill_disk, max_spill_disk_help())->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
+    const int64_t spill_bytes = parse_reference_spill(o->reference_spill);
+    const int64_t disk_flag = parse_bytes(o->max_spill_disk, "--max-spill-disk");
+    const int64_t spill_room = disk_flag >= 0 ? disk_flag : free_disk_bytes(reference_spill_folder());
     nlohmann::json out = nlohmann::json::array();
     const int64_t host_flag = parse_bytes(o->max_host_mem, "--max-host-mem");
     const int64_t available = host_flag >= 0 ? host_flag : host_memory_available();
@@ -173,17 +195,18 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
       mreq.plan = req;
       mreq.forced_P = row->forms.forced_P;
       mreq.reference_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      mreq.reference_spill_bytes = spill_bytes;
       const MemoryEstimate mem = choose_head_groups(*row, mreq, group_bytes, available, 0).estimate;
       mreq.device_is_host = false;
       const int64_t device = device_flag >= 0 ? device_flag : class_device_memory(req.device);
       const MemoryEstimate gpu = choose_head_groups(*row, mreq, group_bytes, 0, device).estimate;
       if (o->json) {
         nlohmann::json j = plan_json(plan, o->segments);
-        j["memory"] = memory_json(mem, gpu, available);
+        j["memory"] = memory_json(mem, gpu, available, spill_room);
         out.push_back(j);
       } else {
         std::fputs(describe(plan).c_str(), stdout);
-        std::fputs(describe_memory(mem, gpu, available).c_str(), stdout);
+        std::fputs(describe_memory(mem, gpu, available, spill_room).c_str(), stdout);
       }
     }
     if (o->json) std::printf("%s\n", out.dump(2).c_str());

@@ -120,7 +120,7 @@ struct RunCli {
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
   std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir, reference_spill = "auto",
-              reference_group = "auto", head_group = "auto";
+              max_spill_disk = "auto", reference_group = "auto", head_group = "auto";
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
@@ -369,11 +369,8 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                   "Device memory the ranks of one device may use (BYTES, or auto: the GPU's total memory; the CPU "
                   "twin keeps its arrays in host memory). A row that needs more is refused (exit 2); 0: no check")
       ->capture_default_str();
-  sub->add_option("--reference-spill", o->reference_spill,
-                  "Where a rank's FP64 reference slice waits while the forms run: a slice of at least BYTES is "
-                  "written to an unlinked file in $TMPDIR and read back to judge each form (auto: 64MiB; 0: "
-                  "always; never: kept in memory). The values are the same either way")
-      ->capture_default_str();
+  sub->add_option("--reference-spill", o->reference_spill, reference_spill_help())->capture_default_str();
+  sub->add_option("--max-spill-disk", o->max_spill_disk, max_spill_disk_help())->capture_default_str();
   sub->add_option(
          "--reference-group", o->reference_group,
          "How the FP64 reference of a large row runs: when the results of its sequences pass BYTES, one "
@@ -439,9 +436,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.repeats = o->bench && sub->count("--repeats") == 0 ? 20 : o->repeats;
     opt.phase_times = o->bench || o->phase_times;
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
-    opt.reference_spill_bytes = o->reference_spill == "never"  ? int64_t(-1)
-                                : o->reference_spill == "auto" ? kReferenceSpillBytes
-                                                               : parse_bytes(o->reference_spill, "--reference-spill");
+    opt.reference_spill_bytes = parse_reference_spill(o->reference_spill);
     opt.reference_group_bytes = o->reference_group == "never"  ? int64_t(-1)
                                 : o->reference_group == "auto" ? kReferenceGroupBytes
                                                                : parse_bytes(o->reference_group, "--reference-group");
@@ -457,7 +452,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     const std::string comm_kind = o->comm == "auto" ? (launched ? "mpi" : "local") : o->comm;
     check_before_run(rows, opt, *backend,
                      {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi,
-                      o->threads, o->json, o->dump});
+                      o->threads, o->json, o->dump, o->max_spill_disk});
 
     RunContext ctx;
     ctx.argv = g.argv;

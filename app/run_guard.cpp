@@ -1,5 +1,6 @@
 #include "app/run_guard.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "core/comm/mpi_communicator.h"
+#include "core/compare/reference_spill.h"
 #include "core/plan/head_groups.h"
 #include "core/util/error.h"
 #include "core/util/log.h"
@@ -65,7 +67,49 @@ int64_t host_memory_available() {
   return 0;
 }
 
+int64_t free_disk_bytes(const std::string& folder) {
+  struct statvfs st {};
+  if (::statvfs(folder.c_str(), &st) != 0) return 0;
+  return int64_t(st.f_bavail) * int64_t(st.f_frsize);
+}
+
+int64_t spilled_reference_bytes(const MemoryEstimate& e) {
+  int64_t total = 0;
+  for (const RankMemory& r : e.ranks) total += r.reference_spilled ? r.reference : 0;
+  return total;
+}
+
+int64_t parse_reference_spill(const std::string& text) {
+  if (text == "never") return -1;
+  if (text == "auto") return kReferenceSpillBytes;
+  return parse_bytes(text, "--reference-spill");
+}
+
+std::string reference_spill_help() {
+  return "Where a rank's FP64 reference slice waits while the forms run: a slice of at least BYTES is written "
+         "to an unlinked file in $TMPDIR and read back to judge each form (auto: 64MiB; 0: always; never: kept "
+         "in memory). The values are the same either way";
+}
+
+std::string max_spill_disk_help() {
+  return "Room for the FP64 reference slices a row spills to files in $TMPDIR (--reference-spill): BYTES, "
+         "or auto: the folder's free space, shared by the processes of an mpirun on one host. A row whose "
+         "spill (kcpbench plan shows it) is larger is refused before anything runs (exit 2); 0: no check";
+}
+
 namespace {
+
+// Refuses a row whose spilled reference slices do not fit the room for them (ConfigError).
+void check_spill_room(const RowConfig& row, const MemoryEstimate& e, int64_t room, const std::string& source) {
+  const int64_t spill = spilled_reference_bytes(e);
+  if (room <= 0 || spill <= room) return;
+  KCP_THROW(ConfigError,
+            "row {} spills {} bytes ({}) of FP64 reference slices to {} and {} bytes ({}) are free there ({}); set "
+            "TMPDIR to a folder with room, or keep the slices in host memory with --reference-spill never (then "
+            "they count as host memory), or override the check with --max-spill-disk BYTES (kcpbench plan shows "
+            "the estimate)",
+            row.name, spill, human_bytes(spill), reference_spill_folder(), room, human_bytes(room), source);
+}
 
 // Processes of this launch on this host (mpirun's environment; 1 without one).
 int local_processes() {
@@ -99,6 +143,12 @@ void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const k
                      : "MemAvailable in /proc/meminfo";
   const std::string device_source =
       device_flag >= 0 ? "--max-device-mem" : fmt::format("{} memory", backend.device_name());
+  const int64_t disk_flag = parse_bytes(guard.max_spill_disk, "--max-spill-disk");
+  const int64_t disk_room = disk_flag >= 0 ? disk_flag : free_disk_bytes(reference_spill_folder()) / procs;
+  const std::string disk_source = disk_flag >= 0 ? "--max-spill-disk"
+                                  : procs > 1
+                                      ? fmt::format("free space, shared by the {} processes of this host", procs)
+                                      : "free space";
   const bool device_is_host = std::string(backend.name()) == "cpu";
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   // --dump writes whole tensors: every head at once (a forced grouping is refused).
@@ -147,6 +197,7 @@ void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const k
                 "--max-device-mem BYTES overrides the check (kcpbench plan shows the estimate)",
                 row.name, e.device_bytes, human_bytes(e.device_bytes), per, device_avail, human_bytes(device_avail),
                 device_source);
+    check_spill_room(row, e, disk_room, disk_source);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/kcp/row_runner.h"
+#include "core/plan/memory_estimate.h"
 #include "kernels/api/backend.h"
 
 namespace kcp::app {
@@ -17,10 +18,11 @@ struct RunGuard {
   double deadline = 0;          // seconds; <= 0: none
   bool deadline_given = false;  // --deadline on the command line (else the default)
   std::string max_host_mem = "auto", max_device_mem = "auto";
-  bool use_mpi = false;  // one rank per process (else every row's ranks are threads of this one)
-  int threads = 0;       // --threads (0: default)
-  std::string json;      // --json ("" none; checked on rank 0, the one that writes it)
-  std::string dump;      // --dump ("" none)
+  bool use_mpi = false;                 // one rank per process (else every row's ranks are threads of this one)
+  int threads = 0;                      // --threads (0: default)
+  std::string json;                     // --json ("" none; checked on rank 0, the one that writes it)
+  std::string dump;                     // --dump ("" none)
+  std::string max_spill_disk = "auto";  // --max-spill-disk (max_spill_disk_help())
 };
 
 void check_before_run(std::vector<SelectedRow>& rows, const RunOptions& opt, const kernels::Backend& backend,
@@ -51,5 +53,21 @@ std::string head_group_help();
 
 // MemAvailable of /proc/meminfo in bytes; 0 when it cannot be read.
 int64_t host_memory_available();
+
+// Bytes an unprivileged process may still write in `folder` (statvfs); 0 when it cannot be read.
+int64_t free_disk_bytes(const std::string& folder);
+
+// The FP64 reference slices a row's estimate spills to files (core/compare/reference_spill.h), in
+// bytes: the spilled ranks' slices of this process, all alive while the row's forms run.
+int64_t spilled_reference_bytes(const MemoryEstimate& e);
+
+// --reference-spill of run, calibrate and plan: "auto" -> kReferenceSpillBytes, "never" -> -1, else
+// a byte count (parse_bytes); reference_spill_help() is its --help text.
+int64_t parse_reference_spill(const std::string& text);
+std::string reference_spill_help();
+
+// --max-spill-disk of run, calibrate and plan: the room for spilled reference slices (BYTES, auto:
+// the free space of the spill folder, 0: no check). Its --help text:
+std::string max_spill_disk_help();
 
 }  // namespace kcp::app

@@ -15,14 +15,12 @@
 
 namespace kcp {
 
-namespace {
-std::string temp_folder() {
+std::string reference_spill_folder() {
   const char* t = std::getenv("TMPDIR");
   return t && *t ? std::string(t) : std::string("/tmp");
 }
-}  // namespace
 
-ReferenceSpill::ReferenceSpill() : dir_(temp_folder()) {
+ReferenceSpill::ReferenceSpill() : dir_(reference_spill_folder()) {
 #ifdef O_TMPFILE
   fd_ = ::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 #endif

@@ -15,6 +15,9 @@
 
 namespace kcp {
 
+// The folder spill files go to: $TMPDIR, else /tmp.
+std::string reference_spill_folder();
+
 class ReferenceSpill {
  public:
   ReferenceSpill();  // throws ApiError naming the folder when no file can be made there

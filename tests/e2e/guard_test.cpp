@@ -244,6 +244,38 @@ TEST(Guard, MaxHostMemOverridesTheAvailableMemory) {
   EXPECT_NE(help.out.find("--max-device-mem"), std::string::npos) << help.out;
 }
 
+// FP64 reference slices spilled to files must fit the room for them (--max-spill-disk, else the
+// free space of $TMPDIR): a row whose spill is larger is refused before it runs, naming the row,
+// the bytes, the folder and the ways out, by run and calibrate alike; plan shows it; 0 turns the
+// check off, and slices kept in memory (--reference-spill never) need no room.
+TEST(Guard, ASpillLargerThanItsRoomIsRefusedBeforeItRunsAndPlanShowsIt) {
+  const std::string a1 = "--rows int1 --row A1 --cache none --reference-spill 0 ";
+  const std::string quick = "-q run " + a1 + "--package nondet --saved full ";
+  const CmdResult small = run_kcpbench(quick + "--max-spill-disk 1K");
+  EXPECT_EQ(small.code, 2) << small.out;
+  EXPECT_NE(small.out.find("row A1 spills "), std::string::npos) << small.out;
+  EXPECT_NE(small.out.find("and 1024 bytes (1.0 KiB) are free there (--max-spill-disk)"), std::string::npos)
+      << small.out;
+  EXPECT_NE(small.out.find("--reference-spill never"), std::string::npos) << small.out;
+  EXPECT_EQ(run_kcpbench(quick + "--max-spill-disk 0").code, 0);
+  const std::string kept = "-q run --rows int1 --row A1 --cache none --package nondet --saved full ";
+  EXPECT_EQ(run_kcpbench(kept + "--max-spill-disk 1K --reference-spill never").code, 0);
+  const CmdResult cal = run_kcpbench("-q calibrate " + a1 + "--seeds 1 --max-spill-disk 1K");
+  EXPECT_EQ(cal.code, 2) << cal.out;
+  EXPECT_NE(cal.out.find("row A1 spills "), std::string::npos) << cal.out;
+  const CmdResult plan = run_kcpbench("plan --rows int1 --row A1 --reference-spill 0 --max-spill-disk 1K");
+  EXPECT_EQ(plan.code, 0) << plan.out;
+  EXPECT_NE(plan.out.find("free there, `run` refuses it"), std::string::npos) << plan.out;
+  const CmdResult pj = run_kcpbench("plan --rows int1 --row A1 --json --reference-spill 0 --max-spill-disk 1K");
+  ASSERT_EQ(pj.code, 0) << pj.out;
+  const nlohmann::json m = nlohmann::json::parse(pj.out)[0]["memory"];
+  EXPECT_GT(m["spill_bytes"].get<int64_t>(), 1024) << m.dump();
+  EXPECT_EQ(m["spill_fits"], false) << m.dump();
+  const CmdResult help = run_kcpbench("calibrate --help");
+  EXPECT_NE(help.out.find("--max-spill-disk"), std::string::npos) << help.out;
+  EXPECT_NE(help.out.find("--reference-spill"), std::string::npos) << help.out;
+}
+
 // A rank's FP64 reference slice spilled to a temporary file while the forms run (--reference-spill
 // 0: every slice) judges every form exactly as the slice kept in memory: the same metrics, bit for
 // bit, on rows with several ranks, sequences, initial states and forced schedules (the det
