@@ -4,7 +4,7 @@ SRC/<row>_seed<seed>/outputs/*.npy into the folder kcpbench made, after checking
 manifest.json describes the same problem (protocol, row digest, seed, shapes, cu_seqlens).
 A source folder whose adapter failed is refused with the adapter's own exit status: whoever ran the
 adapter there writes it to SRC/<row>_seed<seed>/adapter.status (scripts/fla_judge_parallel.sh does).
-Provenance: after copying it prints the command that made the outputs (SRC/.../adapter.cmd, written
+Provenance: first it prints the command that made the outputs (SRC/.../adapter.cmd, written
 by the runner) and the first lines of that adapter's log, so kcpbench's JSON (the entry's
 external.log_tail) records which kernel, version and flags produced what it judged.
 
@@ -68,6 +68,7 @@ def main(argv):
     differ = [k for k in SAME if want.get(k) != have.get(k)]
     if differ:
         sys.exit(f"copy_outputs: {src}/manifest.json differs from this run's in {', '.join(differ)}")
+    print_provenance(src)  # first: a refused source names its adapter too
     refuse_failed_adapter(src)
     names = sorted(n for n in listdir_or_empty(os.path.join(src, "outputs")) if n.endswith(".npy"))
     if not names:
@@ -76,7 +77,6 @@ def main(argv):
     for name in names:
         shutil.copyfile(os.path.join(src, "outputs", name), os.path.join(folder, "outputs", name))
         print(f"copy_outputs: {name} from {src}")
-    print_provenance(src)
 
 
 if __name__ == "__main__":
