@@ -54,7 +54,10 @@ class Backend {
   virtual Status can_implement(const Problem& problem) const = 0;
 
   // Sizing. saved_floats / workspace_floats are what bind_saved / bind_workspace need, including
-  // extra_workspace_floats() of backend-private scratch at WorkspaceTensors::scratch.
+  // extra_workspace_floats() of backend-private scratch at WorkspaceTensors::scratch. The phases of
+  // one workspace run one after another on its stream: a backend may keep different phases'
+  // temporaries at the same scratch offsets (CUDA: KDA's qs of the backward walks at bwd_grads'
+  // dAqk), so two phases must never run at once on one workspace.
   virtual int64_t extra_workspace_floats(const Problem& problem, const LayoutView& layout) const {
     (void)problem;
     (void)layout;

@@ -725,7 +725,11 @@ std::vector<Param> walk_params() {
                           {300, 0, 64, 129, 1}, 613),
             3},
       Param{kda_walk_case("walk_kda_K64_fp16_noh0", 64, kk::DType::FP16, kk::GateForm::Direct, 2, false, {700, 1}, 614),
-            4}};
+            4},
+      // KDA fp16 at K = 64 with h0, GVA and softplus gates (review of the qs prepass, session 18)
+      Param{kda_walk_case("walk_kda_K64_fp16_h0_G", 64, kk::DType::FP16, kk::GateForm::Softplus, 1, true, {130, 64, 1},
+                          615),
+            2}};
 }
 
 // One direction's walks with either kernel: set / uses are the direction's hooks of
