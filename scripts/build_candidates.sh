@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds one set of device binaries per candidate patch (wip/*.patch or any patch against HEAD),
+# for scripts/gpu_compare.sh: main's own build first, then for each patch: apply it to the work
+# tree, rebuild incrementally in the same build folder, keep stripped and xz-compressed copies of
+# kcp_gpu_bench, kcp_gpu_test and kcpbench, and take the patch back out. The work tree must be
+# clean (tracked files); the build folder must be configured (scripts/build.sh).
+#
+#   [BUILD_DIR=build] [DEST=.device] bash scripts/build_candidates.sh wip/binter.patch wip/kintra.patch
+#
+# Gives DEST/main/ and DEST/<patch name>/; prints the BUILDS line for gpu_compare.sh. A patch that
+# does not apply or build stops the script with its name (the tree is left with the patch out).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+build="${BUILD_DIR:-build}" dest="${DEST:-.device}"
+bins=(tests/gpu/kcp_gpu_bench tests/gpu/kcp_gpu_test app/kcpbench)
+[ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "build_candidates: the work tree has changes" >&2; exit 2; }
+keep() {  # keep NAME: the build folder's binaries, stripped and compressed, in DEST/NAME
+  rm -rf "${dest:?}/$1" && mkdir -p "$dest/$1"
+  for b in "${bins[@]}"; do strip -o "$dest/$1/$(basename "$b")" "$build/$b"; done
+  xz -f -T2 "$dest/$1"/*
+}
+make_all() { nice cmake --build "$build" -j "$(nproc)" --target kcp_gpu_bench kcp_gpu_test kcpbench >"$dest/build-$1.log" 2>&1 ||
+  { echo "build_candidates: $1 does not build (see $dest/build-$1.log)" >&2; return 1; }; }
+mkdir -p "$dest"
+make_all main
+keep main
+line="main=$dest/main"
+for p in "$@"; do
+  name=$(basename "$p" .patch)
+  git apply "$p" || { echo "build_candidates: $p does not apply to HEAD" >&2; exit 1; }
+  ok=1
+  make_all "$name" || ok=0
+  [ $ok = 1 ] && keep "$name"
+  git apply -R "$p"
+  [ $ok = 1 ] || exit 1
+  line="$line $name=$dest/$name"
+  echo "build_candidates: $name built"
+done
+make_all main  # the build folder back to HEAD
+echo "BUILDS=\"$line\""
