@@ -170,8 +170,7 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
     const int64_t spill_bytes = parse_reference_spill(o->reference_spill);
-    const int64_t disk_flag = parse_bytes(o->max_spill_disk, "--max-spill-disk");
-    const int64_t spill_room = disk_flag >= 0 ? disk_flag : free_disk_bytes(reference_spill_folder());
+    const int64_t room = spill_room(o->max_spill_disk, 1).bytes;  // a threads launch: one process
     nlohmann::json out = nlohmann::json::array();
     const int64_t host_flag = parse_bytes(o->max_host_mem, "--max-host-mem");
     const int64_t available = host_flag >= 0 ? host_flag : host_memory_available();
@@ -202,11 +201,11 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
       const MemoryEstimate gpu = choose_head_groups(*row, mreq, group_bytes, 0, device).estimate;
       if (o->json) {
         nlohmann::json j = plan_json(plan, o->segments);
-        j["memory"] = memory_json(mem, gpu, available, spill_room);
+        j["memory"] = memory_json(mem, gpu, available, room);
         out.push_back(j);
       } else {
         std::fputs(describe(plan).c_str(), stdout);
-        std::fputs(describe_memory(mem, gpu, available, spill_room).c_str(), stdout);
+        std::fputs(describe_memory(mem, gpu, available, room).c_str(), stdout);
       }
     }
     if (o->json) std::printf("%s\n", out.dump(2).c_str());

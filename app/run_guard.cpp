@@ -91,6 +91,13 @@ std::string reference_spill_help() {
          "in memory). The values are the same either way";
 }
 
+SpillRoom spill_room(const std::string& max_spill_disk, int procs) {
+  const int64_t flag = parse_bytes(max_spill_disk, "--max-spill-disk");
+  if (flag >= 0) return {flag, "--max-spill-disk"};
+  return {free_disk_bytes(reference_spill_folder()) / procs,
+          procs > 1 ? fmt::format("free space, shared by the {} processes of this host", procs) : "free space"};
+}
+
 std::string max_spill_disk_help() {
   return "Room for the FP64 reference slices a row spills to files in $TMPDIR (--reference-spill): BYTES, "
          "or auto: the folder's free space, shared by the processes of an mpirun on one host. A row whose "
@@ -100,15 +107,16 @@ std::string max_spill_disk_help() {
 namespace {
 
 // Refuses a row whose spilled reference slices do not fit the room for them (ConfigError).
-void check_spill_room(const RowConfig& row, const MemoryEstimate& e, int64_t room, const std::string& source) {
+void check_spill_room(const RowConfig& row, const MemoryEstimate& e, const SpillRoom& room) {
   const int64_t spill = spilled_reference_bytes(e);
-  if (room <= 0 || spill <= room) return;
+  if (room.bytes <= 0 || spill <= room.bytes) return;
   KCP_THROW(ConfigError,
             "row {} spills {} bytes ({}) of FP64 reference slices to {} and {} bytes ({}) are free there ({}); set "
             "TMPDIR to a folder with room, or keep the slices in host memory with --reference-spill never (then "
             "they count as host memory), or override the check with --max-spill-disk BYTES (kcpbench plan shows "
             "the estimate)",
-            row.name, spill, human_bytes(spill), reference_spill_folder(), room, human_bytes(room), source);
+            row.name, spill, human_bytes(spill), reference_spill_folder(), room.bytes, human_bytes(room.bytes),
+            room.source);
 }
 
 // Processes of this launch on this host (mpirun's environment; 1 without one).
@@ -143,12 +151,7 @@ void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const k
                      : "MemAvailable in /proc/meminfo";
   const std::string device_source =
       device_flag >= 0 ? "--max-device-mem" : fmt::format("{} memory", backend.device_name());
-  const int64_t disk_flag = parse_bytes(guard.max_spill_disk, "--max-spill-disk");
-  const int64_t disk_room = disk_flag >= 0 ? disk_flag : free_disk_bytes(reference_spill_folder()) / procs;
-  const std::string disk_source = disk_flag >= 0 ? "--max-spill-disk"
-                                  : procs > 1
-                                      ? fmt::format("free space, shared by the {} processes of this host", procs)
-                                      : "free space";
+  const SpillRoom room = spill_room(guard.max_spill_disk, procs);
   const bool device_is_host = std::string(backend.name()) == "cpu";
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   // --dump writes whole tensors: every head at once (a forced grouping is refused).
@@ -197,7 +200,7 @@ void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const k
                 "--max-device-mem BYTES overrides the check (kcpbench plan shows the estimate)",
                 row.name, e.device_bytes, human_bytes(e.device_bytes), per, device_avail, human_bytes(device_avail),
                 device_source);
-    check_spill_room(row, e, disk_room, disk_source);
+    check_spill_room(row, e, room);
   }
 }
 

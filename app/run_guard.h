@@ -67,7 +67,13 @@ int64_t parse_reference_spill(const std::string& text);
 std::string reference_spill_help();
 
 // --max-spill-disk of run, calibrate and plan: the room for spilled reference slices (BYTES, auto:
-// the free space of the spill folder, 0: no check). Its --help text:
+// the free space of the spill folder, shared by `procs` processes of this host; 0: no check) and
+// where that number comes from (for messages). max_spill_disk_help() is its --help text.
+struct SpillRoom {
+  int64_t bytes = 0;
+  std::string source;
+};
+SpillRoom spill_room(const std::string& max_spill_disk, int procs);
 std::string max_spill_disk_help();
 
 }  // namespace kcp::app

@@ -7,7 +7,8 @@
 sums gpu__time_duration.sum per kernel name (template arguments kept, parameters dropped) and
 prints ms per iteration, largest first, with launches per iteration. ITERATIONS: how many times the
 profiled program ran the whole forward + backward (kcp_gpu_bench with repeats R runs 2 warm-ups, R
-timed runs with per-phase events and R without: 2 R + 2, e.g. 4 for R = 1). Lines before the CSV header (the program's own output) are skipped.
+timed runs with per-phase events and R without: 2 R + 2, e.g. 4 for R = 1). Lines before the CSV
+header (the program's own output) are skipped.
 """
 import collections
 import csv
