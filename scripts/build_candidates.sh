@@ -5,10 +5,14 @@
 # kcp_gpu_bench, kcp_gpu_test and kcpbench, and take the patch back out. The work tree must be
 # clean (tracked files); the build folder must be configured (scripts/build.sh).
 #
-#   [BUILD_DIR=build] [DEST=.device] bash scripts/build_candidates.sh wip/binter.patch wip/kintra.patch
+#   [BUILD_DIR=build] [DEST=.device] [BENCH_ONLY="binter kintra"] bash scripts/build_candidates.sh \
+#     wip/binter.patch wip/kintra.patch all=wip/binter.patch+wip/kintra.patch
 #
-# Gives DEST/main/ and DEST/<patch name>/; prints the BUILDS line for gpu_compare.sh. A patch that
-# does not apply or build stops the script with its name (the tree is left with the patch out).
+# An argument NAME=P1+P2+... builds the patches applied together (in that order) as NAME. A name
+# in BENCH_ONLY keeps only kcp_gpu_bench (the carry to the device is 64 MiB; a candidate whose
+# tests run in a combined build needs only its bench). Gives DEST/main/ and DEST/<name>/; prints
+# the BUILDS line for gpu_compare.sh. A patch that does not apply or build stops the script with
+# its name (the tree is left with the patches out).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -17,7 +21,9 @@ bins=(tests/gpu/kcp_gpu_bench tests/gpu/kcp_gpu_test app/kcpbench)
 [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "build_candidates: the work tree has changes" >&2; exit 2; }
 keep() {  # keep NAME: the build folder's binaries, stripped and compressed, in DEST/NAME
   rm -rf "${dest:?}/$1" && mkdir -p "$dest/$1"
-  for b in "${bins[@]}"; do strip -o "$dest/$1/$(basename "$b")" "$build/$b"; done
+  local list=("${bins[@]}")
+  [[ " ${BENCH_ONLY:-} " == *" $1 "* ]] && list=(tests/gpu/kcp_gpu_bench)
+  for b in "${list[@]}"; do strip -o "$dest/$1/$(basename "$b")" "$build/$b"; done
   xz -f -T2 "$dest/$1"/*
 }
 make_all() { nice cmake --build "$build" -j "$(nproc)" --target kcp_gpu_bench kcp_gpu_test kcpbench >"$dest/build-$1.log" 2>&1 ||
@@ -26,13 +32,19 @@ mkdir -p "$dest"
 make_all main
 keep main
 line="main=$dest/main"
-for p in "$@"; do
-  name=$(basename "$p" .patch)
-  git apply "$p" || { echo "build_candidates: $p does not apply to HEAD" >&2; exit 1; }
-  ok=1
-  make_all "$name" || ok=0
+for arg in "$@"; do
+  if [[ "$arg" == *=* ]]; then name=${arg%%=*} patches=${arg#*=}; else name=$(basename "$arg" .patch) patches=$arg; fi
+  IFS=+ read -r -a list <<<"$patches"
+  applied=()
+  for p in "${list[@]}"; do
+    git apply "$p" || { echo "build_candidates: $p does not apply to HEAD${applied:+ + ${applied[*]}}" >&2; break; }
+    applied+=("$p")
+  done
+  ok=0
+  [ ${#applied[@]} = ${#list[@]} ] && ok=1
+  [ $ok = 1 ] && { make_all "$name" || ok=0; }
   [ $ok = 1 ] && keep "$name"
-  git apply -R "$p"
+  for ((i = ${#applied[@]} - 1; i >= 0; i--)); do git apply -R "${applied[$i]}"; done
   [ $ok = 1 ] || exit 1
   line="$line $name=$dest/$name"
   echo "build_candidates: $name built"

@@ -2,14 +2,15 @@
 # One device call that decides a kernel candidate (docs/perf-notes.md, how each session measures):
 # kcp_gpu_bench of every build in BUILDS side by side on a quiet GPU (KDA and GDN at the issue 16 /
 # 17 shapes; the OUTHASH lines of two builds that must give the same bits must match), optionally
-# an ncu per-kernel split, then the GPU tests and int1 on CUDA of the last build at once, then FLA's
+# an ncu per-kernel split, then the GPU tests and int1 on CUDA of the builds in TEST (default: the
+# last build; their int1 runs at once, their kcp_gpu_test one after another), then FLA's
 # scripts/fla_bench.py on the same shapes (wheels in .whl/) with the time left. Writes everything
 # under $OUT/r and packs it as $OUT/r.tgz (the device tool returns few files).
 #
-#   OUT=DIR BUILDS="main=DIR1 cand=DIR2" [TS="8192 32768"] [OPS="kda gdn"] [NCU=cand] [SEED=5]
+#   OUT=DIR BUILDS="main=DIR1 cand=DIR2" [TS="8192 32768"] [OPS="kda gdn"] [NCU=cand] [SEED=5] [TEST="cand"]
 #     [FLA=1] [LIMIT=560] bash scripts/gpu_compare.sh
 #
-# A build DIR holds kcp_gpu_bench, kcp_gpu_test and kcpbench, plain or .xz-compressed (built
+# A build DIR holds kcp_gpu_bench (and, for a build in TEST, kcp_gpu_test and kcpbench), plain or .xz-compressed (built
 # elsewhere with static cudart: strip -o, xz). NCU names a build to profile (one iteration). LIMIT:
 # seconds after which FLA is cut and the results are packed (a device call allows 600).
 set -u
@@ -49,9 +50,14 @@ if [ -n "${NCU:-}" ]; then
   done
   log ncu
 fi
-( "${bin[$last]}/kcp_gpu_test" > "$R/gpu_test.txt" 2>&1; log "kcp_gpu_test ($last) rc $?" ) &
-( "${bin[$last]}/kcpbench" -q --configs configs run --rows int1 --backend cuda --seed "${SEED:-5}" --cache none \
-    --json "$R/int1-cuda-seed${SEED:-5}-$last.json" > "$R/int1.txt" 2>&1; log "int1 seed ${SEED:-5} ($last) rc $?" ) &
+tests=${TEST:-$last}
+( for t in $tests; do
+    "${bin[$t]}/kcp_gpu_test" > "$R/gpu_test-$t.txt" 2>&1; log "kcp_gpu_test ($t) rc $?"
+  done ) &
+for t in $tests; do
+  ( "${bin[$t]}/kcpbench" -q --configs configs run --rows int1 --backend cuda --seed "${SEED:-5}" --cache none \
+      --json "$R/int1-cuda-seed${SEED:-5}-$t.json" > "$R/int1-$t.txt" 2>&1; log "int1 seed ${SEED:-5} ($t) rc $?" ) &
+done
 wait
 if [ "${FLA:-1}" = 1 ] && [ "$(left)" -gt 60 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
@@ -60,6 +66,6 @@ if [ "${FLA:-1}" = 1 ] && [ "$(left)" -gt 60 ]; then
   log "fla_bench rc $?"
 fi
 tar czf "$OUT/r.tgz" -C "$OUT" r
-tail -n 1 "$R/gpu_test.txt" "$R/int1.txt"
+for t in $tests; do tail -n 1 "$R/gpu_test-$t.txt" "$R/int1-$t.txt"; done
 grep -E "^==|RESULT|OUTHASH" "$R/bench.txt"
 tail -n 6 "$R/fla-bench.txt" 2>/dev/null
