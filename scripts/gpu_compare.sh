@@ -12,7 +12,8 @@
 #
 # A build DIR holds kcp_gpu_bench (and, for a build in TEST, kcp_gpu_test and kcpbench), plain or .xz-compressed (built
 # elsewhere with static cudart: strip -o, xz). NCU names a build to profile (one iteration). LIMIT:
-# seconds after which FLA is cut and the results are packed (a device call allows 600).
+# seconds after which the tests and FLA are cut (rc 124) and the results are packed (a device call
+# allows 600).
 set -u
 start=$(date +%s)
 R=$OUT/r
@@ -52,10 +53,10 @@ if [ -n "${NCU:-}" ]; then
 fi
 tests=${TEST:-$last}
 ( for t in $tests; do
-    "${bin[$t]}/kcp_gpu_test" > "$R/gpu_test-$t.txt" 2>&1; log "kcp_gpu_test ($t) rc $?"
+    timeout "$(left)" "${bin[$t]}/kcp_gpu_test" > "$R/gpu_test-$t.txt" 2>&1; log "kcp_gpu_test ($t) rc $?"
   done ) &
 for t in $tests; do
-  ( "${bin[$t]}/kcpbench" -q --configs configs run --rows int1 --backend cuda --seed "${SEED:-5}" --cache none \
+  ( timeout "$(left)" "${bin[$t]}/kcpbench" -q --configs configs run --rows int1 --backend cuda --seed "${SEED:-5}" --cache none \
       --json "$R/int1-cuda-seed${SEED:-5}-$t.json" > "$R/int1-$t.txt" 2>&1; log "int1 seed ${SEED:-5} ($t) rc $?" ) &
 done
 wait
