@@ -13,7 +13,7 @@
 # collect waits up to WAIT seconds for every row to finish, then copies the row file (with the
 # new budgets where a row finished), each row's log (its `/usr/bin/time -v` lines give peak
 # memory and time) and the memory trace into $OUT/cal.tgz; it prints each row's exit status or
-# "running". Merge a finished row's "budgets" object into configs/rows/ROWSET.json here.
+# "running". Merge a finished row's "budgets" object into configs/rows/<ROWSET>.json here.
 set -uo pipefail
 dir=/var/tmp/kcpcal
 case "${1:-}" in
