@@ -19,6 +19,7 @@
 #include "kernels/api/fold.h"
 #include "kernels/api/layout.h"
 #include "kernels/api/problem.h"
+#include "kernels/cuda/kda_qs.h"
 
 namespace kcp::kernels::cuda {
 
@@ -117,12 +118,15 @@ void launch_kda_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_kda_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_kda_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st);
 // The backward walks take qs: [T, HV, K] 16-bit scratch, written there by launch_kda_qs before a
-// wgmma walk (the mma.sync walk forms qs itself and leaves it untouched).
+// wgmma walk (bwd_summaries: only the tokens of segments whose summary is read, kda_qs.h; the
+// mma.sync walk forms qs itself and leaves it untouched).
 void launch_kda_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, uint16_t* qs, cudaStream_t st);
 void launch_kda_bwd_states(const BwdStateArgs& a, const DevLayout& L, uint16_t* qs, cudaStream_t st);
 // qs [T, HV, K] = dtype((q[t, j / G] scale) exp2(gcum[t, j])) per element, the backward walks'
-// operand [B3], for every token (kda_qs.cu; q: saved q [T, H, K], qs: 16-bit storage).
-void launch_kda_qs(const Shape& s, const uint16_t* q, const float* gcum, uint16_t* qs, cudaStream_t st);
+// operand [B3], for the tokens of `rows` (kda_qs.cu, kda_qs.h; q: saved q [T, H, K], qs: 16-bit
+// storage; the other rows of qs untouched).
+void launch_kda_qs(const Shape& s, const QsRows& rows, const uint16_t* q, const float* gcum, uint16_t* qs,
+                   cudaStream_t st);
 // Output and local dv (kda_chunk_fwd.cu).
 void launch_kda_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_kda_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st);

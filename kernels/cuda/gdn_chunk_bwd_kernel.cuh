@@ -1,6 +1,7 @@
 // GDN backward gradients per (chunk, value head): B4 (dq, dk, dw, dgate from h, dh, v_new, dv2)
 // and B5 (WY backward), docs/algorithm.md 3.1, with the rounding points [D1]-[D7] of the CPU twin
-// (kernels/cpu/gdn_chunk_bwd.cpp). Included only by gdn_chunk_bwd.cu.
+// (kernels/cpu/gdn_chunk_bwd.cpp). Included by gdn_chunk_bwd.cu, and by kda_chunk_bwd_kernel.cuh
+// for GradParams.
 //
 // Two kernels, so that each one's unrolled code stays well inside the SM's instruction cache (fused,
 // they are ~150 KB of SASS, more than it holds; docs/perf-notes.md). Both: 256 threads, dtype
@@ -16,6 +17,10 @@
 //   + dPi'^T dtype(k beta), gate row minus column sums; adds to dk_hv and dlam, writes dv, dbeta.
 // Row sums (gate, dbeta) are reduced in a fixed order: quad shuffles, then per-warp partials in
 // shared memory added in warp order, so results are bitwise reproducible.
+// Latency: each kernel stages its tiles and per-row values in one memory round trip (dqk by
+// cp.async), and every epilogue issues all of a thread's loads (global v, shared k pairs, gates,
+// beta) before its first store, since a load after a store that may alias it cannot move above
+// it: loaded one pair at a time between stores, dY's v cost 16 dependent round trips per block.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -78,6 +83,13 @@ __device__ __forceinline__ void row_totals(const Row2 (&q)[NQ], float* sRow, flo
     out[e] = sRow[(r * 2) * NQ + u] + sRow[(r * 2 + 1) * NQ + u];
   }
   __syncthreads();
+}
+
+// One 8-byte global store of (lo, hi) at dst (8-byte aligned), as CUTLASS's global_store: in
+// gdn_bwd_dqk_kernel a float2 store through reinterpret_cast became two 4-byte stores (PTX
+// st.global.f32 twice), each warp store then covering half of every 32-byte sector it touched.
+__device__ __forceinline__ void st_global_f32x2(float* dst, float lo, float hi) {
+  asm volatile("st.global.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(lo), "f"(hi));
 }
 
 // gdn_bwd_dqk_kernel works on one 64-column slice of K per block (KS = K / 64 slices): block b ->
@@ -143,29 +155,19 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
   const int64_t kv0 = ((n * HV + j) * K + x0) * int64_t(V);
   auto f16 = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
 
+  // One memory round trip: the seven tiles by cp.async (raw bits, rows beyond L zero-filled),
+  // then gcum (its load after the copies in program order, so that its store to shared memory
+  // does not hold them back).
+  cp_async_rows<uint16_t, kKS, V>(sS, Sm::kVld, p.h + kv0, V, kKS);
+  cp_async_rows<uint16_t, kKS, V>(sdS, Sm::kVld, p.dh + kv0, V, kKS);
+  cp_async_rows<uint16_t, kC, V>(sdO, Sm::kVld, p.dO + vv0, vvs, L);
+  cp_async_rows<uint16_t, kC, V>(svn, Sm::kVld, p.v_new + vv0, vvs, L);
+  cp_async_rows<uint16_t, kC, V>(sdv2, Sm::kVld, p.dv2 + vv0, vvs, L);
+  cp_async_rows<uint16_t, kC, kKS>(sk, Sm::kSld, p.k + qk0, qks, L);
+  cp_async_rows<uint16_t, kC, kKS>(sq, Sm::kSld, p.q + qk0, qks, L);
+  cp_async_commit();
   if (tid < kC) sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
-  {  // two memory round trips for the seven tiles
-    Tile16<kKS, V> tS, tdS;
-    Tile16<kC, V> tO;
-    tS.load(p.h + kv0, V, kKS);
-    tdS.load(p.dh + kv0, V, kKS);
-    tO.load(p.dO + vv0, vvs, L);
-    tS.template store<DT>(sS, Sm::kVld);
-    tdS.template store<DT>(sdS, Sm::kVld);
-    tO.template store<DT>(sdO, Sm::kVld);
-  }
-  {
-    Tile16<kC, V> tN, tD;
-    Tile16<kC, kKS> tk, tq;
-    tN.load(p.v_new + vv0, vvs, L);
-    tD.load(p.dv2 + vv0, vvs, L);
-    tk.load(p.k + qk0, qks, L);
-    tq.load(p.q + qk0, qks, L);
-    tN.template store<DT>(svn, Sm::kVld);
-    tD.template store<DT>(sdv2, Sm::kVld);
-    tk.template store<DT>(sk, Sm::kSld);
-    tq.template store<DT>(sq, Sm::kSld);
-  }
+  cp_async_wait_all();
   __syncthreads();
   const float gL = sG[L - 1];
 
@@ -187,9 +189,20 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
   T64::template mma<DT>(dQ, AView<uint16_t, true>{sdO, Sm::kVld}, BView<uint16_t, true>{sS, Sm::kVld}, 0, V);
   T64::template mma<DT>(dK, AView<uint16_t, true>{svn, Sm::kVld}, BView<uint16_t, true>{sdS, Sm::kVld}, 0, V);
   float kint = 0.0f;  // sum over this thread's elements of dK_int o k
-  T64::each(dQ, [&](int r, int, float& v) { v = r < L ? v * exp2f(sG[r]) * scale : 0.0f; });
+  // The gates of the thread's rows r0 + 8 h (h = (r >> 3) & 1, as r0 % 16 < 8) and columns, read
+  // once: E's stores to shared memory would hold back each later read.
+  const int r0 = T64::m0() + (lane_id() >> 2), t4 = lane_id() & 3;
+  const float gr[2] = {sG[r0], sG[r0 + 8]};
+  const float eq[2] = {exp2f(gr[0]), exp2f(gr[1])}, ek[2] = {exp2f(gL - gr[0]), exp2f(gL - gr[1])};
+  float gs[T64::NT][2];
+#pragma unroll
+  for (int nt = 0; nt < T64::NT; ++nt) {
+    gs[nt][0] = sG[T64::n0() + nt * 8 + 2 * t4];
+    gs[nt][1] = sG[T64::n0() + nt * 8 + 2 * t4 + 1];
+  }
+  T64::each(dQ, [&](int r, int, float& v) { v = r < L ? v * eq[(r >> 3) & 1] * scale : 0.0f; });
   T64::each(dK, [&](int r, int x, float& v) {
-    v = r < L ? v * exp2f(gL - sG[r]) : 0.0f;
+    v = r < L ? v * ek[(r >> 3) & 1] : 0.0f;
     kint += v * f16(sk, r * Sm::kSld + x);
   });
   float hdh = 0.0f;
@@ -201,9 +214,18 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
   hdh = block_sum(hdh, sRed);  // (its barriers also end every warp's reads of dv2)
   kint = block_sum(kint, sRed + kWarps);
   const float dg_last = hdh * exp2f(gL) + kint;  // this slice's part
-  T64::each(e, [&](int r, int s, float& v) {
-    sE[r * Sm::kPld + s] = DT::raw((s <= r && r < L) ? v * exp2f(sG[r] - sG[s]) * scale : 0.0f);
-  });
+  // E = dtype(tril(dO v_new^T) exp2(g_r - g_s) scale), two values per 32-bit store
+#pragma unroll
+  for (int nt = 0; nt < T64::NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h, s = T64::n0() + nt * 8 + 2 * t4;
+      float ev[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+        ev[u] = (s + u <= r && r < L) ? e[0][nt][2 * h + u] * exp2f(gr[h] - gs[nt][u]) * scale : 0.0f;
+      *reinterpret_cast<uint32_t*>(sE + r * Sm::kPld + s) = DT::pack(ev[0], ev[1]);
+    }
   __syncthreads();
   T64::template mma<DT>(dQ, AView<uint16_t, true>{sE, Sm::kPld}, BView<uint16_t, false>{sk, Sm::kSld}, 0, kend);
   T64::template mma<DT>(dK, AView<uint16_t, false>{sE, Sm::kPld}, BView<uint16_t, false>{sq, Sm::kSld}, 0, kend);
@@ -212,8 +234,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
     rows[0].add(r, f16(sq, r * Sm::kSld + x) * q0 + f16(sq, r * Sm::kSld + x + 1) * q1);
     rows[1].add(r, f16(sk, r * Sm::kSld + x) * k0 + f16(sk, r * Sm::kSld + x + 1) * k1);
     if (r < L) {
-      *reinterpret_cast<float2*>(p.dq_hv + ((t0 + r) * HV + j) * K + x0 + x) = make_float2(q0, q1);
-      *reinterpret_cast<float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x0 + x) = make_float2(k0, k1);
+      st_global_f32x2(p.dq_hv + ((t0 + r) * HV + j) * K + x0 + x, q0, q1);
+      st_global_f32x2(p.dk_hv + ((t0 + r) * HV + j) * K + x0 + x, k0, k1);
     }
   });
   row_totals<2>(rows, sRow, sTot);
@@ -222,6 +244,127 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_dqk_kernel(GradParams p) 
     if (tid == L - 1) dl += dg_last;
     (kh == 0 ? p.dlam : p.dlam_hi)[(t0 + tid) * HV + j] = dl;
   }
+}
+
+// gdn_bwd_wy_kernel's per-row values for row tid < kC of the chunk (thread tid; zeros beyond L):
+// gcum, beta and the B4 gate parts dlam + dlam_hi (slice order) that gdn_bwd_dqk_kernel left,
+// all loaded before the first store, into sG, sBeta, sDl.
+__device__ __forceinline__ void wy_stage_rows(const GradParams& p, int64_t t, int j, bool valid, float* sG,
+                                              float* sBeta, float* sDl) {
+  const int tid = threadIdx.x;
+  if (tid >= kC) return;
+  float g = 0.0f, b = 0.0f, dl = 0.0f;
+  if (valid) {
+    const int64_t at = t * p.sh.HV + j;
+    g = p.gcum[at];
+    b = p.beta[at];
+    dl = p.dlam[at];
+    if (p.dlam_hi) dl += p.dlam_hi[at];
+  }
+  sG[tid] = g;
+  sBeta[tid] = b;
+  sDl[tid] = dl;
+}
+
+// The 32-bit words (two 16-bit values each) of a 64-row shared-memory tile t at the element
+// pairs a Tiling TT's accumulator gives this thread, in TT::pairs order, all loads issued before
+// the caller's first store: w[2 nt + h] = t[r][c .. c + 1], r = m0 + lane / 4 + 8 h,
+// c = n0 + 8 nt + 2 (lane % 4).
+template <class TT>
+__device__ __forceinline__ void smem_pairs(uint32_t (&w)[TT::NT * 2], const uint16_t* t, int ld) {
+  static_assert(TT::MT == 1, "one fragment row per warp");
+  const int g8 = lane_id() >> 2, t4 = lane_id() & 3;
+#pragma unroll
+  for (int nt = 0; nt < TT::NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      w[2 * nt + h] = *reinterpret_cast<const uint32_t*>(t + (TT::m0() + g8 + 8 * h) * ld + TT::n0() + nt * 8 + 2 * t4);
+}
+
+// dst[r][x] = dtype(src[r][x] * scale[r]) over a 64 x COLS 16-bit shared-memory tile (map_rows_to
+// of cuda_common.cuh with that map, 16 bytes at a time): every load of the thread (src and its
+// rows' scale) is issued before its first store. map_rows_to's loop, one load then one store
+// per step, was a chain of dependent shared-memory round trips.
+template <class DT, int COLS>
+__device__ __forceinline__ void scale_rows_batched(uint16_t* dst, const uint16_t* src, int ld, const float* scale) {
+  constexpr int V8 = COLS / 8, ITERS = kC * V8 / kThreads;
+  static_assert(kC * V8 % kThreads == 0, "whole 16-byte steps per thread");
+  uint4 v[ITERS];
+  float sc[ITERS];
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int e = threadIdx.x + it * kThreads;
+    v[it] = *reinterpret_cast<const uint4*>(src + (e / V8) * ld + (e % V8) * 8);
+    sc[it] = scale[e / V8];
+  }
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int e = threadIdx.x + it * kThreads;
+    const uint32_t w[4] = {v[it].x, v[it].y, v[it].z, v[it].w};
+    uint32_t o[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      o[u] = DT::pack(DT::from_raw(uint16_t(w[u] & 0xffffu)) * sc[it], DT::from_raw(uint16_t(w[u] >> 16)) * sc[it]);
+    *reinterpret_cast<uint4*>(dst + (e / V8) * ld + (e % V8) * 8) = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
+// gdn_bwd_wy_kernel's dX = Phi^T dW epilogue over the thread's accumulator a (Tiling TK, 64 x K:
+// rows r0 + 8 h with beta bh[h]; rows >= L skipped), in TK::zip_pairs' order: dK += dX beta
+// exp2(g), dbeta += dX k exp2(g), gate += dX (k beta) exp2(g). Its shared-memory operands
+// (exp2(g) of the two rows, the k pairs) are read before the first update, not pair by pair
+// behind the row test.
+template <class DT, class TK>
+__device__ __forceinline__ void wy_dx_out(const float (&a)[1][TK::NT][4], float (&dK)[1][TK::NT][4], const uint16_t* sk,
+                                          int ld, const float* sG, const float (&bh)[2], int r0, int L, Row2& rdb,
+                                          Row2& rwy) {
+  const float egh[2] = {exp2f(sG[r0]), exp2f(sG[r0 + 8])};
+  uint32_t kw[TK::NT * 2];
+  smem_pairs<TK>(kw, sk, ld);
+#pragma unroll
+  for (int nt = 0; nt < TK::NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      if (r >= L) continue;
+      const float b = bh[h], eg = egh[h], d0 = a[0][nt][2 * h], d1 = a[0][nt][2 * h + 1];
+      const float kx0 = DT::from_raw(uint16_t(kw[2 * nt + h] & 0xffffu));
+      const float kx1 = DT::from_raw(uint16_t(kw[2 * nt + h] >> 16));
+      dK[0][nt][2 * h] += d0 * (b * eg);
+      dK[0][nt][2 * h + 1] += d1 * (b * eg);
+      rdb.add(r, d0 * (kx0 * eg) + d1 * (kx1 * eg));
+      rwy.add(r, d0 * ((kx0 * b) * eg) + d1 * ((kx1 * b) * eg));
+    }
+}
+
+// gdn_bwd_wy_kernel's dY = Phi^T dv2 epilogue over the thread's accumulator a (Tiling TV, 64 x V:
+// rows r0 + 8 h with beta bh[h]; rows >= L skipped), in TV::pairs' order: dv = dtype(beta dY)
+// and dbeta += dY v, with v, dv the chunk's rows of the value head (row stride `stride`). Every
+// load of v is issued before the first dv store (loaded pair by pair after each store, they
+// were 2 NT dependent memory round trips).
+template <class DT, class TV>
+__device__ __forceinline__ void wy_dy_out(const float (&a)[1][TV::NT][4], const uint16_t* v, uint16_t* dv,
+                                          int64_t stride, const float (&bh)[2], int r0, int L, Row2& rdb) {
+  const int t4 = lane_id() & 3;
+  uint32_t vv[TV::NT * 2];
+#pragma unroll
+  for (int nt = 0; nt < TV::NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t at = int64_t(r0 + 8 * h) * stride + TV::n0() + nt * 8 + 2 * t4;
+      vv[2 * nt + h] = r0 + 8 * h < L ? __ldg(reinterpret_cast<const unsigned int*>(v + at)) : 0u;
+    }
+#pragma unroll
+  for (int nt = 0; nt < TV::NT; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      if (r >= L) continue;
+      const float d0 = a[0][nt][2 * h], d1 = a[0][nt][2 * h + 1], b = bh[h];
+      const uint32_t w = vv[2 * nt + h];
+      st16x2<DT>(dv + int64_t(r) * stride + TV::n0() + nt * 8 + 2 * t4, b * d0, b * d1);
+      rdb.add(r, d0 * DT::from_raw(uint16_t(w & 0xffffu)) + d1 * DT::from_raw(uint16_t(w >> 16)));
+    }
 }
 
 template <int K, int V>
@@ -238,7 +381,7 @@ struct WyBwdSmem {
   static constexpr int kOffDPi = kOffXb + kC * kPld;
   static_assert(2 * kC * kPld <= kC * kKld + kC * kVld, "T1 and dPi' must fit in the Xb, Yb space");
   static constexpr int kElems16 = kOffDPhi + kC * kPld;
-  static constexpr int kFloats = 2 * kC + kC * 2 * 3 + 4 * kC + kC * 3;
+  static constexpr int kFloats = 2 * kC + kC * 2 * 3 + 4 * kC + kC * 3 + kC;
   static constexpr size_t bytes = size_t(kElems16) * 2 + size_t(kFloats) * 4;
 };
 
@@ -267,6 +410,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
   float* sRow = sBeta + kC;         // [64][2][3]
   float* sCol = sRow + kC * 2 * 3;  // [4 warp rows][64]
   float* sTot = sCol + 4 * kC;      // [64][3]
+  float* sDl = sTot + kC * 3;       // the B4 gate parts (dlam + dlam_hi), 0 beyond L
 
   const int HV = p.sh.HV;
   const int64_t n = blockIdx.x / HV;
@@ -279,12 +423,9 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
   const int64_t qk0 = (t0 * p.sh.H + i) * K, qks = int64_t(p.sh.H) * K;
   const int64_t vv0 = (t0 * HV + j) * V, vvs = int64_t(HV) * V;
   const int g8 = lane_id() >> 2;
-  auto f16 = [](const uint16_t* t, int idx) { return DT::from_raw(t[idx]); };
 
-  if (tid < kC) {
-    sG[tid] = tid < L ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
-    sBeta[tid] = tid < L ? p.beta[(t0 + tid) * HV + j] : 0.0f;
-  }
+  // One memory round trip: the tiles' loads, then the per-row values (after the tiles' loads in
+  // program order, so that their stores to shared memory do not hold the tiles' loads back).
   {
     Tile16<kC, K> tk, tW;
     Tile16<kC, V> tD, tv;
@@ -294,26 +435,33 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     tD.load(p.dv2 + vv0, vvs, L);
     tv.load(p.v + vv0, vvs, L);
     tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
-    __syncthreads();  // beta
+    wy_stage_rows(p, t0 + tid, j, tid < L, sG, sBeta, sDl);
+    __syncthreads();  // gcum, beta
+    // The maps' per-row factors of this thread's 16-byte steps, read before the first store.
+    using TTk = Tile16<kC, K>;
+    using TTv = Tile16<kC, V>;
+    static_assert(TTk::TOTAL % kThreads == 0 && TTv::TOTAL % kThreads == 0, "every step is a row of the tile");
+    float bk[TTk::ITERS], ek[TTk::ITERS], bv[TTv::ITERS];
+#pragma unroll
+    for (int it = 0; it < TTk::ITERS; ++it) {
+      bk[it] = sBeta[TTk::row_of(it)];
+      ek[it] = exp2f(sG[TTk::row_of(it)]);
+    }
+#pragma unroll
+    for (int it = 0; it < TTv::ITERS; ++it) bv[it] = sBeta[TTv::row_of(it)];
     tk.template store<DT>(sk, Sm::kKld);
+    // Xb = dtype((k beta) exp2(g)), Yb = dtype(v beta) (v itself is not kept: dY's epilogue reads
+    // its few elements from memory)
+    tk.template store_by_iter<DT>(sXb, Sm::kKld, [&](int it, int, float kx) { return (kx * bk[it]) * ek[it]; });
     tW.template store<DT>(sdW, Sm::kKld);
     tD.template store<DT>(sdv2, Sm::kVld);
-    tv.template store<DT>(sYb, Sm::kVld, [&](int r, float x) { return x * sBeta[r]; });  // v itself is
-    tP.template store<DT>(sPhi, Sm::kPld);  // not kept: dY's epilogue reads its few elements from memory
+    tv.template store_by_iter<DT>(sYb, Sm::kVld, [&](int it, int, float x) { return x * bv[it]; });
+    tP.template store<DT>(sPhi, Sm::kPld);
   }
   Row2 rwy, rgl, rdb;
   __syncthreads();
-  map_rows_to<DT, K>(sXb, sk, Sm::kKld, kC, [&](int r, float kx) { return (kx * sBeta[r]) * exp2f(sG[r]); });
-  __syncthreads();
-  {  // dPhi = dW Xb^T + dv2 Yb^T (strictly lower part, rounded)
-    float a[1][T64::NT][4];
-    T64::zero(a);
-    T64::template mma<DT>(a, AView<uint16_t, true>{sdW, Sm::kKld}, BView<uint16_t, true>{sXb, Sm::kKld}, 0, K);
-    T64::template mma<DT>(a, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sYb, Sm::kVld}, 0, V);
-    T64::each(a, [&](int r, int s, float& v) { sdPhi[r * Sm::kPld + s] = DT::raw((s < r && r < L) ? v : 0.0f); });
-  }
-  // dK of the B4 part, at this thread's accumulator positions (loaded here, not
-  // earlier, so that it does not hold 32 registers through dPhi).
+  // dK of the B4 part, at this thread's accumulator positions, loaded before dPhi's product
+  // (which hides their latency; loaded after it, dX's product alone did not).
   float dK[1][TK::NT][4];
   TK::pairs(dK, [&](int r, int x, float& k0, float& k1) {
     float2 v = make_float2(0.f, 0.f);
@@ -321,34 +469,32 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     k0 = v.x;
     k1 = v.y;
   });
+  {  // dPhi = dW Xb^T + dv2 Yb^T (strictly lower part, rounded)
+    float a[1][T64::NT][4];
+    T64::zero(a);
+    T64::template mma<DT>(a, AView<uint16_t, true>{sdW, Sm::kKld}, BView<uint16_t, true>{sXb, Sm::kKld}, 0, K);
+    T64::template mma<DT>(a, AView<uint16_t, true>{sdv2, Sm::kVld}, BView<uint16_t, true>{sYb, Sm::kVld}, 0, V);
+    T64::each(a, [&](int r, int s, float& v) { sdPhi[r * Sm::kPld + s] = DT::raw((s < r && r < L) ? v : 0.0f); });
+  }
+  // The thread's accumulator rows r0, r0 + 8 (the same in every 64-row tiling: WM = 4, MT = 1)
+  // and their beta.
+  const int r0 = TK::m0() + g8;
+  const float bh[2] = {sBeta[r0], sBeta[r0 + 8]};
   {  // dX = Phi^T dW: dK, dbeta, gate
     float a[1][TK::NT][4];
     TK::zero(a);
     TK::template mma<DT>(a, AView<uint16_t, false>{sPhi, Sm::kPld}, BView<uint16_t, false>{sdW, Sm::kKld}, 0, kend);
-    TK::zip_pairs(a, dK, [&](int r, int x, float& d0, float& d1, float& k0, float& k1) {
-      if (r >= L) return;
-      const float b = sBeta[r], eg = exp2f(sG[r]);
-      const float kx0 = f16(sk, r * Sm::kKld + x), kx1 = f16(sk, r * Sm::kKld + x + 1);
-      k0 += d0 * (b * eg);
-      k1 += d1 * (b * eg);
-      rdb.add(r, d0 * (kx0 * eg) + d1 * (kx1 * eg));
-      rwy.add(r, d0 * ((kx0 * b) * eg) + d1 * ((kx1 * b) * eg));
-    });
+    wy_dx_out<DT, TK>(a, dK, sk, Sm::kKld, sG, bh, r0, L, rdb, rwy);
   }
   {  // dY = Phi^T dv2: dv, dbeta
     float a[1][TV::NT][4];
     TV::zero(a);
     TV::template mma<DT>(a, AView<uint16_t, false>{sPhi, Sm::kPld}, BView<uint16_t, false>{sdv2, Sm::kVld}, 0, kend);
-    TV::pairs(a, [&](int r, int c, float& d0, float& d1) {
-      if (r >= L) return;
-      const float b = sBeta[r];
-      st16x2<DT>(p.dv + ((t0 + r) * HV + j) * V + c, b * d0, b * d1);
-      const uint32_t vv = __ldg(reinterpret_cast<const unsigned int*>(p.v + vv0 + int64_t(r) * vvs + c));
-      rdb.add(r, d0 * DT::from_raw(uint16_t(vv & 0xffffu)) + d1 * DT::from_raw(uint16_t(vv >> 16)));
-    });
+    wy_dy_out<DT, TV>(a, p.v + vv0, p.dv + vv0, vvs, bh, r0, L, rdb);
   }
   __syncthreads();  // dPhi visible; Xb, Yb, dW free
-  map_rows_to<DT, K>(sKb, sk, Sm::kKld, kC, [&](int r, float kx) { return kx * sBeta[r]; });
+  // Kb = dtype(k beta)
+  scale_rows_batched<DT, K>(sKb, sk, Sm::kKld, sBeta);
   {  // T1 = dtype(dPhi Phi^T), strictly lower
     float a[1][T64::NT][4];
     T64::zero(a);
@@ -363,19 +509,28 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     T64::template mma<DT>(a, AView<uint16_t, false>{sPhi, Sm::kPld}, BView<uint16_t, false>{sT1, Sm::kPld}, 0, kend);
     T64::template mma<DT>(kk, AView<uint16_t, true>{sk, Sm::kKld}, BView<uint16_t, true>{sk, Sm::kKld}, 0, K);
     // Epilogue by explicit fragment loops (the column partials need the fragment index).
+    // The gates of the thread's rows and columns are read before the loop (its dPi' stores
+    // would hold back each later read).
     const int t4 = lane_id() & 3, rb = T64::m0(), cb = T64::n0();
+    const float gr[2] = {sG[r0], sG[r0 + 8]};
+    float gs[T64::NT][2];
+#pragma unroll
+    for (int nt = 0; nt < T64::NT; ++nt) {
+      gs[nt][0] = sG[cb + nt * 8 + 2 * t4];
+      gs[nt][1] = sG[cb + nt * 8 + 2 * t4 + 1];
+    }
 #pragma unroll
     for (int nt = 0; nt < T64::NT; ++nt) {
       float col0 = 0.0f, col1 = 0.0f;
 #pragma unroll
       for (int h2 = 0; h2 < 2; ++h2) {
         const int r = rb + g8 + 8 * h2, s = cb + nt * 8 + 2 * t4;
-        const float br = sBeta[r];
+        const float br = bh[h2];
         float z[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f};
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           if (s + u < r && r < L) {
-            const float dpig = -a[0][nt][2 * h2 + u] * exp2f(sG[r] - sG[s + u]);
+            const float dpig = -a[0][nt][2 * h2 + u] * exp2f(gr[h2] - gs[nt][u]);
             pb[u] = DT::rnd(dpig);
             z[u] = dpig * (br * kk[0][nt][2 * h2 + u]);
           }
@@ -398,13 +553,20 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     float a[1][TK::NT][4];
     TK::zero(a);
     TK::template mma<DT>(a, AView<uint16_t, true>{sdPi, Sm::kPld}, BView<uint16_t, false>{sk, Sm::kKld}, 0, kend);
-    TK::zip_pairs(a, dK, [&](int r, int x, float& w0, float& w1, float& k0, float& k1) {
-      if (r >= L) return;
-      const float b = sBeta[r];
-      rdb.add(r, w0 * f16(sk, r * Sm::kKld + x) + w1 * f16(sk, r * Sm::kKld + x + 1));
-      k0 += b * w0;
-      k1 += b * w1;
-    });
+    uint32_t kw[TK::NT * 2];  // k at the thread's pairs, read before the epilogue
+    smem_pairs<TK>(kw, sk, Sm::kKld);
+#pragma unroll
+    for (int nt = 0; nt < TK::NT; ++nt)  // TK::zip_pairs' order
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r0 + 8 * h;
+        if (r >= L) continue;
+        const float b = bh[h], w0 = a[0][nt][2 * h], w1 = a[0][nt][2 * h + 1];
+        rdb.add(r, w0 * DT::from_raw(uint16_t(kw[2 * nt + h] & 0xffffu)) +
+                       w1 * DT::from_raw(uint16_t(kw[2 * nt + h] >> 16)));
+        dK[0][nt][2 * h] += b * w0;
+        dK[0][nt][2 * h + 1] += b * w1;
+      }
     TK::zero(a);
     TK::template mma<DT>(a, AView<uint16_t, false>{sdPi, Sm::kPld}, BView<uint16_t, false>{sKb, Sm::kKld}, 0, kend);
     TK::zip_pairs(a, dK, [&](int r, int x, float& c0, float& c1, float& k0, float& k1) {
@@ -421,8 +583,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
   if (tid < L) {
     const int r = tid;
     const float col = sCol[r] + sCol[kC + r] + sCol[2 * kC + r] + sCol[3 * kC + r];
-    float dl = p.dlam[(t0 + r) * HV + j];  // the B4 parts from gdn_bwd_dqk_kernel, slice order
-    if (p.dlam_hi) dl += p.dlam_hi[(t0 + r) * HV + j];
+    float dl = sDl[r];  // the B4 parts from gdn_bwd_dqk_kernel (wy_stage_rows)
     dl += sTot[r * 3];
     dl += sTot[r * 3 + 1] - col;
     p.dlam[(t0 + r) * HV + j] = dl;

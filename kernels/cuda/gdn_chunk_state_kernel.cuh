@@ -605,9 +605,10 @@ void dispatch_fwd_walk(const Problem& pb, const FwdWalkParams& p, cudaStream_t s
     launch_walk(fwd_walk_kernel<DT, K, V, STATES, KDA>, WalkSmem<K, KDA>::bytes, fwd_walk_tiles<K, V, STATES>(), p, st);
   });
 }
+// qs_rows: KDA's wgmma walk, the tokens whose qs it reads (null: every token; kda_qs.h).
 template <bool KDA, bool STATES>
-void dispatch_bwd_walk(const Problem& pb, const BwdWalkParams& p, cudaStream_t st) {
-  if (launch_bwd_walk_wgmma(pb, p, STATES, st)) return;  // the Hopper walk where it applies
+void dispatch_bwd_walk(const Problem& pb, const BwdWalkParams& p, cudaStream_t st, const QsRows* qs_rows = nullptr) {
+  if (launch_bwd_walk_wgmma(pb, p, STATES, st, qs_rows)) return;  // the Hopper walk where it applies
   dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto v) {
     using DT = typename decltype(dt)::type;
     constexpr int K = decltype(k)::value, V = decltype(v)::value;

@@ -3,7 +3,9 @@
 //
 // finalize_qk_kernel: grid (ceil(T*H / 8), 2), one warp per (token, q/k head) row: sum of the
 //   G value heads' dq_hv / dk_hv in fixed order j = i G .. i G + G - 1 (fp32), L2-norm backward
-//   dx = rstd (dy - (dy . y) y) with y the saved normalized q / k, one rounding to dtype.
+//   dx = rstd (dy - (dy . y) y) with y the saved normalized q / k, one rounding to dtype. A lane
+//   holds K / 32 consecutive channels, read and written by one vector access each; the loads of
+//   up to kFinG heads and of y, rstd are in flight together.
 // finalize_gate_kernel: grid (NT, ceil(HV / 64)), 256 threads stage the chunk's dlam (and raw
 //   gates) for 64 heads in shared memory, then one thread per (chunk, value head): reverse
 //   chunk-local cumsum of dlam in token order (fp32), raw-gate backward, dg; the chunk's partial
@@ -26,39 +28,97 @@ struct FinalizeQkParams {
   int H, G, l2norm;
 };
 
+// A lane's E = K / 32 consecutive channels (E = 2 or 4): fp32 values by one 8- or 16-byte load,
+// 16-bit patterns by one 4- or 8-byte load or store.
+template <int E>
+struct LaneVec {
+  static_assert(E == 2 || E == 4, "K = 64 or 128");
+  static __device__ __forceinline__ void load(const float* src, float (&x)[E]) {
+    if constexpr (E == 4) {
+      const float4 v = *reinterpret_cast<const float4*>(src);
+      x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else {
+      const float2 v = *reinterpret_cast<const float2*>(src);
+      x[0] = v.x, x[1] = v.y;
+    }
+  }
+  // u[e / 2] holds channels e (low half) and e + 1 (high half).
+  static __device__ __forceinline__ void load16(const uint16_t* src, uint32_t (&u)[E / 2]) {
+    if constexpr (E == 4) {
+      const uint2 v = *reinterpret_cast<const uint2*>(src);
+      u[0] = v.x, u[1] = v.y;
+    } else {
+      u[0] = *reinterpret_cast<const uint32_t*>(src);
+    }
+  }
+  // E = 4 by PTX st.global.v2 (as CUTLASS's global_store): a uint2 store through reinterpret_cast
+  // became two 4-byte stores.
+  static __device__ __forceinline__ void store16(uint16_t* dst, const uint32_t (&u)[E / 2]) {
+    if constexpr (E == 4)
+      asm volatile("st.global.v2.u32 [%0], {%1, %2};\n" ::"l"(dst), "r"(u[0]), "r"(u[1]));
+    else
+      *reinterpret_cast<uint32_t*>(dst) = u[0];
+  }
+};
+
+// Loads of up to kFinG value heads are issued together (G = 2 at H = 16, HV = 32: one round trip
+// instead of one per head); the sum still adds the heads in order.
+inline constexpr int kFinG = 4;
+
+// Eight blocks per SM (<= 32 registers, as before the vector loads; without the bound K = 128
+// took 38 registers: six blocks).
 template <class DT, int K>
-__global__ void __launch_bounds__(256) finalize_qk_kernel(FinalizeQkParams p) {
+__global__ void __launch_bounds__(256, 8) finalize_qk_kernel(FinalizeQkParams p) {
   const int64_t row = int64_t(blockIdx.x) * 8 + warp_id();
   if (row >= p.rows) return;
   const bool kside = blockIdx.y != 0;  // (selects, not indexes, the parameter arrays)
   const int64_t t = row / p.H;
   const int i = int(row % p.H);
   constexpr int E = K / 32;
+  using LV = LaneVec<E>;
+  // The L2-norm operands first: their loads do not wait for the sum.
+  uint32_t yu[E / 2] = {};
+  float r = 0.0f;
+  if (p.l2norm) {
+    LV::load16((kside ? p.y[1] : p.y[0]) + row * K + lane_id() * E, yu);
+    r = (kside ? p.rstd[1] : p.rstd[0])[row];
+  }
   float sum[E];
 #pragma unroll
   for (int e = 0; e < E; ++e) sum[e] = 0.0f;
-  for (int gi = 0; gi < p.G; ++gi) {
-    const float* x = (kside ? p.dhv[1] : p.dhv[0]) + ((t * p.H * p.G) + int64_t(i) * p.G + gi) * K + lane_id() * E;
+  const float* x0 = (kside ? p.dhv[1] : p.dhv[0]) + ((t * p.H * p.G) + int64_t(i) * p.G) * K + lane_id() * E;
+  for (int g0 = 0; g0 < p.G; g0 += kFinG) {
+    float x[kFinG][E];
 #pragma unroll
-    for (int e = 0; e < E; ++e) sum[e] += x[e];
+    for (int u = 0; u < kFinG; ++u)
+      if (g0 + u < p.G) LV::load(x0 + int64_t(g0 + u) * K, x[u]);
+#pragma unroll
+    for (int u = 0; u < kFinG; ++u)
+      if (g0 + u < p.G) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) sum[e] += x[u][e];
+      }
   }
   uint16_t* o = (kside ? p.out[1] : p.out[0]) + row * K + lane_id() * E;
+  uint32_t ou[E / 2];
   if (p.l2norm) {
-    const uint16_t* ys = (kside ? p.y[1] : p.y[0]) + row * K + lane_id() * E;
     float y[E];
 #pragma unroll
-    for (int e = 0; e < E; ++e) y[e] = DT::from_raw(ys[e]);
+    for (int e = 0; e < E; e += 2) {
+      y[e] = DT::from_raw(uint16_t(yu[e / 2] & 0xffffu));
+      y[e + 1] = DT::from_raw(uint16_t(yu[e / 2] >> 16));
+    }
     float dot = 0.0f;
 #pragma unroll
     for (int e = 0; e < E; ++e) dot += sum[e] * y[e];
     dot = warp_sum(dot);
-    const float r = (kside ? p.rstd[1] : p.rstd[0])[row];
 #pragma unroll
-    for (int e = 0; e < E; ++e) o[e] = DT::raw(r * (sum[e] - dot * y[e]));
+    for (int e = 0; e < E; e += 2) ou[e / 2] = DT::pack(r * (sum[e] - dot * y[e]), r * (sum[e + 1] - dot * y[e + 1]));
   } else {
 #pragma unroll
-    for (int e = 0; e < E; ++e) o[e] = DT::raw(sum[e]);
+    for (int e = 0; e < E; e += 2) ou[e / 2] = DT::pack(sum[e], sum[e + 1]);
   }
+  LV::store16(o, ou);
 }
 
 __global__ void __launch_bounds__(256) finalize_gate_kernel(FinalizeGateParams p) {

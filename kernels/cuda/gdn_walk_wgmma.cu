@@ -151,7 +151,8 @@ bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool state
   return true;
 }
 
-bool launch_bwd_walk_wgmma(const Problem& pb, const BwdWalkParams& p, bool states, cudaStream_t st) {
+bool launch_bwd_walk_wgmma(const Problem& pb, const BwdWalkParams& p, bool states, cudaStream_t st,
+                           const QsRows* qs_rows) {
   const bool kda = pb.op == Op::Kda;
   // KDA: also the scratch qs and gcum (kda_qs_kernel reads q and gcum by 16-byte loads).
   if (!bwd_walk_uses_wgmma(pb) || (kda && !p.qs) ||
@@ -159,7 +160,8 @@ bool launch_bwd_walk_wgmma(const Problem& pb, const BwdWalkParams& p, bool state
                           states ? p.dv2 : nullptr, kda ? p.gcum : nullptr, kda ? p.qs : nullptr}))
     return false;
   if (p.sh.S == 0) return true;
-  if (kda) launch_kda_qs(p.sh, p.q, p.gcum, p.qs, st);  // the walk's q tiles: qs of every token
+  // The walk's q tiles: qs of the tokens it reads (every token, or bwd_summaries' read segments).
+  if (kda) launch_kda_qs(p.sh, qs_rows ? *qs_rows : qs_rows_all(p.sh.T), p.q, p.gcum, p.qs, st);
   const walk_wg::BwdMaps m = make_bwd_maps(p, states, kda);
   dispatch_walk(pb, [&](auto dt, auto kdim) {
     using DT = typename decltype(dt)::type;

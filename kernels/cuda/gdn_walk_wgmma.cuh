@@ -80,10 +80,16 @@
 //   KDA: Kt = kg of value head j (TMA, the forward's map) in place of k, f_r = 1 (dv2 =
 //   dtype(v + dv_local)), Gam = exp2(gL) per key channel (K floats in the stage, written by the
 //   producer as in the forward walk; per row of the tile in the update), and qs = dtype((q scale)
-//   exp2(g)) with one gate per element comes ready: kda_qs_kernel (kda_qs.cu) writes it for
-//   every token before the walk ([T, HV, K], 16-bit, the backend's scratch), the producer loads
-//   the chunk's rows of value head j by TMA into the stage's q tiles, and the consumers only
-//   zero its rows >= L (with those of W and dO, one pass) while Kt X0 runs.
+//   exp2(g)) with one gate per element comes ready: kda_qs_kernel (kda_qs.cu) writes it before
+//   the walk ([T, HV, K], 16-bit, the backend's scratch), the producer loads the chunk's rows of
+//   value head j by TMA into the stage's q tiles, and the consumers only zero its rows >= L (with
+//   those of W and dO, one pass) while Kt X0 runs. Summary mode: the prepass covers only the
+//   segments whose seg_dh_ext is read (qs_rows_of_summaries, kda_qs.h), so qs rows of other
+//   tokens hold whatever the scratch held (NaN, Inf, anything). No such row reaches a value: a
+//   skipped segment's blocks return before any TMA load; a read segment's chunks load rows of
+//   their own tokens, except the box's rows >= L of a partial chunk (the piece's last, the next
+//   piece's tokens), which stage_rows overwrites with zeros (plain stores, never read first)
+//   before the update reads the stage's q, and Kt X0 does not read q.
 //   Summary mode starts from 0 and writes seg_dh_ext (a block whose part nobody reads writes
 //   zeros and returns before any barrier); STATES mode starts from seg_exit and writes dh, dv2
 //   and dh0 (the first segment of each piece).

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/api/problem.h"
+#include "kernels/cuda/kda_qs.h"
 #include "kernels/cuda/walk_select.h"
 
 namespace kcp::kernels::cuda {
@@ -20,7 +21,9 @@ bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool state
 
 // The same for the backward walk (states: bwd_states, else bwd_summaries; bwd_walk_uses_wgmma;
 // otherwise the caller runs bwd_walk_kernel). KDA: also needs p.qs (the scratch that
-// launch_kda_qs fills first, on the same stream; 16-byte aligned).
-bool launch_bwd_walk_wgmma(const Problem& pb, const BwdWalkParams& p, bool states, cudaStream_t st);
+// launch_kda_qs fills first, on the same stream, for the tokens of qs_rows, null: every token;
+// 16-byte aligned).
+bool launch_bwd_walk_wgmma(const Problem& pb, const BwdWalkParams& p, bool states, cudaStream_t st,
+                           const QsRows* qs_rows = nullptr);
 
 }  // namespace kcp::kernels::cuda

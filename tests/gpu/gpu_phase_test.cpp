@@ -374,6 +374,9 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   void run_bwd_summaries() {
     refresh();
     poison(dw_.seg_dh_ext, L_.n_segments * state_floats());
+    // KDA's wgmma walk: qs rows the prepass leaves out (segments whose summary nobody reads) stay
+    // NaN, so a walk that used one would leave NaN in seg_dh_ext.
+    if (dw_.scratch) poison(dw_.scratch, dw_.scratch_floats);
     kk::BwdSummaryArgs a = bwd_walk_args<kk::BwdSummaryArgs>();
     a.seg_dh_ext = dw_.seg_dh_ext;
     gpu_->bwd_summaries(a);
@@ -729,6 +732,13 @@ std::vector<Param> walk_params() {
       // KDA fp16 at K = 64 with h0, GVA and softplus gates (review of the qs prepass, session 18)
       Param{kda_walk_case("walk_kda_K64_fp16_h0_G", 64, kk::DType::FP16, kk::GateForm::Softplus, 1, true, {130, 64, 1},
                           615),
+            2},
+      // bwd_summaries' qs prepass over more ranges than QsRows::kMax (18 pieces, segment 1 of each
+      // read, segment 0 not): the last range spans the gaps of the pieces after it. Segment 1 ends
+      // in a partial chunk whose TMA box reads rows of the next piece's segment 0, qs the prepass
+      // skipped (NaN in the poisoned scratch): rows >= L must be zeroed, not used.
+      Param{kda_walk_case("walk_kda_K64_bf16_18pieces", 64, kk::DType::BF16, kk::GateForm::Softplus, 2, true,
+                          std::vector<int64_t>(18, 130), 616),
             2}};
 }
 
@@ -839,35 +849,69 @@ INSTANTIATE_TEST_SUITE_P(Walks, GpuBwdWalk, ::testing::ValuesIn(walk_params()),
 // value, so the twin's std::exp2 differs now and then and can flip a 16-bit rounding (the count
 // is printed); the test judges what the prepass puts around it: the operands, the order of the two
 // products, the rounding to the dtype and the layout [T, HV, K]. Runs on any device (no sm_90).
-class GpuKdaQs : public GpuPhase {};
+// Twice: over every token (bwd_states), and over bwd_summaries' tokens (qs_rows_of_summaries):
+// the rows of its ranges written, every other row left as it was (NaN); the ranges cover the
+// segments with summary_needs().dh_ext (a piece's segments i > 0: P = 1 has none, no piece's
+// segment 0 is read here), exactly unless all kMax ranges are used (the last then spans gaps).
+class GpuKdaQs : public GpuPhase {
+ protected:
+  void expect_prepass(const kk::cuda::QsRows& rows, bool summaries) {
+    refresh();
+    const int64_t T = c_.T(), HV = c_.HV, K = c_.K, n = T * HV * K;
+    const Buf qs(*gpu_, (n + 1) / 2), ex(*gpu_, n);
+    qs.fill(kNaN);
+    kk::cuda::run_kda_qs(p_, rows, ds_.q.packed16(), ds_.gcum, reinterpret_cast<uint16_t*>(qs.get()));
+    kcp::test::device_exp2(ds_.gcum, ex.get(), n);
+    const std::vector<float> e = ex.host(), got = qs.host();
+    const uint16_t* dev = reinterpret_cast<const uint16_t*>(got.data());
+    const float* q = hs_.q.f32();
+    const float scale = p_.resolved_scale();
+    const kcp::RoundTo rt = kk::rounding_of(c_.dtype);
+    std::vector<char> read(size_t(T), summaries ? 0 : 1);  // the tokens whose qs a walk reads
+    for (int32_t s = 0; summaries && s < L_.n_segments; ++s) {
+      const kk::SegmentDesc& sg = L_.segments[s];
+      if (kk::summary_needs(L_.pieces, L_.n_pieces, sg, p_.has_h0, p_.has_dht).dh_ext)
+        std::fill(read.begin() + sg.begin, read.begin() + sg.end, 1);
+    }
+    const uint32_t nan_bits = [] {
+      uint32_t b;
+      std::memcpy(&b, &kNaN, 4);
+      return b;
+    }();
+    std::vector<char> covered(size_t(T), 0);  // the tokens of the prepass's ranges
+    for (int r = 0; r < rows.n; ++r)
+      std::fill(covered.begin() + rows.begin[r], covered.begin() + rows.begin[r] + rows.at[r + 1] - rows.at[r], 1);
+    int64_t bad = 0, first = -1, exp2_differs = 0, rows_read = 0, uncovered = 0, extra = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      rows_read += covered[size_t(t)];
+      uncovered += read[size_t(t)] && !covered[size_t(t)];
+      extra += covered[size_t(t)] && !read[size_t(t)];
+      for (int64_t j = 0; j < HV; ++j)
+        for (int64_t x = 0; x < K; ++x) {
+          const size_t i = size_t((t * HV + j) * K + x);
+          const float qx = q[(t * c_.H + j / p_.group()) * K + x];
+          const uint16_t want = covered[size_t(t)] ? kcp::dtype16_bits((qx * scale) * e[i], rt)
+                                                   : uint16_t(nan_bits >> (16 * (i & 1)));  // untouched poison
+          exp2_differs += e[i] != std::exp2(hs_.gcum[i]) ? 1 : 0;
+          if (dev[i] == want) continue;
+          if (first < 0) first = int64_t(i);
+          ++bad;
+        }
+    }
+    std::printf("[ kda_qs   ] %-22s %-9s %lld of %lld tokens in %d ranges, device exp2f != std::exp2 at %lld\n",
+                c_.name.c_str(), summaries ? "summaries" : "states", (long long)rows_read, (long long)T, rows.n,
+                (long long)exp2_differs);
+    EXPECT_EQ(uncovered, 0) << "tokens whose qs a walk reads, left out of the ranges";
+    if (rows.n < kk::cuda::QsRows::kMax) {
+      EXPECT_EQ(extra, 0) << "tokens nobody reads, in the ranges";
+    }
+    EXPECT_EQ(bad, 0) << "qs differs at " << bad << " elements, first at " << first;
+  }
+};
 
 TEST_P(GpuKdaQs, KdaQsPrepassMatchesTheTwinFormula) {
-  refresh();
-  const int64_t T = c_.T(), HV = c_.HV, K = c_.K, n = T * HV * K;
-  const Buf qs(*gpu_, (n + 1) / 2), ex(*gpu_, n);
-  qs.fill(kNaN);
-  kk::cuda::run_kda_qs(p_, T, ds_.q.packed16(), ds_.gcum, reinterpret_cast<uint16_t*>(qs.get()));
-  kcp::test::device_exp2(ds_.gcum, ex.get(), n);
-  const std::vector<float> e = ex.host(), got = qs.host();
-  const uint16_t* dev = reinterpret_cast<const uint16_t*>(got.data());
-  const float* q = hs_.q.f32();
-  const float scale = p_.resolved_scale();
-  const kcp::RoundTo rt = kk::rounding_of(c_.dtype);
-  int64_t bad = 0, first = -1, exp2_differs = 0;
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < HV; ++j)
-      for (int64_t x = 0; x < K; ++x) {
-        const size_t i = size_t((t * HV + j) * K + x);
-        const float qx = q[(t * c_.H + j / p_.group()) * K + x];
-        const uint16_t want = kcp::dtype16_bits((qx * scale) * e[i], rt);
-        exp2_differs += e[i] != std::exp2(hs_.gcum[i]) ? 1 : 0;
-        if (dev[i] == want) continue;
-        if (first < 0) first = int64_t(i);
-        ++bad;
-      }
-  std::printf("[ kda_qs   ] %-22s %lld elements, device exp2f != std::exp2 at %lld\n", c_.name.c_str(), (long long)n,
-              (long long)exp2_differs);
-  EXPECT_EQ(bad, 0) << "qs differs at " << bad << " elements, first at " << first;
+  expect_prepass(kk::cuda::qs_rows_all(c_.T()), false);
+  expect_prepass(kk::cuda::qs_rows_of_summaries(p_, L_), true);
 }
 
 std::vector<Param> kda_walk_params() {
