@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call for int3 rows on a GPU machine whose host does the calibration (issues 14, 16):
+# One device call for int3 (or int4: ROWSET=int4) rows on a GPU machine whose host does the
+# calibration (issues 14, 16):
 # builds kcpbench there (CUDA, no MPI / NCCL; reused when present), then per row: calibrate at
 # seed 1 with --write (both twins, on the host's cores) and run it on the GPU at seeds 1:3.
 #
@@ -9,14 +10,17 @@
 # BUDGET (seconds; stops starting rows after it, default 540), NOCAL=1 (run only), NORUN=ROW (do not
 # run that row after calibrating it), SEEDS (default 1:3), REBUILD=1, BUILD (default /tmp/b),
 # KCPBENCH (a kcpbench built elsewhere, e.g. carried in .device/bin: no build), CACHE (the FP64
-# reference cache folder, default none; a folder lets `run` reuse calibrate's seed-1 reference).
-# Copy $OUT/int3.json back over configs/rows/int3.json after the call: the machine's copy of the
-# repository is gone with it.
+# reference cache folder, default none; a folder lets `run` reuse calibrate's seed-1 reference),
+# ROWSET (default int3). Each step gets at most the budget's remaining seconds (`timeout`: rc 124
+# when cut, its log kept). Copy $OUT/<ROWSET>.json back over configs/rows/ after the call: the
+# machine's copy of the repository is gone with it.
 set -uo pipefail
 [ -n "${OUT:-}" ] || { echo "int3_device: set OUT" >&2; exit 2; }
-[ $# -gt 0 ] || { echo "int3_device: name at least one int3 row" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "int3_device: name at least one row" >&2; exit 2; }
 start=$(date +%s)
+set_=${ROWSET:-int3}
 budget=${BUDGET:-540}
+left() { local l=$(( budget - $(date +%s) + start )); echo $(( l > 1 ? l : 1 )); }
 build=${BUILD:-/tmp/b}
 nproc
 free -g | sed -n 2p
@@ -34,16 +38,17 @@ cache="${CACHE:-none}"
 for r in "$@"; do
   t0=$(date +%s)
   if [ -z "${NOCAL:-}" ]; then
-    "$k" --configs configs calibrate --rows int3 --row "$r" --seeds 1 --write --cache "$cache" >"$OUT/cal-$r.log" 2>&1
+    timeout "$(left)" "$k" --configs configs calibrate --rows "$set_" --row "$r" --seeds 1 --write --cache "$cache" \
+      >"$OUT/cal-$r.log" 2>&1
     rc=$?
-    cp configs/rows/int3.json "$OUT/int3.json"
+    cp "configs/rows/$set_.json" "$OUT/$set_.json"
     echo "$r calibrate rc=$rc $(( $(date +%s) - t0 )) s"
     grep -E "^$r |refus|limit|error" "$OUT/cal-$r.log" | tail -4
   fi
   t1=$(date +%s)
   [ "${NORUN:-}" = "$r" ] && continue
-  "$k" -q --configs configs run --rows int3 --row "$r" --backend cuda --seeds "${SEEDS:-1:3}" --cache "$cache" \
-    --json "$OUT/int3-$r.json" >"$OUT/run-$r.log" 2>&1
+  timeout "$(left)" "$k" -q --configs configs run --rows "$set_" --row "$r" --backend cuda --seeds "${SEEDS:-1:3}" \
+    --cache "$cache" --json "$OUT/$set_-$r.json" >"$OUT/run-$r.log" 2>&1
   echo "$r run rc=$? $(( $(date +%s) - t1 )) s"
   tail -3 "$OUT/run-$r.log"
   [ $(( $(date +%s) - start )) -gt "$budget" ] && { echo "stopping: budget"; break; }
