@@ -75,26 +75,35 @@ def line_map(base_root, new_root, path):
     return m
 
 
-def compare_kernel(name, old, new, base_root, new_root, maps):
+class LineMaps:
+    """Per file, the unchanged lines: base line -> work-tree line, and the work-tree lines."""
+
+    def __init__(self, base_root, new_root):
+        self.roots, self.maps = (base_root, new_root), {}
+
+    def get(self, path):
+        if path not in self.maps:
+            m = line_map(*self.roots, path)
+            self.maps[path] = (m, set(m.values()))
+        return self.maps[path]
+
+
+def compare_kernel(name, old, new, maps):
     """Report lines of one kernel; True when an unchanged line's operations differ."""
     moved, changed_old, changed_new, seen = [], collections.Counter(), collections.Counter(), set()
     for (path, line), ops in sorted(old.items()):
-        if path not in maps:
-            maps[path] = line_map(base_root, new_root, path)
-        to = maps[path].get(line)
+        to = maps.get(path)[0].get(line)
         if to is None:
             changed_old.update(ops)
             continue
         seen.add((path, to))
         if new.get((path, to), collections.Counter()) != ops:
             moved.append("  %s:%d (now %d): %s -> %s" % (path, line, to, dict(ops), dict(new.get((path, to), {}))))
-    for key, ops in new.items():
-        if key in seen:
+    for (path, line), ops in new.items():
+        if (path, line) in seen:
             continue
-        if key[0] not in maps:
-            maps[key[0]] = line_map(base_root, new_root, key[0])
-        if key[1] in maps[key[0]].values():
-            moved.append("  %s:%d (new ops on an unchanged line): %s" % (key[0], key[1], dict(ops)))
+        if line in maps.get(path)[1]:
+            moved.append("  %s:%d (new ops on an unchanged line): %s" % (path, line, dict(ops)))
         else:
             changed_new.update(ops)
     print("%s: %s" % (name, "unchanged lines keep their operations" if not moved else "OPERATIONS MOVED"))
@@ -122,12 +131,12 @@ def main():
         for cu in args.files:
             old = count_ops(compile_ptx(base_root, cu, args.arch, nvcc), base_root)
             new = count_ops(compile_ptx(args.root, cu, args.arch, nvcc), args.root)
-            maps = {}
+            maps = LineMaps(base_root, args.root)
             for name in sorted(set(old) | set(new)):
                 if name not in old or name not in new:
                     print("%s: only in %s" % (name, "the base" if name in old else "the work tree"))
                     continue
-                bad |= compare_kernel(name, old[name], new[name], base_root, args.root, maps)
+                bad |= compare_kernel(name, old[name], new[name], maps)
         return 1 if bad else 0
     except (subprocess.CalledProcessError, RuntimeError, OSError) as e:
         print("fp_ops_diff: %s" % e, file=sys.stderr)
