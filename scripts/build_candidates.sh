@@ -6,7 +6,7 @@
 # clean (tracked files); the build folder must be configured (scripts/build.sh).
 #
 #   [BUILD_DIR=build] [DEST=.device] [BENCH_ONLY="binter kintra"] bash scripts/build_candidates.sh \
-#     wip/binter.patch wip/kintra.patch all=wip/binter.patch+wip/kintra.patch
+#     wip/<a>.patch wip/<b>.patch all=wip/<a>.patch+wip/<b>.patch
 #
 # An argument NAME=P1+P2+... builds the patches applied together (in that order) as NAME. A name
 # in BENCH_ONLY keeps only kcp_gpu_bench (the carry to the device is 64 MiB; a candidate whose

@@ -5,10 +5,12 @@
 //   P = dtype(tril_incl(q k^T) o exp2(g_r - g_s)) (masked entries selected as 0), inter = q h[n],
 //   intra = P v_new (tensor cores, fp32 accumulation), o = dtype(inter exp2(g_r) scale +
 //   intra scale) ([G3] of the twin). Shared memory (16-bit): q, k 64 x (K+8); h K x (V+8);
-//   v_new 64 x (V+8); P 64 x 72.
+//   v_new 64 x (V+8); P 64 x 72; gates 64 fp32. Staging is one memory round trip: q, k, h, v_new
+//   by cp.async (raw bits, rows beyond the chunk zero-filled), the gates' loads in flight with them.
+//   o leaves through the v_new tile in 16-byte row stores.
 // gdn_local_dv_kernel: same grid. P' = dtype((q_r . k_s) exp2(g_r - g_s) scale) for s <= r,
 //   dv_local = dtype(P'^T dO) ([B4]), 16-bit storage. Shared memory: q, k 64 x (K+8); dO 64 x (V+8);
-//   P' 64 x 72.
+//   P' 64 x 72; gates 64 fp32. Staging as the output's: q, k, dO by cp.async, one round trip.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -35,16 +37,18 @@ struct OutputSmem {
       (2 * size_t(kC) * kKld + size_t(K) * kVld + size_t(kC) * kVld + size_t(kC) * kPld) * 2 + kC * 4;
 };
 
-// Stages q, k (rows of the chunk) and the gates; returns after a barrier.
-template <class DT, int K>
-__device__ __forceinline__ void stage_qk_gates(const ChunkParams& p, int64_t t0, int L, int i, int j, uint16_t* sq,
-                                               uint16_t* sk, int ld, float* sG) {
-  Tile16<kC, K> tq, tk;
-  tq.load(p.q + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
-  tk.load(p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
-  tq.template store<DT>(sq, ld);
-  tk.template store<DT>(sk, ld);
-  if (threadIdx.x < kC) sG[threadIdx.x] = threadIdx.x < L ? p.gcum[(t0 + threadIdx.x) * p.sh.HV + j] : 0.0f;
+// Issues the cp.async copies of q, k (rows of the chunk, raw bits; rows beyond it zero-filled)
+// and stores the gates (0 beyond the chunk); the gate's load is issued before the copies, so both
+// are in flight together. The caller adds its own tiles, then cp_async_commit(),
+// cp_async_wait_all() and a barrier.
+template <int K>
+__device__ __forceinline__ void stage_qk_gates_async(const ChunkParams& p, int64_t t0, int L, int i, int j,
+                                                     uint16_t* sq, uint16_t* sk, int ld, float* sG) {
+  const int tid = threadIdx.x;
+  const float g = tid < L ? p.gcum[(t0 + tid) * p.sh.HV + j] : 0.0f;  // used by tid < kC only
+  cp_async_rows<uint16_t, kC, K>(sq, ld, p.q + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  cp_async_rows<uint16_t, kC, K>(sk, ld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  if (tid < kC) sG[tid] = g;
 }
 
 template <class DT, int K, int V>
@@ -65,9 +69,12 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
   const int L = ch.len;
   const int64_t t0 = ch.begin;
 
-  stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
-  stage_rows16<DT, K, V>(sh, Sm::kVld, p.h + (n * HV + j) * int64_t(K) * V, V, K);
-  stage_rows16<DT, kC, V>(svn, Sm::kVld, p.v_new + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  // One memory round trip: q, k, h, v_new by cp.async, the gates meanwhile.
+  stage_qk_gates_async<K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
+  cp_async_rows<uint16_t, K, V>(sh, Sm::kVld, p.h + (n * HV + j) * int64_t(K) * V, V, K);
+  cp_async_rows<uint16_t, kC, V>(svn, Sm::kVld, p.v_new + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  cp_async_commit();
+  cp_async_wait_all();
   __syncthreads();
   {
     using T64 = Tiling<kC, kC>;
@@ -89,11 +96,16 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
   TO::template mma<DT>(intra, AView<uint16_t, true>{sP, Sm::kPld}, BView<uint16_t, false>{svn, Sm::kVld}, 0,
                        (L + 15) & ~15);
   const float scale = p.sh.scale;
+  // Staged in the v_new tile (after a barrier: every warp has read it) so the rows leave in 16-byte
+  // stores (a fragment's 4-byte stores fill half of each 32-byte sector).
+  __syncthreads();
   TO::zip_pairs(inter, intra, [&](int r, int c, float& a0, float& a1, float& b0, float& b1) {
     if (r >= L) return;
     const float eg = exp2f(sG[r]);
-    st16x2<DT>(p.o + ((t0 + r) * HV + j) * V + c, a0 * eg * scale + b0 * scale, a1 * eg * scale + b1 * scale);
+    st16x2<DT>(svn + r * Sm::kVld + c, a0 * eg * scale + b0 * scale, a1 * eg * scale + b1 * scale);
   });
+  __syncthreads();
+  store_rows16<V>(p.o + (t0 * HV + j) * V, int64_t(HV) * V, svn, Sm::kVld, L);
 }
 
 template <int K, int V>
@@ -120,8 +132,11 @@ __global__ void __launch_bounds__(kThreads) gdn_local_dv_kernel(ChunkParams p) {
   const int64_t t0 = ch.begin;
   const float scale = p.sh.scale;
 
-  stage_qk_gates<DT, K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
-  stage_rows16<DT, kC, V>(sdO, Sm::kVld, p.dO + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  // One memory round trip: q, k, dO by cp.async, the gates meanwhile.
+  stage_qk_gates_async<K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
+  cp_async_rows<uint16_t, kC, V>(sdO, Sm::kVld, p.dO + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  cp_async_commit();
+  cp_async_wait_all();
   __syncthreads();
   {
     using T64 = Tiling<kC, kC>;

@@ -12,7 +12,9 @@
 //   column; then the block merges, 2 x 2 elements per thread); Phi stored rounded to dtype
 //   (16-bit storage) with zeros above the diagonal and beyond the chunk. Each Phi element sums
 //   the twin's terms in the twin's order, whichever thread computes it (the same bits).
-//   Shared memory: k 64 x (K+8) 16-bit, Pi and Phi 64 x 65 fp32, merge scratch 3 x 16 x 16.
+//   Shared memory: k 64 x (K+8) 16-bit (by cp.async, in flight with the gate loads: one memory
+//   round trip), Pi and Phi 64 x 65 fp32, merge scratch 3 x 16 x 16, activations / cumsum / beta
+//   64 fp32 each.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -228,20 +230,25 @@ __global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
   const int64_t t0 = ch.begin;
   const int tid = threadIdx.x;
 
-  // Gate: activation per token, then the sequential cumsum (the twin's order).
+  // One memory round trip: k by cp.async (raw bits, rows beyond the chunk zero-filled), the gate
+  // inputs and beta loaded (all before their first use) while it is in flight. Gate: activation
+  // per token, then the sequential cumsum (the twin's order).
+  cp_async_rows<uint16_t, kC, K>(sk, Sm::kLd, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  cp_async_commit();
   if (tid < kC) {
     float a = 0.0f, b = 0.0f;
     if (tid < L) {
       const int64_t at = (t0 + tid) * HV + j;
+      const float graw = p.g[at];
+      b = p.beta[at];
       const float A_log = p.A_log ? p.A_log[j] : 0.0f;
       const float bias = p.dt_bias ? p.dt_bias[j] : 0.0f;
-      a = gdn_activate(p.gate, p.g[at], A_log, bias);
-      b = p.beta[at];
+      a = gdn_activate(p.gate, graw, A_log, bias);
     }
     sA[tid] = a;
     sB[tid] = b;
   }
-  stage_rows16<DT, kC, K>(sk, Sm::kLd, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  cp_async_wait_all();
   __syncthreads();
 
   // K K^T (64 x 64, k = K) on tensor cores; thread 0 forms the cumsum meanwhile (the products do

@@ -5,7 +5,9 @@
 //   dtype(v * beta); W = Phi xb, U = Phi ub on tensor cores (dtype Phi, fp32 accumulation),
 //   stored rounded to dtype for the chunk's L rows (through shared memory: coalesced 16-byte
 //   row stores instead of the fragments' 4-byte ones). Shared memory (16-bit): Phi 64 x 72,
-//   xb 64 x (K+8), ub 64 x (V+8).
+//   xb 64 x (K+8), ub 64 x (V+8); beta, exp2(g) 64 fp32 each. Staging is one memory round trip:
+//   Phi, k, v by cp.async (raw bits, rows beyond the chunk zero-filled), beta and g loaded with
+//   them; after the barrier the k and v tiles are rounded to xb, ub in place (scale_rows_in_place).
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -66,6 +68,28 @@ __device__ __forceinline__ void wy_products(uint16_t* W, uint16_t* U, int64_t th
   store_rows16<V>(U + th0 * V, int64_t(HV) * V, sU, Sm::kUld, L);
 }
 
+// Rows [0, ROWS) of a 16-bit tile in shared memory (row stride ld) replaced in place by
+// dtype(f(r, x)) of their values x, 16 bytes per access (each thread rewrites only what it read;
+// the expression and rounding of Tile16::store<DT>(dst, ld, f)).
+template <class DT, int ROWS, int COLS, class F>
+__device__ __forceinline__ void scale_rows_in_place(uint16_t* s, int ld, F&& f) {
+  constexpr int V8 = COLS / 8, TOTAL = ROWS * V8, ITERS = (TOTAL + kThreads - 1) / kThreads;
+  static_assert(COLS % 8 == 0, "16-byte accesses of 8 16-bit values");
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int e = threadIdx.x + it * kThreads, r = e / V8, c = (e % V8) * 8;
+    if (e >= TOTAL) continue;
+    uint4* q = reinterpret_cast<uint4*>(s + r * ld + c);
+    const uint4 v = *q;
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t o[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      o[u] = DT::pack(f(r, DT::from_raw(uint16_t(w[u] & 0xffffu))), f(r, DT::from_raw(uint16_t(w[u] >> 16))));
+    *q = make_uint4(o[0], o[1], o[2], o[3]);
+  }
+}
+
 template <class DT, int K, int V>
 __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
   using Sm = WySmem<K, V>;
@@ -84,23 +108,23 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
   const int64_t t0 = ch.begin;
   const int tid = threadIdx.x;
 
+  // One memory round trip: Phi, k, v by cp.async (raw bits, rows beyond the chunk zero-filled),
+  // beta and gcum loaded before the copies are issued.
+  const bool in = tid < L;  // tid < kC
+  const float b = in ? p.beta[(t0 + tid) * HV + j] : 0.0f;
+  const float g = in ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
+  cp_async_rows<uint16_t, kC, kC>(sPhi, Sm::kPld, p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
+  cp_async_rows<uint16_t, kC, K>(sX, Sm::kXld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  cp_async_rows<uint16_t, kC, V>(sU, Sm::kUld, p.v + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  cp_async_commit();
   if (tid < kC) {
-    const bool in = tid < L;
-    sB[tid] = in ? p.beta[(t0 + tid) * HV + j] : 0.0f;
-    sE[tid] = in ? exp2f(p.gcum[(t0 + tid) * HV + j]) : 0.0f;
+    sB[tid] = b;
+    sE[tid] = in ? exp2f(g) : 0.0f;
   }
-  {  // one memory round trip: Phi, k, v
-    Tile16<kC, kC> tP;
-    Tile16<kC, K> tk;
-    Tile16<kC, V> tv;
-    tP.load(p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
-    tk.load(p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
-    tv.load(p.v + (t0 * HV + j) * V, int64_t(HV) * V, L);
-    __syncthreads();  // beta, exp2(g)
-    tP.template store<DT>(sPhi, Sm::kPld);
-    tk.template store<DT>(sX, Sm::kXld, [&](int r, float x) { return (x * sB[r]) * sE[r]; });  // [W1]
-    tv.template store<DT>(sU, Sm::kUld, [&](int r, float x) { return x * sB[r]; });
-  }
+  cp_async_wait_all();
+  __syncthreads();  // tiles, beta, exp2(g)
+  scale_rows_in_place<DT, kC, K>(sX, Sm::kXld, [&](int r, float x) { return (x * sB[r]) * sE[r]; });  // [W1]
+  scale_rows_in_place<DT, kC, V>(sU, Sm::kUld, [&](int r, float x) { return x * sB[r]; });
   __syncthreads();
   wy_products<DT, K, V>(p.W, p.U, t0 * HV + j, HV, sPhi, sX, sU, L);
 }

@@ -10,9 +10,14 @@
 //   dW = dtype(-(dv2 h^T)) -> dW16; dAqk[r][s] = scale (dO v_new^T)[r][s] for s <= r (0 above)
 //   -> scratch; dQi = (dO h^T)[r][x] exp2(g_r[x]) scale, dKint = (v_new dh^T)[r][x]
 //   exp2(g_L[x] - g_r[x]); dq_hv = dQi, dk_hv = dKint, dlam = q dQi - k dKint; then a thread per
-//   channel x adds dg_last[x] = Gam[x] (h dh^T)[x][x] + sum_r k dKint to the last row.
-//   Shared memory: (16-bit) dO, v_new, dv2 64 x (V+8); h, dh K x (V+8); (fp32) dKint 64 x K, g_L K
-//   (K = V = 128: 155,136 bytes, one block per SM).
+//   channel x adds dg_last[x] = Gam[x] (h dh^T)[x][x] + sum_r k dKint to the last row. Inputs in
+//   one memory round trip: every tile by cp.async (gcum in a second group, waited for after the
+//   products), q and k at the thread's fragment pairs into registers; the epilogue and the tail
+//   read only registers and shared memory.
+//   Shared memory (KdaInterSmem): (16-bit) dO, v_new, dv2 64 x (V+8); h, dh K x (V+8); (fp32)
+//   gcum 64 x (K+8), overwritten by dKint; g_L K; after the products k 64 x (K+8) over dO, v_new
+//   and the last row's dlam over dv2 (K = V = 128: 157,184 bytes, one block per SM; K = V = 64:
+//   64,768 bytes, three).
 // kda_bwd_wy_kernel (step 4 WY part [E2], [E5]): staging in one memory round trip: dW, dv2, Phi
 //   by cp.async, k, gcum, v through registers into [E2] xb = dtype((k beta) exp2(g)) and
 //   ub = dtype(v beta). On tensor cores (dtype operands, fp32 accumulation; issue 16 item 5):
@@ -33,12 +38,13 @@
 //     rows (R = B), column side dkt_s += exp2(g_p - g_s) sum_{r in R} (dAqk q_r + dAkk beta_r k_r)
 //     exp2(g_r - g_p) for its columns and each R > B; gated operands formed once per (row, pivot);
 //   * its diagonal block per pair (r, s) and channel with exp2(g_r - g_s), both sides, as the twin;
-//   then dq_hv += dq2, dk_hv += dk2 + dkt, dlam += q dq2 + k (dk2 - dkt) for its rows and the
-//   dbeta terms k dk2n, summed over channels in a fixed order (butterfly, then warps in order).
+//   then dq_hv += dq2, dk_hv += dk2 + dkt, dlam += q dq2 + k (dk2 - dkt) for its rows (one memory
+//   round trip: the unit's 48 old values loaded at once) and the dbeta terms k dk2n, summed over
+//   channels in a fixed order (butterfly, then warps in order).
 //   Each output is one thread's sum: deterministic, no atomics. Rows, columns and pivots beyond L
 //   are skipped or selected 0, never exponentiated (7.1). The twin differs by fp32 reassociation.
-//   Shared memory (cp.async): q, k 16-bit 64 x K; gcum fp32 64 x K; dAqk, dAkk fp32 64 x 64; beta;
-//   dbeta partials (K = 128: 99,584 bytes, two blocks per SM).
+//   Shared memory (cp.async): q, k 16-bit 64 x K; gcum fp32 64 x K; dAqk, dAkk fp32 64 x 64; beta
+//   and dbeta (loaded with the tiles); dbeta partials (K = 128: 99,840 bytes, two blocks per SM).
 #pragma once
 
 #include "kernels/cuda/gdn_chunk_bwd_kernel.cuh"  // GradParams
@@ -53,11 +59,144 @@ struct KdaGradParams : GradParams {
   float* dAkk;  // [T, HV, 64] fp32, scratch: -stril(Phi^T dtype(...) ...)
 };
 
+// Shared memory of kda_bwd_inter_kernel (byte offsets). 16-bit tiles read by ldmatrix (ld V + 8,
+// cuda_common.cuh): dO, v_new, dv2 64 x V; h, dh K x V. fp32: gcum 64 x K (ld K + 8: the
+// epilogue's float2 fragment accesses are conflict-free), overwritten in place by dKint; g_L K.
+// After the products (dead tiles): k 16-bit 64 x (K + 8) over dO, v_new; the last row's dlam
+// (fp32 K) over dv2.
 template <int K, int V>
 struct KdaInterSmem {
-  static constexpr int kVld = V + 8;  // 16-bit tiles read by ldmatrix (cuda_common.cuh)
-  static constexpr size_t bytes = (3 * size_t(kC) + 2 * size_t(K)) * kVld * 2 + (size_t(kC) + 1) * K * 4;
+  static constexpr int kVld = V + 8, kGld = K + 8, kKld = K + 8;
+  static constexpr size_t tile = size_t(kC) * kVld * 2, state = size_t(K) * kVld * 2;
+  static constexpr size_t dO = 0, vn = dO + tile, dv = vn + tile, h = dv + tile, dh = h + state;
+  static constexpr size_t g = dh + state, gL = g + size_t(kC) * kGld * 4;
+  static constexpr size_t bytes = gL + size_t(K) * 4;
+  static constexpr size_t k16 = dO, dl = dv;
+  static_assert(k16 + size_t(kC) * kKld * 2 <= dv && dl + size_t(K) * 4 <= h, "k, dlam over dead tiles");
 };
+
+// Waits until at most one committed cp.async group is in flight (the older groups have landed).
+__device__ __forceinline__ void cp_async_wait_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+// f(mt, nt, h, r, x) for the element pairs (r, x), (r, x + 1) of a TK = Tiling<...> accumulator
+// that the thread holds, in Tiling::zip_pairs' order (mt, nt, h: compile-time after unrolling).
+template <class TK, class F>
+__device__ __forceinline__ void frag_pairs(F&& f) {
+  const int g = lane_id() >> 2, t = lane_id() & 3, r0 = TK::m0(), c0 = TK::n0();
+#pragma unroll
+  for (int mt = 0; mt < TK::MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < TK::NT; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) f(mt, nt, h, r0 + mt * 16 + g + 8 * h, c0 + nt * 8 + 2 * t);
+}
+
+// q, k at the thread's dQi / dKint fragment pairs (r, x), (r, x + 1) (Tiling<kC, K>::zip_pairs'
+// order), raw 16-bit pairs; rows beyond L are 0, never read. load() only issues the loads, so they
+// are in flight during the products.
+template <int K>
+struct InterQK {
+  using TK = Tiling<kC, K>;
+  uint32_t q[TK::MT][TK::NT][2], k[TK::MT][TK::NT][2];
+  __device__ __forceinline__ void load(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w) {
+    frag_pairs<TK>([&](int mt, int nt, int h, int r, int x) {
+      const bool in = r < w.L;
+      const int64_t a = ix.qk(w.t0 + (in ? r : 0), w.i) + x;
+      q[mt][nt][h] = in ? __ldg(reinterpret_cast<const unsigned int*>(p.q + a)) : 0u;
+      k[mt][nt][h] = in ? __ldg(reinterpret_cast<const unsigned int*>(p.k + a)) : 0u;
+    });
+  }
+};
+
+// Every input of the block in one memory round trip (cp.async, rows beyond L zero-filled, never
+// read): group 0 the product operands dO, v_new, dv2, h, dh and g_L; group 1 gcum (the epilogue's).
+template <int K, int V>
+__device__ __forceinline__ void inter_stage(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w,
+                                            unsigned char* smem) {
+  using Sm = KdaInterSmem<K, V>;
+  const int64_t ldv = ix.HV * V;
+  cp_async_rows<uint16_t, kC, V>(reinterpret_cast<uint16_t*>(smem + Sm::dO), Sm::kVld, p.dO + ix.vv(w.t0, w.j), ldv,
+                                 w.L);
+  cp_async_rows<uint16_t, kC, V>(reinterpret_cast<uint16_t*>(smem + Sm::vn), Sm::kVld, p.v_new + ix.vv(w.t0, w.j), ldv,
+                                 w.L);
+  cp_async_rows<uint16_t, kC, V>(reinterpret_cast<uint16_t*>(smem + Sm::dv), Sm::kVld, p.dv2 + ix.vv(w.t0, w.j), ldv,
+                                 w.L);
+  cp_async_rows<uint16_t, K, V>(reinterpret_cast<uint16_t*>(smem + Sm::h), Sm::kVld, p.h + ix.kv(w.n, w.j), V, K);
+  cp_async_rows<uint16_t, K, V>(reinterpret_cast<uint16_t*>(smem + Sm::dh), Sm::kVld, p.dh + ix.kv(w.n, w.j), V, K);
+  cp_async_rows<float, 1, K>(reinterpret_cast<float*>(smem + Sm::gL), K, p.gcum + ix.hk(w.t0 + w.L - 1, w.j), 0, 1);
+  cp_async_commit();
+  cp_async_rows<float, kC, K>(reinterpret_cast<float*>(smem + Sm::g), Sm::kGld, p.gcum + ix.hk(w.t0, w.j), ix.HV * K,
+                              w.L);
+  cp_async_commit();
+}
+
+// [E1] per fragment pair (r, x), (r, x + 1), r < L, from the accumulators aq = dO h^T and
+// ak = v_new dh^T: dQi = aq exp2(g_r) scale, dKint = ak exp2(g_L - g_r); dq_hv = dQi,
+// dk_hv = dKint, dlam = q dQi - k dKint. For the tail: dKint over its gcum (each element read,
+// then written, by its one thread), k's raw pair to the k tile, the last row's dlam.
+template <class DT, int K, int V>
+__device__ __forceinline__ void inter_epilogue(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w,
+                                               const typename Tiling<kC, K>::Acc& aq,
+                                               const typename Tiling<kC, K>::Acc& ak, const InterQK<K>& qk,
+                                               unsigned char* smem) {
+  using Sm = KdaInterSmem<K, V>;
+  using TK = Tiling<kC, K>;
+  constexpr int gld = Sm::kGld, kld = Sm::kKld;
+  float* sG = reinterpret_cast<float*>(smem + Sm::g);
+  const float* sgL = reinterpret_cast<const float*>(smem + Sm::gL);
+  uint16_t* sk = reinterpret_cast<uint16_t*>(smem + Sm::k16);
+  float* sdl = reinterpret_cast<float*>(smem + Sm::dl);
+  const float scale = p.sh.scale;
+  frag_pairs<TK>([&](int mt, int nt, int h, int r, int x) {
+    if (r >= w.L) return;
+    const float q0 = aq[mt][nt][2 * h], q1 = aq[mt][nt][2 * h + 1];
+    const float k0 = ak[mt][nt][2 * h], k1 = ak[mt][nt][2 * h + 1];
+    const int64_t at = ix.hk(w.t0 + r, w.j) + x;
+    float2* gs = reinterpret_cast<float2*>(sG + r * gld + x);
+    const float2 gr = *gs;
+    const float dQ0 = q0 * exp2f(gr.x) * scale, dQ1 = q1 * exp2f(gr.y) * scale;
+    const float dK0 = k0 * exp2f(sgL[x] - gr.x), dK1 = k1 * exp2f(sgL[x + 1] - gr.y);
+    *reinterpret_cast<float2*>(p.dq_hv + at) = make_float2(dQ0, dQ1);
+    *reinterpret_cast<float2*>(p.dk_hv + at) = make_float2(dK0, dK1);
+    *gs = make_float2(dK0, dK1);
+    const uint32_t qq = qk.q[mt][nt][h], kk = qk.k[mt][nt][h];
+    *reinterpret_cast<uint32_t*>(sk + r * kld + x) = kk;
+    const float qx0 = DT::from_raw(uint16_t(qq & 0xffffu)), qx1 = DT::from_raw(uint16_t(qq >> 16));
+    const float kx0 = DT::from_raw(uint16_t(kk & 0xffffu)), kx1 = DT::from_raw(uint16_t(kk >> 16));
+    const float2 dl = make_float2(qx0 * dQ0 - kx0 * dK0, qx1 * dQ1 - kx1 * dK1);
+    *reinterpret_cast<float2*>(p.dlam + at) = dl;
+    if (r == w.L - 1) *reinterpret_cast<float2*>(sdl + x) = dl;
+  });
+}
+
+// dg_last on the last row, a thread per channel x < K: dlam[L - 1][x] = (its epilogue value) +
+// (Gam[x] (h dh^T)[x][x] + sum_{r < L} k[r][x] dKint[r][x]), sums ascending; operands in shared
+// memory (h, dh rows by 16-byte loads, conflict-free: ld V + 8).
+template <class DT, int K, int V>
+__device__ __forceinline__ void inter_tail(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w,
+                                           const unsigned char* smem) {
+  using Sm = KdaInterSmem<K, V>;
+  if (int(threadIdx.x) >= K) return;
+  const int x = threadIdx.x;
+  const uint16_t* hx = reinterpret_cast<const uint16_t*>(smem + Sm::h) + x * Sm::kVld;
+  const uint16_t* dhx = reinterpret_cast<const uint16_t*>(smem + Sm::dh) + x * Sm::kVld;
+  const uint16_t* sk = reinterpret_cast<const uint16_t*>(smem + Sm::k16);
+  const float* sKint = reinterpret_cast<const float*>(smem + Sm::g);
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int c = 0; c < V; c += 8) {
+    const uint4 a = *reinterpret_cast<const uint4*>(hx + c), b = *reinterpret_cast<const uint4*>(dhx + c);
+    const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      acc += DT::from_raw(uint16_t(wa[u] & 0xffffu)) * DT::from_raw(uint16_t(wb[u] & 0xffffu));
+      acc += DT::from_raw(uint16_t(wa[u] >> 16)) * DT::from_raw(uint16_t(wb[u] >> 16));
+    }
+  }
+  acc *= exp2f(reinterpret_cast<const float*>(smem + Sm::gL)[x]);
+  for (int r = 0; r < w.L; ++r) acc += DT::from_raw(sk[r * Sm::kKld + x]) * sKint[r * Sm::kGld + x];
+  p.dlam[ix.hk(w.t0 + w.L - 1, w.j) + x] = reinterpret_cast<const float*>(smem + Sm::dl)[x] + acc;
+}
 
 template <class DT, int K, int V>
 __global__ void __launch_bounds__(kThreads) kda_bwd_inter_kernel(KdaGradParams p) {
@@ -66,27 +205,22 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_inter_kernel(KdaGradParams p
   using TA = Tiling<kC, kC>;  // 64 x 64 dAqk
   constexpr int ld = Sm::kVld;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  uint16_t* sdO = reinterpret_cast<uint16_t*>(smem_raw);
-  uint16_t* svn = sdO + kC * ld;
-  uint16_t* sdv = svn + kC * ld;
-  uint16_t* sS = sdv + kC * ld;
-  uint16_t* sdS = sS + K * ld;
-  float* sKint = reinterpret_cast<float*>(sdS + K * ld);
-  float* sgL = sKint + kC * K;
+  const uint16_t* sdO = reinterpret_cast<const uint16_t*>(smem_raw + Sm::dO);
+  const uint16_t* svn = reinterpret_cast<const uint16_t*>(smem_raw + Sm::vn);
+  const uint16_t* sdv = reinterpret_cast<const uint16_t*>(smem_raw + Sm::dv);
+  const uint16_t* sS = reinterpret_cast<const uint16_t*>(smem_raw + Sm::h);
+  const uint16_t* sdS = reinterpret_cast<const uint16_t*>(smem_raw + Sm::dh);
 
   const KdaIx ix = kda_ix(p.sh);
   const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
-  const int L = w.L, j = w.j, i = w.i;
-  const int64_t t0 = w.t0, n = w.n;
+  const int L = w.L, j = w.j;
+  const int64_t t0 = w.t0;
   const float scale = p.sh.scale;
-  const int64_t ldv = int64_t(p.sh.HV) * V;
 
-  stage_rows16<DT, kC, V>(sdO, ld, p.dO + ix.vv(t0, j), ldv, L);
-  stage_rows16<DT, kC, V>(svn, ld, p.v_new + ix.vv(t0, j), ldv, L);
-  stage_rows16<DT, kC, V>(sdv, ld, p.dv2 + ix.vv(t0, j), ldv, L);
-  stage_rows16<DT, K, V>(sS, ld, p.h + ix.kv(n, j), V, K);
-  stage_rows16<DT, K, V>(sdS, ld, p.dh + ix.kv(n, j), V, K);
-  if (threadIdx.x < K) sgL[threadIdx.x] = p.gcum[ix.hk(t0 + L - 1, j) + threadIdx.x];
+  inter_stage<K, V>(p, ix, w, smem_raw);
+  InterQK<K> qk;
+  qk.load(p, ix, w);
+  cp_async_wait_one();  // the product operands (group 0)
   __syncthreads();
 
   const AView<uint16_t, true> dO{sdO, ld}, vn{svn, ld}, dv{sdv, ld};
@@ -109,38 +243,18 @@ __global__ void __launch_bounds__(kThreads) kda_bwd_inter_kernel(KdaGradParams p
             make_float2(s <= r ? scale * v0 : 0.0f, s + 1 <= r ? scale * v1 : 0.0f);
     });
   }
-  {  // [E1] dQi = (dO h^T) exp2(g_r) scale, dKint = (v_new dh^T) exp2(g_L - g_r); dq_hv, dk_hv, dlam
+  {  // [E1] dQi = dO h^T, dKint = v_new dh^T (products over V), then the epilogue
     float aq[TK::MT][TK::NT][4], ak[TK::MT][TK::NT][4];
     TK::zero(aq);
     TK::zero(ak);
     TK::template mma<DT>(aq, dO, hT, 0, V);
     TK::template mma<DT>(ak, vn, dhT, 0, V);
-    TK::zip_pairs(aq, ak, [&](int r, int x, float& q0, float& q1, float& k0, float& k1) {
-      if (r >= L) return;
-      const int64_t at = ix.hk(t0 + r, j) + x;
-      const float2 gr = *reinterpret_cast<const float2*>(p.gcum + at);
-      const float dQ0 = q0 * exp2f(gr.x) * scale, dQ1 = q1 * exp2f(gr.y) * scale;
-      const float dK0 = k0 * exp2f(sgL[x] - gr.x), dK1 = k1 * exp2f(sgL[x + 1] - gr.y);
-      *reinterpret_cast<float2*>(p.dq_hv + at) = make_float2(dQ0, dQ1);
-      *reinterpret_cast<float2*>(p.dk_hv + at) = make_float2(dK0, dK1);
-      *reinterpret_cast<float2*>(sKint + r * K + x) = make_float2(dK0, dK1);
-      const int64_t aq2 = ix.qk(t0 + r, i) + x;
-      const uint32_t qq = *reinterpret_cast<const uint32_t*>(p.q + aq2);
-      const uint32_t kk = *reinterpret_cast<const uint32_t*>(p.k + aq2);
-      const float qx0 = DT::from_raw(uint16_t(qq & 0xffffu)), qx1 = DT::from_raw(uint16_t(qq >> 16));
-      const float kx0 = DT::from_raw(uint16_t(kk & 0xffffu)), kx1 = DT::from_raw(uint16_t(kk >> 16));
-      *reinterpret_cast<float2*>(p.dlam + at) = make_float2(qx0 * dQ0 - kx0 * dK0, qx1 * dQ1 - kx1 * dK1);
-    });
+    cp_async_wait_all();  // gcum (group 1)
+    __syncthreads();      // gcum visible; dO, v_new, dv2 read by every warp (k, dlam go over them)
+    inter_epilogue<DT, K, V>(p, ix, w, aq, ak, qk, smem_raw);
   }
-  __syncthreads();        // sKint and the dlam rows of every thread (global writes of this block)
-  if (threadIdx.x < K) {  // dg_last on the last row
-    const int x = threadIdx.x;
-    float acc = 0.0f;
-    for (int c = 0; c < V; ++c) acc += DT::from_raw(sS[x * ld + c]) * DT::from_raw(sdS[x * ld + c]);
-    acc *= exp2f(sgL[x]);
-    for (int r = 0; r < L; ++r) acc += DT::from_raw(p.k[ix.qk(t0 + r, i) + x]) * sKint[r * K + x];
-    p.dlam[ix.hk(t0 + L - 1, j) + x] += acc;
-  }
+  __syncthreads();  // dKint, k, the last row's dlam
+  inter_tail<DT, K, V>(p, ix, w, smem_raw);
 }
 
 template <int K, int V>
@@ -366,14 +480,16 @@ __global__ void __launch_bounds__(kThreads, KdaWyBwdSmem<K, V>::kBlocks) kda_bwd
 // ---- kda_bwd_intra_kernel: step 5 [E4] with F5 sub-chunk pivots (docs/algorithm.md 7.5) ----
 
 // Shared memory: q, k 16-bit 64 x K; gcum fp32 64 x K; dAqk, dAkk fp32 64 x 64; beta 64; the
-// dbeta warp partials (K / 32) x 64. A warp reads one row of q, k, g (its 32 consecutive
-// channels: conflict-free) or one dA address (broadcast) at a time, so rows are unpadded.
+// dbeta warp partials (K / 32) x 64; dbeta 64 as kda_bwd_wy_kernel left it (loaded with beta, so
+// the final dbeta update is a store, not a read-modify-write at the end). A warp reads one row of q, k, g (its 32
+// consecutive channels: conflict-free) or one dA address (broadcast) at a time, so rows are unpadded.
 template <int K>
 struct KdaIntraBwdSmem {
   static constexpr size_t q16 = 0, k16 = q16 + size_t(kC) * K * 2, g = k16 + size_t(kC) * K * 2;
   static constexpr size_t aq = g + size_t(kC) * K * 4, ak = aq + size_t(kC) * kC * 4;
   static constexpr size_t beta = ak + size_t(kC) * kC * 4, red = beta + kC * 4;
-  static constexpr size_t bytes = red + size_t(K / 32) * kC * 4;
+  static constexpr size_t db = red + size_t(K / 32) * kC * 4;
+  static constexpr size_t bytes = db + kC * 4;
   static_assert(2 * bytes + 2048 <= 228 * 1024, "two blocks per SM");
 };
 
@@ -429,8 +545,8 @@ __device__ __forceinline__ void bwd_rows_off(const BwdIntraView<DT, K>& v, int b
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const float a = b + i < v.L ? exp2f(v.g(b + i) - gp) : 0.0f;
-    dq[i] *= a;
-    dk[i] *= a;
+    dq[i] = __fmul_rn(dq[i], a);  // not contracted into bwd_diag's first term (see its (r, r) pair)
+    dk[i] = __fmul_rn(dk[i], a);
   }
 }
 
@@ -466,8 +582,10 @@ __device__ __forceinline__ void bwd_diag(const BwdIntraView<DT, K>& v, int b, fl
         dk[i] += y[t] * kse;
         dkt[u] += (x[t] * qr + y[t] * kb) * e;
       }
-      if (i - u0 < 4) {  // the pair (r, r)
-        dq[i] += x[i - u0] * ks[i];
+      if (i - u0 < 4) {  // the pair (r, r); rounding pinned, not left to the contraction:
+        // i = 0 (pivot row, dq[0] = its row side times exp2(0) = 1): product, then add (main's
+        // build contracted dq[0] * 1 here instead of this product); i > 0: one fma onto dq[i].
+        dq[i] = i == 0 ? __fadd_rn(dq[i], __fmul_rn(x[i - u0], ks[i])) : __fmaf_rn(x[i - u0], ks[i], dq[i]);
         dkt[i] += x[i - u0] * qr;
       }
     }
@@ -525,41 +643,49 @@ __device__ __forceinline__ float row_sums16(float (&v)[16]) {
   return v[0] + __shfl_xor_sync(0xffffffffu, v[0], 1);
 }
 
-// The unit's rows r = b + i < L (the old values of 8 rows loaded at once): dq_hv += dq2,
-// dk_hv += beta_r dk2n + dkt, dlam += q_r dq2 + k_r (beta_r dk2n - dkt) (the twin's expressions);
-// the dbeta terms k_r dk2n summed over the warp's channels to red[warp of the part][r].
+// The unit's rows r = b + i < L: dq_hv += dq2, dk_hv += beta_r dk2n + dkt,
+// dlam += q_r dq2 + k_r (beta_r dk2n - dkt) (the twin's expressions), in one memory round trip:
+// first the dbeta terms k_r dk2n (summed over the warp's channels to red[warp of the part][r])
+// and the increments (in place of dk, dkt: no more live registers), then the old values of all
+// 16 rows loaded at once (48 loads in flight), then the stores.
 template <class DT, int K>
 __device__ __forceinline__ void bwd_unit_store(const KdaGradParams& p, const KdaIx& ix, const ChunkItem& w,
                                                const BwdIntraView<DT, K>& v, int b, const float (&dq)[16],
-                                               const float (&dk)[16], const float (&dkt)[16], float* red) {
+                                               float (&dk)[16], float (&dkt)[16], float* red) {
+  {
+    float db[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) db[i] = b + i < w.L ? v.k(b + i) * dk[i] : 0.0f;
+    const float s = row_sums16(db);
+    if ((lane_id() & 1) == 0) red[(warp_id() % (K / 32)) * kC + b + (lane_id() >> 1)] = s;
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {  // dk := the dk_hv increment, dkt := the dlam increment
+    const int r = b + i;
+    if (r >= w.L) break;
+    const float qr = v.q(r), kr = v.k(r), dk2 = v.beta[r] * dk[i];
+    const float inc_l = qr * dq[i] + kr * (dk2 - dkt[i]), inc_k = dk2 + dkt[i];
+    dkt[i] = inc_l;
+    dk[i] = inc_k;
+  }
   const int ld = int(ix.HV) * K;  // row stride of [T, HV, K]
   const int64_t base = ix.hk(w.t0 + b, w.j) + v.c;
   float *pq = p.dq_hv + base, *pk = p.dk_hv + base, *pl = p.dlam + base;
-  float db[16];
+  float oq[16], ok[16], ol[16];
 #pragma unroll
-  for (int h = 0; h < 16; h += 8) {  // 8 rows at a time: 24 loads in flight
-    float oq[8], ok[8], ol[8];
-#pragma unroll
-    for (int x = 0; x < 8; ++x) {
-      const bool in = b + h + x < w.L;
-      oq[x] = in ? pq[(h + x) * ld] : 0.0f;
-      ok[x] = in ? pk[(h + x) * ld] : 0.0f;
-      ol[x] = in ? pl[(h + x) * ld] : 0.0f;
-    }
-#pragma unroll
-    for (int x = 0; x < 8; ++x) {
-      const int i = h + x, r = b + i;
-      db[i] = 0.0f;
-      if (r >= w.L) continue;
-      const float qr = v.q(r), kr = v.k(r), dk2 = v.beta[r] * dk[i];
-      db[i] = kr * dk[i];
-      pl[i * ld] = ol[x] + (qr * dq[i] + kr * (dk2 - dkt[i]));
-      pk[i * ld] = ok[x] + (dk2 + dkt[i]);
-      pq[i * ld] = oq[x] + dq[i];
-    }
+  for (int i = 0; i < 16; ++i) {
+    const bool in = b + i < w.L;
+    oq[i] = in ? pq[i * ld] : 0.0f;
+    ok[i] = in ? pk[i * ld] : 0.0f;
+    ol[i] = in ? pl[i * ld] : 0.0f;
   }
-  const float s = row_sums16(db);
-  if ((lane_id() & 1) == 0) red[(warp_id() % (K / 32)) * kC + b + (lane_id() >> 1)] = s;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    if (b + i >= w.L) break;
+    pl[i * ld] = ol[i] + dkt[i];
+    pk[i * ld] = ok[i] + dk[i];
+    pq[i * ld] = oq[i] + dq[i];
+  }
 }
 
 // One unit: sub-chunk b / 16 of the chunk for the thread's channel: its rows' dq2, dk2n (row
@@ -593,6 +719,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_bwd_intra_kernel(KdaGradParam
   float* sAk = reinterpret_cast<float*>(smem_raw + Sm::ak);
   float* sB = reinterpret_cast<float*>(smem_raw + Sm::beta);
   float* red = reinterpret_cast<float*>(smem_raw + Sm::red);
+  float* sDb = reinterpret_cast<float*>(smem_raw + Sm::db);
 
   const KdaIx ix = kda_ix(p.sh);
   const ChunkItem w = chunk_item(p.chunks, p.sh, blockIdx.x);
@@ -603,7 +730,13 @@ __global__ void __launch_bounds__(kThreads, 2) kda_bwd_intra_kernel(KdaGradParam
   cp_async_rows<float, kC, kC>(sAq, kC, p.dAqk + ix.cc(w.t0, w.j), ix.HV * kC, w.L);
   cp_async_rows<float, kC, kC>(sAk, kC, p.dAkk + ix.cc(w.t0, w.j), ix.HV * kC, w.L);
   cp_async_commit();
-  if (threadIdx.x < kC) sB[threadIdx.x] = int(threadIdx.x) < w.L ? p.beta[ix.th(w.t0 + threadIdx.x, w.j)] : 0.0f;
+  if (threadIdx.x < kC) {  // both loads before the stores: one round trip
+    const bool in = int(threadIdx.x) < w.L;
+    const float b = in ? p.beta[ix.th(w.t0 + threadIdx.x, w.j)] : 0.0f;
+    const float d = in ? p.dbeta[ix.th(w.t0 + threadIdx.x, w.j)] : 0.0f;
+    sB[threadIdx.x] = b;
+    sDb[threadIdx.x] = d;
+  }
   cp_async_wait_all();
   __syncthreads();
 
@@ -616,7 +749,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_bwd_intra_kernel(KdaGradParam
     float s = 0.0f;
 #pragma unroll
     for (int x = 0; x < K / 32; ++x) s += red[x * kC + threadIdx.x];
-    p.dbeta[ix.th(w.t0 + threadIdx.x, w.j)] += s;
+    p.dbeta[ix.th(w.t0 + threadIdx.x, w.j)] = sDb[threadIdx.x] + s;
   }
 }
 
