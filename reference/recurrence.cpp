@@ -40,6 +40,10 @@
 // dq, dk, dg, dbeta strictly in chain order (item r waits until item r - 1 has published the same
 // window). So the grouping may follow the thread count, and the bits never do. Items are claimed
 // from one counter in chain order, so the item waited on is always running or done: no deadlock.
+// The bits do follow the SIMD packet width (kPS): a horizontal sum over a block's 16 columns adds
+// kNP packets, then the kPS lanes, so an AVX-512 build (CMake option KCP_REFERENCE_ARCH) rounds
+// the per-token dq, dk, da, dbeta sums in another order than the default SSE2 build (the results'
+// context.build.reference_simd names it). Every product and sum still rounds once: no fma.
 #include <Eigen/Core>
 #include <cstring>
 #include <limits>
@@ -613,3 +617,23 @@ void run_recurrence(const Problem& p, const Inputs& in, const Prepared& pr, Outp
 }
 
 }  // namespace kcp::ref::detail
+
+namespace kcp::ref {
+
+std::string simd_description() {
+#if defined(EIGEN_VECTORIZE_AVX512)
+  const char* isa = "AVX-512";
+#elif defined(EIGEN_VECTORIZE_AVX2)
+  const char* isa = "AVX2";
+#elif defined(EIGEN_VECTORIZE_AVX)
+  const char* isa = "AVX";
+#elif defined(EIGEN_VECTORIZE_SSE2)
+  const char* isa = "SSE2";
+#else
+  const char* isa = "no SIMD";
+#endif
+  return std::string(isa) + ", " + std::to_string(detail::kPS) + (detail::kPS == 1 ? " double" : " doubles") +
+         " a packet";
+}
+
+}  // namespace kcp::ref

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "vocab/vocabulary.h"
@@ -108,5 +109,10 @@ void forward_backward(const Problem& p, const Inputs& in, Outputs& out, Grads& g
 // GFLOP/s report of the benchmark.
 double forward_flops(const Problem& p);
 double forward_backward_flops(const Problem& p);
+
+// The SIMD the recurrence was compiled for, e.g. "SSE2, 2 doubles a packet" (CMake option
+// KCP_REFERENCE_ARCH widens it). Results are recorded with it: the order of the per-packet
+// horizontal sums, and so the last bits of dq, dk, dg, dbeta, follow the packet width.
+std::string simd_description();
 
 }  // namespace kcp::ref

@@ -14,7 +14,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site
 mkdir -p $OUT/logs
 if [ -z "${KCPBENCH:-}" ]; then
-  cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_ENABLE_MPI=OFF \
+  cmake -S . -B build-dev -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_ENABLE_MPI=OFF -DKCP_REFERENCE_ARCH=native \
     -DKCP_ENABLE_DEVICE_TESTS=OFF >$OUT/logs/cfg.log 2>&1 || { tail -20 $OUT/logs/cfg.log; exit 1; }
   cmake --build build-dev -j16 --target kcpbench >$OUT/logs/build.log 2>&1 || { tail -30 $OUT/logs/build.log; exit 1; }
 fi

@@ -28,7 +28,7 @@ export CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 if [ -n "${KCPBENCH:-}" ]; then
   :
 elif [ ! -x "$build/app/kcpbench" ] || [ -n "${REBUILD:-}" ]; then
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_ENABLE_MPI=OFF \
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_ENABLE_MPI=OFF -DKCP_REFERENCE_ARCH=native \
     -DKCP_ENABLE_DEVICE_TESTS=OFF >"$OUT/cfg.log" 2>&1 || { tail -20 "$OUT/cfg.log"; exit 1; }
   cmake --build "$build" -j "$(nproc)" --target kcpbench >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 fi

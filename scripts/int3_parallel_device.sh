@@ -11,7 +11,7 @@ s=$(date +%s)
 export CUDACXX=/usr/local/cuda/bin/nvcc
 nproc; free -g | sed -n 2p
 if [ ! -x /tmp/b/app/kcpbench ]; then
-  cmake -S . -B /tmp/b -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_ENABLE_MPI=OFF -DKCP_ENABLE_DEVICE_TESTS=OFF >$OUT/cfg.log 2>&1 || { tail $OUT/cfg.log; exit 1; }
+  cmake -S . -B /tmp/b -DCMAKE_BUILD_TYPE=Release -DKCP_ENABLE_NCCL=OFF -DKCP_ENABLE_MPI=OFF -DKCP_ENABLE_DEVICE_TESTS=OFF -DKCP_REFERENCE_ARCH=native >$OUT/cfg.log 2>&1 || { tail $OUT/cfg.log; exit 1; }
   cmake --build /tmp/b -j16 --target kcpbench >$OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 fi
 echo "built +$(( $(date +%s)-s )) s"

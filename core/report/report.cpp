@@ -11,6 +11,7 @@
 #include "core/util/error.h"
 #include "kcp/config.h"
 #include "kcp/git_info.h"
+#include "reference/reference.h"
 
 namespace kcp {
 
@@ -24,6 +25,7 @@ BuildInfo build_info() {
   if (KCP_ENABLE_CUDA) b.cuda = KCP_CUDA_VERSION;
   if (KCP_ENABLE_NCCL) b.nccl = KCP_NCCL_VERSION;
   if (KCP_ENABLE_MPI) b.mpi = KCP_MPI_VERSION;
+  b.reference_simd = ref::simd_description();
   return b;
 }
 

@@ -213,6 +213,7 @@ void get(const json& v, const std::string& p, BuildInfo& b) {
   nullable(v, p, "cuda", b.cuda);
   nullable(v, p, "nccl", b.nccl);
   nullable(v, p, "mpi", b.mpi);
+  field(v, p, "reference_simd", b.reference_simd);
 }
 
 void get(const json& v, const std::string& p, RowSetInfo& r) {
@@ -257,8 +258,10 @@ json to_json(const TensorMetrics& m) {
 
 json to_json(const BuildInfo& b) {
   auto opt = [](const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); };
-  return {{"version", b.version},   {"git_sha", b.git_sha}, {"git_dirty", b.git_dirty}, {"build_type", b.build_type},
-          {"compiler", b.compiler}, {"cuda", opt(b.cuda)},  {"nccl", opt(b.nccl)},      {"mpi", opt(b.mpi)}};
+  json j = {{"version", b.version},   {"git_sha", b.git_sha}, {"git_dirty", b.git_dirty}, {"build_type", b.build_type},
+            {"compiler", b.compiler}, {"cuda", opt(b.cuda)},  {"nccl", opt(b.nccl)},      {"mpi", opt(b.mpi)}};
+  if (b.reference_simd) j["reference_simd"] = *b.reference_simd;
+  return j;
 }
 
 json to_json(const Context& c) {

@@ -60,6 +60,7 @@ struct BuildInfo {
   bool git_dirty = false;
   std::string build_type, compiler;
   std::optional<std::string> cuda, nccl, mpi;  // null when not built
+  std::optional<std::string> reference_simd;   // kcp::ref::simd_description(); absent in older files
 };
 
 struct RowSetInfo {

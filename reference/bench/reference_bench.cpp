@@ -150,7 +150,9 @@ int main(int argc, char** argv) {
       "  GDN: direct gate logsigmoid(randn); KDA: lower-bound gate (lb=-5, A_log, "
       "dt_bias); both with\n"
       "  Q/K L2 norm, h0 and dht. Rates count the FLOPs of forward_flops / "
-      "forward_backward_flops.\n");
+      "forward_backward_flops.\n"
+      "  reference SIMD: %s (the GEMM below: this binary's own flags)\n",
+      kcp::ref::simd_description().c_str());
   const double gemm_before = eigen_gemm_rate(threads, gemm_n, gemm_s);
 
   std::vector<Row> rows;

@@ -28,7 +28,7 @@ TEST(Run, Int1PassesEveryRowInEveryFormWithACompleteReport) {
   for (const char* k : {"schema_version", "build", "date", "command_line", "world_size", "launch_mode", "comm",
                         "backend", "device_class", "devices", "row_set", "seeds", "backend_device"})
     EXPECT_TRUE(c.contains(k)) << "context." << k;
-  for (const char* k : {"git_sha", "git_dirty", "build_type", "compiler", "cuda", "nccl", "mpi"})
+  for (const char* k : {"git_sha", "git_dirty", "build_type", "compiler", "cuda", "nccl", "mpi", "reference_simd"})
     EXPECT_TRUE(c["build"].contains(k)) << "context.build." << k;
   EXPECT_EQ(c["schema_version"], "kcpbench.results/1");
   EXPECT_EQ(c["row_set"]["digest"].get<std::string>().size(), 64u);
