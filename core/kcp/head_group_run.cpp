@@ -1,6 +1,7 @@
 #include "core/kcp/head_group_run.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "core/util/error.h"
 
@@ -50,15 +51,24 @@ GroupedFormRun run_form_by_head_groups(const RowConfig& row, const std::string& 
                                        const kernels::Backend& backend, EngineOptions opt, const GroupJudge& judge) {
   const RankPlan& rp = plan.ranks[comm.rank()];
   GroupedFormRun out;
+  auto t = std::chrono::steady_clock::now();
+  auto lap = [&t](double& acc) {  // acc += seconds since the last lap
+    const auto now = std::chrono::steady_clock::now();
+    acc += std::chrono::duration<double>(now - t).count();
+    t = now;
+  };
   for (int g = 0; g < groups; ++g) {
     opt.heads = head_group(row, g, groups);
     const RowConfig part = head_range_row(row, opt.heads);
     // The group's inputs (the values they have in the whole shard), freed once uploaded.
-    RankResult res = run_form(part, plan, form, make_inputs(row, row_digest, rp.global_begin, rp.global_end, opt.heads),
-                              comm, backend, opt);
+    RowInputs inputs = make_inputs(row, row_digest, rp.global_begin, rp.global_end, opt.heads);
+    lap(out.inputs_s);
+    RankResult res = run_form(part, plan, form, std::move(inputs), comm, backend, opt);
+    lap(out.run_s);
     if (judge) judge(part, opt.heads, res);
     fold_digest(out.bits, digest(res));
     keep_rest(out, res, g, groups);
+    lap(out.judge_s);
   }  // the group's result goes here, before the next group's arrays
   return out;
 }

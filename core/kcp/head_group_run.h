@@ -31,6 +31,10 @@ struct GroupedFormRun {
   // largest group, where the fault was placed. No Token, State or Boundary tensor.
   RankResult rest;
   ResultDigest bits{};  // the groups' digests folded in group order (fold_digest); one group: its digest
+  // This rank's host clock, summed over the groups: making the inputs (make_inputs), run_form
+  // (upload, every warm-up and timed run, download), the judge callback with the digest and what stays. A long
+  // row's progress lines show them (where a form's minutes go besides the kernels).
+  double inputs_s = 0, run_s = 0, judge_s = 0;
 };
 
 // Called on every rank with each group's row (head_range_row), heads and result (after finish(),

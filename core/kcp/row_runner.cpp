@@ -712,6 +712,15 @@ GroupedFormRun run_and_judge(const RowContext& c, const Form& form, const Segmen
   return run_form_by_head_groups(c.row, c.sel.digest, plan, form, c.head_groups, comm, backend, eo, judge_group);
 }
 
+// A long row's progress line of where a form's host time went on rank 0 (GroupedFormRun; the det
+// rerun is a second run without judging).
+void log_host_seconds(const RowContext& c, const Form& form, const GroupedFormRun& run, double det_s) {
+  if (!c.announce) return;
+  log::progress0("[{}/{}] {} {}: rank 0 host time: inputs {:.1f} s, run {:.1f} s, judge {:.1f} s{}", c.row_no,
+                 c.row_total, c.row.name, form.label(), run.inputs_s, run.run_s, run.judge_s,
+                 det_s > 0 ? fmt::format(", det checks {:.1f} s", det_s) : std::string());
+}
+
 // Runs one form on every rank, judges it and counts it; rank 0 appends its entry.
 void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, Communicator& comm,
                   const kernels::Backend& backend, std::map<int, ResultDigest>& det_full, RunOutcome& outcome) {
@@ -765,7 +774,9 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   if (is_package_mismatch(opt.fault.kind))
     broken = fmt::format("the backend ran a backward given {} instead of refusing it", opt.fault.name());
   std::optional<Determinism> det;  // null when no det check runs
+  const auto t_det = std::chrono::steady_clock::now();
   if (checks) det = det_checks(c, form, plan, bits, det_full, comm, backend, eo, broken);
+  log_host_seconds(c, form, run, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_det).count());
   // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
   Timings timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
   if (c.head_groups > 1)

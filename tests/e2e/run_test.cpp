@@ -499,10 +499,16 @@ TEST(Run, LargeRowsAnnounceTheirReferenceAndFormsOnStderrSmallOnesDoNot) {
   EXPECT_NE(big.out.find("[1/1] L1: FP64 reference of 8192 tokens, 9 value heads ..."), std::string::npos) << big.out;
   EXPECT_NE(big.out.find("[1/1] L1: FP64 reference ready ("), std::string::npos) << big.out;
   EXPECT_NE(big.out.find("[1/1] L1 nondet/full/planned: running ..."), std::string::npos) << big.out;
+  // Where the form's host time went: one line after the form, before its table line.
+  const size_t host = big.out.find("[1/1] L1 nondet/full/planned: rank 0 host time: inputs ");
+  EXPECT_NE(host, std::string::npos) << big.out;
+  EXPECT_NE(big.out.find(" s, run ", host), std::string::npos) << big.out;
+  EXPECT_NE(big.out.find(" s, judge ", host), std::string::npos) << big.out;
   const CmdResult quiet = run_kcpbench("-q run --rows " + rows + " --cache none");
   EXPECT_EQ(quiet.out.find("FP64 reference of"), std::string::npos) << quiet.out;
   const CmdResult small = run_kcpbench("run --rows int1 --row A1 --package nondet --saved full --cache none");
   EXPECT_EQ(small.code, 0) << small.out;
   EXPECT_EQ(small.out.find("FP64 reference"), std::string::npos) << small.out;
   EXPECT_EQ(small.out.find(": running"), std::string::npos) << small.out;
+  EXPECT_EQ(small.out.find("host time"), std::string::npos) << small.out;
 }
