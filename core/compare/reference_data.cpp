@@ -52,7 +52,7 @@ SequenceReference compute_sequence(const RowConfig& row, const std::string& dige
   int64_t t0 = 0;
   for (int s = 0; s < seq; ++s) t0 += row.seqlens[s];
   const int64_t len = row.seqlens[seq];
-  RowInputs in = make_inputs(row, digest, t0, t0 + len, heads);
+  RowInputs in = make_inputs(row, digest, t0, t0 + len, heads, threads);
   const RowConfig part = head_range_row(row, heads);
   const int64_t state = int64_t(part.HV) * part.K * part.V;
   // The reference reads the float inputs directly (converted to double exactly as it reads them);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <thread>
 
 #include "core/util/error.h"
 #include "core/util/sha256.h"
@@ -62,17 +64,43 @@ Cut cut_of(const RowConfig& row, HeadRange r) {
   return {r.first, r.count, r.first * G, r.count * G};
 }
 
+// Tokens below which a part is not worth a thread of its own.
+constexpr int64_t kMinTokensPerPart = 256;
+
+// body(a, b) over the token range [0, T) cut into up to `threads` parts that run at once. Every
+// element is its own counter's value, so the parts give the bits of one pass.
+template <class F>
+void for_token_parts(int64_t T, int threads, F&& body) {
+  const int64_t parts = std::clamp<int64_t>(T / kMinTokensPerPart, 1, std::max(1, threads));
+  if (parts == 1) return body(int64_t(0), T);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
+  std::vector<std::thread> pool;
+  for (int64_t p = 0; p < parts; ++p)
+    pool.emplace_back([&, p] {
+      try {
+        body(T * p / parts, T * (p + 1) / parts);
+      } catch (...) {
+        errors[size_t(p)] = std::current_exception();
+      }
+    });
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 // Fills the shard of a token-major tensor of `heads` heads of `width` elements per token, keeping
 // heads [first, first + count): the element (token t, head h, channel c) is value(key, global
 // counter of (t, h, c) in the whole tensor).
 template <class F>
 void fill_shard(std::vector<float>& out, uint64_t key, const RowInputs& in, int64_t heads, int64_t width, int64_t first,
-                int64_t count, F&& value) {
+                int64_t count, int threads, F&& value) {
   const int64_t per = heads * width, part = count * width;
   out.resize(static_cast<size_t>(in.tokens() * part));
-  for (int64_t t = 0; t < in.tokens(); ++t)
-    for (int64_t i = 0; i < part; ++i)
-      out[t * part + i] = value(key, static_cast<uint64_t>((in.t_begin + t) * per + first * width + i));
+  for_token_parts(in.tokens(), threads, [&](int64_t a, int64_t b) {
+    for (int64_t t = a; t < b; ++t)
+      for (int64_t i = 0; i < part; ++i)
+        out[t * part + i] = value(key, static_cast<uint64_t>((in.t_begin + t) * per + first * width + i));
+  });
 }
 
 // Keeps heads [first, first + count) of `rows` rows of `heads` heads of `width` elements.
@@ -86,7 +114,7 @@ void keep_heads(std::vector<float>& v, int64_t rows, int64_t heads, int64_t widt
 
 // gate_recipe "logsigmoid" (docs/algorithm.md 6.4): direct gates logsigmoid(randn) / gate_strength,
 // raw gates randn, A_log = log(linspace(1, 8, HV)), dt_bias = softplus^-1(dt).
-void logsigmoid_gates(const RowConfig& row, const std::string& digest, const Cut& cut, RowInputs& in) {
+void logsigmoid_gates(const RowConfig& row, const std::string& digest, const Cut& cut, int threads, RowInputs& in) {
   const RoundTo rt = round_of(row);
   const int64_t HV = row.HV, gw = gate_width(row);
   const uint64_t gkey = tensor_key(row.seed, digest, "g");
@@ -94,14 +122,14 @@ void logsigmoid_gates(const RowConfig& row, const std::string& digest, const Cut
     // a = logsigmoid(randn) / strength rounded to the input dtype, as public tests pass bf16 gates;
     // some positions forced to -1000 (extreme decay) or 0 (both exact in bf16 and fp16).
     const uint64_t mkey = tensor_key(row.seed, digest, "g.mask");
-    fill_shard(in.g, gkey, in, HV, gw, cut.vf, cut.vn, [&](uint64_t key, uint64_t c) {
+    fill_shard(in.g, gkey, in, HV, gw, cut.vf, cut.vn, threads, [&](uint64_t key, uint64_t c) {
       const double u = uniform01(mkey, c);
       if (u < row.inputs.gate_mask_p) return -1000.0f;
       if (u < row.inputs.gate_mask_p + row.inputs.gate_zero_p) return 0.0f;
       return round_to(float(logsigmoid(standard_normal(key, c)) / row.inputs.gate_strength), rt);
     });
   } else {
-    fill_shard(in.g, gkey, in, HV, gw, cut.vf, cut.vn,
+    fill_shard(in.g, gkey, in, HV, gw, cut.vf, cut.vn, threads,
                [&](uint64_t key, uint64_t c) { return round_to(float(standard_normal(key, c)), rt); });
   }
   if (row.A_log) {
@@ -141,10 +169,10 @@ constexpr double kModelInitSpread = 0.1;
 
 // model_init, direct form: a = -A softplus(g + softplus^-1(dt)) in double, rounded once.
 void model_init_direct(const RowConfig& row, const std::string& digest, const ModelInitDraws& d, const Cut& cut,
-                       RowInputs& in) {
+                       int threads, RowInputs& in) {
   const RoundTo rt = round_of(row);
   const uint64_t per = uint64_t(row.HV * gate_width(row)), gw = uint64_t(gate_width(row));
-  fill_shard(in.g, tensor_key(row.seed, digest, "g"), in, row.HV, int64_t(gw), cut.vf, cut.vn,
+  fill_shard(in.g, tensor_key(row.seed, digest, "g"), in, row.HV, int64_t(gw), cut.vf, cut.vn, threads,
              [&](uint64_t key, uint64_t c) {
                const uint64_t i = c % per;  // (value head, channel)
                const double x = kModelInitSpread * standard_normal(key, c) + inv_softplus(d.dt[i]);
@@ -157,7 +185,7 @@ void model_init_direct(const RowConfig& row, const std::string& digest, const Mo
 // (1 without A_log) and dt_bias = logit(A dt / -lb) / s, so the decay at g = 0 is -A dt as in
 // softplus, and the noise s g enters the logit as kModelInitSpread * randn for every head.
 void model_init_raw(const RowConfig& row, const std::string& digest, const ModelInitDraws& d, const Cut& cut,
-                    RowInputs& in) {
+                    int threads, RowInputs& in) {
   const RoundTo rt = round_of(row);
   const int64_t HV = row.HV, gw = gate_width(row);
   const bool lb = row.gate == GateForm::LowerBound;
@@ -172,26 +200,28 @@ void model_init_raw(const RowConfig& row, const std::string& digest, const Model
     const double r = d.A[i / gw] * d.dt[i] / -row.lower_bound;
     in.dt_bias.push_back(float(lb ? std::log(r / (1 - r)) / s[i / gw] : inv_softplus(d.dt[i])));
   }
-  fill_shard(in.g, tensor_key(row.seed, digest, "g"), in, HV, gw, cut.vf, cut.vn, [&](uint64_t key, uint64_t c) {
-    return round_to(float(kModelInitSpread * standard_normal(key, c) / s[c % uint64_t(HV * gw) / uint64_t(gw)]), rt);
-  });
+  fill_shard(in.g, tensor_key(row.seed, digest, "g"), in, HV, gw, cut.vf, cut.vn, threads,
+             [&](uint64_t key, uint64_t c) {
+               return round_to(
+                   float(kModelInitSpread * standard_normal(key, c) / s[c % uint64_t(HV * gw) / uint64_t(gw)]), rt);
+             });
 }
 
 // gate_recipe "model_init" (docs/algorithm.md 6.4): gates as GDN and KDA layers start training.
-void model_init_gates(const RowConfig& row, const std::string& digest, const Cut& cut, RowInputs& in) {
+void model_init_gates(const RowConfig& row, const std::string& digest, const Cut& cut, int threads, RowInputs& in) {
   const ModelInitDraws d = model_init_draws(row, digest);
   if (row.gate == GateForm::Direct)
-    model_init_direct(row, digest, d, cut, in);
+    model_init_direct(row, digest, d, cut, threads, in);
   else
-    model_init_raw(row, digest, d, cut, in);
+    model_init_raw(row, digest, d, cut, threads, in);
 }
 
 // The gates of the shard (g, A_log, dt_bias) for the cut's value heads.
-void make_gates(const RowConfig& row, const std::string& digest, const Cut& cut, RowInputs& in) {
+void make_gates(const RowConfig& row, const std::string& digest, const Cut& cut, int threads, RowInputs& in) {
   if (row.inputs.gate_recipe == GateRecipe::ModelInit)
-    model_init_gates(row, digest, cut, in);
+    model_init_gates(row, digest, cut, threads, in);
   else
-    logsigmoid_gates(row, digest, cut, in);
+    logsigmoid_gates(row, digest, cut, threads, in);
   const int64_t gw = gate_width(row);
   keep_heads(in.A_log, 1, row.HV, 1, cut.vf, cut.vn);
   keep_heads(in.dt_bias, 1, row.HV, gw, cut.vf, cut.vn);
@@ -202,27 +232,30 @@ void make_gates(const RowConfig& row, const std::string& digest, const Cut& cut,
 // delta rule's (I - beta k k^T) has eigenvalues far below -1, so the state explodes. Heads of the
 // cut only, each from its counters in the whole tensor.
 void unit_qk(const RowConfig& row, const std::string& digest, const char* name, bool skewed, const Cut& cut,
-             const RowInputs& in, std::vector<float>& out) {
+             const RowInputs& in, int threads, std::vector<float>& out) {
   const int64_t K = row.K, nrm = int64_t(row.H) * K, T = in.tokens();
   const RoundTo rt = round_of(row);
   const uint64_t key = tensor_key(row.seed, digest, name);
   out.resize(static_cast<size_t>(T * cut.qn * K));
-  std::vector<double> x(static_cast<size_t>(K));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t h = cut.qf; h < cut.qf + cut.qn; ++h) {
-      double ss = 0;
-      for (int64_t d = 0; d < K; ++d) {
-        const double z = standard_normal(key, static_cast<uint64_t>((in.t_begin + t) * nrm + h * K + d));
-        x[d] = skewed ? 10.0 * z - 50.0 : z;
-        ss += x[d] * x[d];
+  for_token_parts(T, threads, [&](int64_t a, int64_t b) {
+    std::vector<double> x(static_cast<size_t>(K));
+    for (int64_t t = a; t < b; ++t)
+      for (int64_t h = cut.qf; h < cut.qf + cut.qn; ++h) {
+        double ss = 0;
+        for (int64_t d = 0; d < K; ++d) {
+          const double z = standard_normal(key, static_cast<uint64_t>((in.t_begin + t) * nrm + h * K + d));
+          x[d] = skewed ? 10.0 * z - 50.0 : z;
+          ss += x[d] * x[d];
+        }
+        const double inv = 1.0 / std::sqrt(ss);
+        for (int64_t d = 0; d < K; ++d) out[(t * cut.qn + h - cut.qf) * K + d] = round_to(float(x[d] * inv), rt);
       }
-      const double inv = 1.0 / std::sqrt(ss);
-      for (int64_t d = 0; d < K; ++d) out[(t * cut.qn + h - cut.qf) * K + d] = round_to(float(x[d] * inv), rt);
-    }
+  });
 }
 }  // namespace
 
-RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t0, int64_t t1, HeadRange heads) {
+RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t0, int64_t t1, HeadRange heads,
+                      int threads) {
   KCP_CHECK(t0 >= 0 && t1 >= t0 && t1 <= row.total_tokens(), "shard [{}, {}) outside [0, {})", t0, t1,
             row.total_tokens());
   RowInputs in;
@@ -233,12 +266,12 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   const RoundTo rt = round_of(row);
   // Per-value-head tensors of `width` elements per head.
   auto fill_v = [&](std::vector<float>& out, const char* name, int64_t width, auto&& value) {
-    fill_shard(out, tensor_key(row.seed, digest, name), in, HV, width, cut.vf, cut.vn, value);
+    fill_shard(out, tensor_key(row.seed, digest, name), in, HV, width, cut.vf, cut.vn, threads, value);
   };
   auto normal = [&](uint64_t key, uint64_t c) { return round_to(float(standard_normal(key, c)), rt); };
   if (row.qk_l2norm) {
     auto fill_qk = [&](std::vector<float>& out, const char* name, auto&& value) {
-      fill_shard(out, tensor_key(row.seed, digest, name), in, H, K, cut.qf, cut.qn, value);
+      fill_shard(out, tensor_key(row.seed, digest, name), in, H, K, cut.qf, cut.qn, threads, value);
     };
     fill_qk(in.q, "q", normal);
     if (row.inputs.keys == KeyDist::Skewed)  // nearly parallel keys after L2 norm (docs/algorithm.md 6.2)
@@ -247,8 +280,8 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
     else
       fill_qk(in.k, "k", normal);
   } else {
-    unit_qk(row, digest, "q", false, cut, in, in.q);
-    unit_qk(row, digest, "k", row.inputs.keys == KeyDist::Skewed, cut, in, in.k);
+    unit_qk(row, digest, "q", false, cut, in, threads, in.q);
+    unit_qk(row, digest, "k", row.inputs.keys == KeyDist::Skewed, cut, in, threads, in.k);
   }
   fill_v(in.v, "v", V, normal);
   fill_v(in.dO, "dO", V, normal);
@@ -256,7 +289,7 @@ RowInputs make_inputs(const RowConfig& row, const std::string& digest, int64_t t
   fill_v(in.beta, "beta", 1, [&](uint64_t key, uint64_t c) {
     return round_to(float(row.inputs.beta_scale * sigmoid(standard_normal(key, c))), rt);
   });
-  make_gates(row, digest, cut, in);
+  make_gates(row, digest, cut, threads, in);
   const int64_t N = row.sequences(), state = HV * K * V;
   auto fill_states = [&](std::vector<float>& out, const char* name, double sd) {
     const uint64_t key = tensor_key(row.seed, digest, name);
@@ -284,7 +317,7 @@ RowInputs make_gate_inputs(const RowConfig& row, const std::string& digest, int6
   RowInputs in;
   in.t_begin = t0;
   in.t_end = t1;
-  make_gates(row, digest, cut_of(row, {}), in);
+  make_gates(row, digest, cut_of(row, {}), 1, in);
   return in;
 }
 

@@ -44,8 +44,10 @@ struct RowInputs {
 // Generates the shard [t_begin, t_end) of the row's inputs; with a head range only those heads
 // (q, k: its q/k heads; v, dO, g, beta, A_log, dt_bias, h0, dht: its value heads), each element
 // the value it has in the whole shard (the same counters), packed as a row of that many heads.
+// threads: the token tensors are made by that many threads at once (the same bits: every element
+// is its counter's value).
 RowInputs make_inputs(const RowConfig& row, const std::string& row_digest, int64_t t_begin, int64_t t_end,
-                      HeadRange heads = {});
+                      HeadRange heads = {}, int threads = 1);
 // Only the gates of the shard (g, A_log, dt_bias; the other tensors empty): the same values as
 // make_inputs (what the reference's dA_log / ddt_bias scales read).
 RowInputs make_gate_inputs(const RowConfig& row, const std::string& row_digest, int64_t t_begin, int64_t t_end);

@@ -61,7 +61,7 @@ GroupedFormRun run_form_by_head_groups(const RowConfig& row, const std::string& 
     opt.heads = head_group(row, g, groups);
     const RowConfig part = head_range_row(row, opt.heads);
     // The group's inputs (the values they have in the whole shard), freed once uploaded.
-    RowInputs inputs = make_inputs(row, row_digest, rp.global_begin, rp.global_end, opt.heads);
+    RowInputs inputs = make_inputs(row, row_digest, rp.global_begin, rp.global_end, opt.heads, opt.threads);
     lap(out.inputs_s);
     RankResult res = run_form(part, plan, form, std::move(inputs), comm, backend, opt);
     lap(out.run_s);

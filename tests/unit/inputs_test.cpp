@@ -103,6 +103,37 @@ TEST(Inputs, ShardsForAnyWorldAreSlicesOfTheWholeTensor) {
   }
 }
 
+// make_inputs' threads cut the token range into parts made at once: the same bits as one thread,
+// for every tensor, gate recipe, key norm and head range, from any first token.
+TEST(Inputs, ThreadsGiveTheBitsOfOneThread) {
+  for (Op op : {Op::Gdn, Op::Kda})
+    for (GateRecipe recipe : {GateRecipe::Logsigmoid, GateRecipe::ModelInit})
+      for (bool l2 : {true, false}) {
+        RowConfig row = small_row(op);
+        row.seqlens = {1000, 0, 283, 49};  // 1332 tokens: five parts of at least 256
+        row.inputs.gate_recipe = recipe;
+        row.qk_l2norm = l2;
+        for (HeadRange heads : {HeadRange{}, HeadRange{1, 1}})
+          for (int threads : {2, 3, 16}) {
+            const std::string what =
+                fmt::format("{} recipe {} l2 {} heads {}+{} threads {}", op == Op::Kda ? "kda" : "gdn",
+                            to_string(recipe), l2, heads.first, heads.count, threads);
+            const RowInputs one = make_inputs(row, "d", 17, row.total_tokens(), heads);
+            const RowInputs many = make_inputs(row, "d", 17, row.total_tokens(), heads, threads);
+            EXPECT_TRUE(same_bits(one.q, many.q)) << what;
+            EXPECT_TRUE(same_bits(one.k, many.k)) << what;
+            EXPECT_TRUE(same_bits(one.v, many.v)) << what;
+            EXPECT_TRUE(same_bits(one.dO, many.dO)) << what;
+            EXPECT_TRUE(same_bits(one.g, many.g)) << what;
+            EXPECT_TRUE(same_bits(one.beta, many.beta)) << what;
+            EXPECT_TRUE(same_bits(one.A_log, many.A_log)) << what;
+            EXPECT_TRUE(same_bits(one.dt_bias, many.dt_bias)) << what;
+            EXPECT_TRUE(same_bits(one.h0, many.h0) && same_bits(one.dht, many.dht)) << what;
+            EXPECT_EQ(one.q.size(), size_t(row.total_tokens() - 17) * size_t(heads.count ? heads.count : row.H) * 64u);
+          }
+      }
+}
+
 TEST(Inputs, ValuesAreRoundedAndDistributedAsAsked) {
   RowConfig row = small_row(Op::Kda);
   row.inputs.keys = KeyDist::Skewed;
