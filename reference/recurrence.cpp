@@ -630,7 +630,7 @@ std::string simd_description() {
 #elif defined(EIGEN_VECTORIZE_SSE2)
   const char* isa = "SSE2";
 #else
-  const char* isa = "no SIMD";
+  const char* isa = detail::kPS > 1 ? "other SIMD" : "no SIMD";  // NEON, VSX, ...
 #endif
   return std::string(isa) + ", " + std::to_string(detail::kPS) + (detail::kPS == 1 ? " double" : " doubles") +
          " a packet";

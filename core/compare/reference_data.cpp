@@ -97,9 +97,10 @@ SequenceReference compute_sequence(const RowConfig& row, const std::string& dige
   return r;
 }
 
-// Cache file (kcpbench-ref/3): the magic line, a header with the key the file was made for (row
-// digest, seed, sequence, reference version, the element count of every field, the number and a
-// hash of the probe positions) and a checksum of the payload, then the payload: the probe
+// Cache file (kcpbench-ref/4): the magic line, a header with the key the file was made for (row
+// digest, seed, sequence, reference version, the reference's SIMD (its last bits follow the packet
+// width: ref::simd_description), the element count of every field, the number and a hash of the
+// probe positions) and a checksum of the payload, then the payload: the probe
 // positions (int64), then each field's doubles in fields() order. A file that does not
 // match its key, is cut short, is longer, or fails the checksum is reported in one warning line
 // naming the file and why, recomputed and rewritten.
@@ -107,7 +108,7 @@ std::vector<std::vector<double>*> fields(SequenceReference& r) {
   return {&r.o, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.ht, &r.dh0, &r.dA_log, &r.ddt_bias, &r.probe_S, &r.probe_dS};
 }
 constexpr int kFields = 12;
-constexpr char kCacheMagic[] = "kcpbench-ref/3\n";
+constexpr char kCacheMagic[] = "kcpbench-ref/4\n";
 constexpr size_t kMagicBytes = sizeof(kCacheMagic) - 1;
 // Bump when reference/ changes the numbers it computes: files of another version are recomputed.
 constexpr int64_t kReferenceVersion = 1;
@@ -118,6 +119,7 @@ struct CacheHeader {
   uint64_t seed = 0;
   int64_t seq = 0;
   int64_t version = kReferenceVersion;
+  char simd[48] = {};  // ref::simd_description(), zero padded
   int64_t counts[kFields] = {};
   int64_t n_probes = 0;
   uint64_t probes_hash = 0;  // fnv_words of the probe positions
@@ -174,7 +176,7 @@ bool load(const std::string& path, const CacheHeader& key, const std::vector<int
   }
   char magic[kMagicBytes] = {};
   if (!f.read(magic, kMagicBytes) || std::memcmp(magic, kCacheMagic, kMagicBytes) != 0) {
-    why = "not a kcpbench-ref/3 file (another format or version of kcpbench)";
+    why = "not a kcpbench-ref/4 file (another format or version of kcpbench)";
     return false;
   }
   CacheHeader h;
@@ -192,6 +194,9 @@ bool load(const std::string& path, const CacheHeader& key, const std::vector<int
     why = fmt::format("made for sequence {}, not {}", h.seq, key.seq);
   else if (h.version != key.version)
     why = fmt::format("made by reference version {}, not {}", h.version, key.version);
+  else if (std::memcmp(h.simd, key.simd, sizeof(h.simd)) != 0)
+    why = fmt::format("made by a reference built for {}, not {}", std::string(h.simd, strnlen(h.simd, sizeof(h.simd))),
+                      std::string(key.simd, strnlen(key.simd, sizeof(key.simd))));
   else if (h.n_probes != key.n_probes || h.probes_hash != key.probes_hash)
     why = probes_mismatch(f, h, probes);
   else if (!std::equal(h.counts, h.counts + kFields, key.counts))
@@ -289,6 +294,8 @@ CacheHeader cache_key(const RowConfig& row, const std::string& digest, int seq, 
   std::memcpy(h.digest, digest.data(), std::min(digest.size(), sizeof(h.digest)));
   h.seed = row.seed;
   h.seq = seq;
+  const std::string simd = ref::simd_description();
+  std::memcpy(h.simd, simd.data(), std::min(simd.size(), sizeof(h.simd) - 1));
   for (int i = 0; i < kFields; ++i) h.counts[i] = static_cast<int64_t>(expected_size(row, seq, i, probes.size()));
   h.n_probes = static_cast<int64_t>(probes.size());
   h.probes_hash = kFnvStart;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <system_error>
 #include <thread>
 
 #include "core/util/error.h"
@@ -74,15 +75,21 @@ void for_token_parts(int64_t T, int threads, F&& body) {
   const int64_t parts = std::clamp<int64_t>(T / kMinTokensPerPart, 1, std::max(1, threads));
   if (parts == 1) return body(int64_t(0), T);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
+  auto part = [&](int64_t p) {
+    try {
+      body(T * p / parts, T * (p + 1) / parts);
+    } catch (...) {
+      errors[size_t(p)] = std::current_exception();
+    }
+  };
   std::vector<std::thread> pool;
-  for (int64_t p = 0; p < parts; ++p)
-    pool.emplace_back([&, p] {
-      try {
-        body(T * p / parts, T * (p + 1) / parts);
-      } catch (...) {
-        errors[size_t(p)] = std::current_exception();
-      }
-    });
+  int64_t p = 1;
+  try {  // part 0 on this thread; a thread that cannot start leaves its parts to this one
+    for (; p < parts; ++p) pool.emplace_back(part, p);
+  } catch (const std::system_error&) {
+  }
+  part(0);
+  for (int64_t q = p; q < parts; ++q) part(q);
   for (auto& t : pool) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);

@@ -718,7 +718,7 @@ void log_host_seconds(const RowContext& c, const Form& form, const GroupedFormRu
   if (!c.announce) return;
   log::progress0("[{}/{}] {} {}: rank 0 host time: inputs {:.1f} s, run {:.1f} s, judge {:.1f} s{}", c.row_no,
                  c.row_total, c.row.name, form.label(), run.inputs_s, run.run_s, run.judge_s,
-                 det_s > 0 ? fmt::format(", det checks {:.1f} s", det_s) : std::string());
+                 det_s > 0 ? fmt::format(", det checks {:.1f} s", det_s) : std::string());  // 0: none ran
 }
 
 // Runs one form on every rank, judges it and counts it; rank 0 appends its entry.
@@ -776,7 +776,8 @@ void run_one_form(const RowContext& c, const Form& form, const RunOptions& opt, 
   std::optional<Determinism> det;  // null when no det check runs
   const auto t_det = std::chrono::steady_clock::now();
   if (checks) det = det_checks(c, form, plan, bits, det_full, comm, backend, eo, broken);
-  log_host_seconds(c, form, run, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_det).count());
+  log_host_seconds(c, form, run,
+                   checks ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t_det).count() : 0.0);
   // Timings: per repeat the slowest rank, then median / min / max / p90 over repeats.
   Timings timings = timing_stats(res, comm, opt.phase_times, opt.repeats);
   if (c.head_groups > 1)

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -82,8 +83,8 @@ TEST(Guard, ACorruptedReferenceCacheFileIsRecomputedWithAWarning) {
 }
 
 // Each cache file holds the key it was made for: a file copied under another sequence's name, a
-// truncated file, a file of the old format and a file made for other probe positions are each
-// recomputed with a warning naming why.
+// truncated file, a file of the old format, a file made for other probe positions and one made by
+// a reference of another SIMD width are each recomputed with a warning naming why.
 TEST(Guard, ACacheFileOfAnotherKeyOrCutShortIsRecomputed) {
   const std::string cache = tmp("guard_refcache_key"), a = tmp("guard_key_a.json"), b = tmp("guard_key_b.json");
   std::filesystem::remove_all(cache);
@@ -107,7 +108,7 @@ TEST(Guard, ACacheFileOfAnotherKeyOrCutShortIsRecomputed) {
   std::ofstream(files[0], std::ios::binary) << "kcpbench-ref/1\n" << std::string(64, '\0');
   r = run_kcpbench(kD1 + cache + " --json " + b);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("cache file " + files[0].string() + ": not a kcpbench-ref/3 file"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cache file " + files[0].string() + ": not a kcpbench-ref/4 file"), std::string::npos) << r.out;
   EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
 
   // The probe positions (docs/algorithm.md 1.4) are part of the key: a sweep at P = 4 also judges
@@ -119,6 +120,25 @@ TEST(Guard, ACacheFileOfAnotherKeyOrCutShortIsRecomputed) {
             std::string::npos)
       << r.out;
   EXPECT_GT(read_json(b)["entries"][0]["tensors"]["h_entry"]["count"].get<int64_t>(), 0);
+
+  // So is the SIMD the reference was built for (KCP_REFERENCE_ARCH: its last bits follow the
+  // packet width): a file of another build is recomputed, named, and the results name this one.
+  ASSERT_EQ(run_kcpbench(kD1 + cache + " --json " + b).code, 0);  // sequence 0's planned file again
+  const std::string simd = read_json(b)["context"]["build"]["reference_simd"].get<std::string>();
+  std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t at = bytes.find(simd);
+  ASSERT_NE(at, std::string::npos) << "the header names " << simd;
+  f.seekp(std::streamoff(at));
+  f.write("Q", 1);
+  f.close();
+  r = run_kcpbench(kD1 + cache + " --json " + b);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("cache file " + files[0].string() + ": made by a reference built for Q" + simd.substr(1) +
+                       ", not " + simd),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(read_json(a)["entries"][0]["tensors"], read_json(b)["entries"][0]["tensors"]);
 }
 
 // A cache folder that cannot be written costs one warning per run (not one per sequence or row)
