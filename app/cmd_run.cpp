@@ -194,26 +194,30 @@ std::string external_root(const std::string& flag) {
   return tmpl;
 }
 
+// a += b: b's entries appended, its counts added.
+void add_outcome(RunOutcome& a, RunOutcome b) {
+  for (auto& e : b.entries) a.entries.push_back(std::move(e));
+  a.passed += b.passed;
+  a.failed += b.failed;
+  a.skipped += b.skipped;
+  a.contract_broken += b.contract_broken;
+  a.refused += b.refused;
+  a.timed_out += b.timed_out;
+}
+
 }  // namespace
 
 // Runs the rows in the launch mode at hand: under mpirun every process is one rank (rows of
 // another world size are recorded as skipped); otherwise each row gets its W ranks as threads.
-// after_row (may be empty) sees the outcome so far after each row of the threads launch.
+// after_row (may be empty) sees the outcome so far after each row of the threads launch, and
+// after each form of a long row.
 RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, const std::string& comm_kind,
                         int threads_flag, const kernels::Backend& backend, RunContext& ctx,
                         const std::function<void(const RunOutcome&)>& after_row, ReferenceStore* shared_refs) {
   const bool use_mpi = mpi_available() && mpi_launched() && comm_kind != "local";
   const int hw = std::max(1u, std::thread::hardware_concurrency());
   RunOutcome total;
-  auto merge = [&](RunOutcome&& part) {
-    for (auto& e : part.entries) total.entries.push_back(std::move(e));
-    total.passed += part.passed;
-    total.failed += part.failed;
-    total.skipped += part.skipped;
-    total.contract_broken += part.contract_broken;
-    total.refused += part.refused;
-    total.timed_out += part.timed_out;
-  };
+  auto merge = [&](RunOutcome&& part) { add_outcome(total, std::move(part)); };
   // Records a row this launch cannot run as skipped (never dropped).
   auto skip_row = [&](const SelectedRow& sr, int rank, const std::string& why) {
     ++total.skipped;
@@ -250,6 +254,12 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
     ReferenceStore own_refs(opt.cache_dir, hw);
     ReferenceStore& refs = shared_refs ? *shared_refs : own_refs;
     opt.progress_total = static_cast<int>(rows.size());
+    if (after_row)  // a long row's finished forms are written too, not only its whole
+      opt.after_long_form = [&](const RunOutcome& row_so_far) {
+        RunOutcome so_far = total;
+        add_outcome(so_far, row_so_far);
+        after_row(so_far);
+      };
     for (const auto& sr : rows) {
       const int W = sr.row->world;
       if (comm_kind == "nccl" && W != 1) {
@@ -471,8 +481,9 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     DeadlineWatchdog watchdog(o->deadline);
     Dumper dumper(o->dump);
     if (dumper.enabled()) opt.dumper = &dumper;
-    // The JSON is rewritten after every row of a threads launch (summary.complete false until the
-    // end), so a run cut short (a deadline, a killed job) keeps the rows it finished.
+    // The JSON is rewritten after every row of a threads launch, and after every form of a long row
+    // (summary.complete false until the end), so a run cut short (a deadline, a killed job) keeps
+    // the rows and forms it finished.
     auto results_doc = [&](const RunOutcome& t, bool complete) {
       Results doc;
       doc.context = context_block(ctx);

@@ -862,7 +862,10 @@ RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt,
       run_external_form(c, opt, comm, outcome);
       continue;
     }
-    for (const Form& form : c.forms) run_one_form(c, form, opt, comm, backend, det_full, outcome);
+    for (const Form& form : c.forms) {
+      run_one_form(c, form, opt, comm, backend, det_full, outcome);
+      if (c.announce && opt.after_long_form && comm.rank() == 0) opt.after_long_form(outcome);
+    }
   }
   clear_phase();
   return outcome;

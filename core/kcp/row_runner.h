@@ -3,6 +3,7 @@
 // process) with the same arguments; rank 0 returns the report entries and prints progress.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,8 @@ namespace kcp {
 
 class Dumper;
 struct ExternalKernel;
+
+struct RunOutcome;
 
 struct RunOptions {
   std::vector<Package> packages;  // empty = the row's
@@ -48,6 +51,9 @@ struct RunOptions {
   Dumper* dumper = nullptr;  // --dump: inputs, reference and backend tensors as .npy
   int progress_offset = 0;   // rows before these in the whole run (for "[i/n]" lines)
   int progress_total = 0;    // rows in the whole run (0 = these rows)
+  // Rank 0, after every form of a long row (one whose steps are announced): the outcome of these
+  // rows so far, so a results file can keep a row's finished forms when the run is cut short.
+  std::function<void(const RunOutcome&)> after_long_form;
   // --backend exec: every row runs once through the external command (core/kcp/external_backend.h)
   // as one form "external" on the W = 1, P = 1 plan; `backend` is then not called.
   const ExternalKernel* external = nullptr;

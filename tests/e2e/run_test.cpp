@@ -488,6 +488,30 @@ TEST(Run, BenchTimesEveryPhaseEachRankRanInTheJsonAndTheTable) {
   }
 }
 
+// A long row (steps announced) rewrites the JSON after each of its forms, not only at its end:
+// an int4 row takes minutes a form, and a run cut short keeps the forms it finished. The first
+// file the run writes is copied as soon as it appears: it holds the first form only.
+TEST(Run, ALongRowWritesEachFinishedFormToTheJson) {
+  const std::string rows = tmp("long_row_forms.json"), out = tmp("long_row_forms_out.json"), first = out + ".first";
+  std::remove(out.c_str());
+  std::remove(first.c_str());
+  std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "large", "rows": [
+    {"name": "L1", "op": "gdn", "H": 3, "HV": 9, "K": 128, "V": 128, "seqlens": [8192], "world": 1,
+     "plan_device": "cpu", "forms": {"packages": ["nondet"], "saved": ["full", "light"]}}]})";
+  const CmdResult r =
+      run_command("( " + std::string(KCPBENCH_EXE) + " -q run --rows " + rows + " --cache none --json " + out +
+                  " & pid=$!; while kill -0 $pid 2>/dev/null; do [ -f " + out + " ] && [ ! -f " + first + " ] && cp " +
+                  out + " " + first + "; sleep 0.1; done; wait $pid )");
+  EXPECT_EQ(r.code, 1) << r.out;  // no budgets: both entries fail "no budget"
+  const json early = read_json(first), end = read_json(out);
+  EXPECT_EQ(early["summary"]["complete"], false);
+  ASSERT_EQ(early["entries"].size(), 1u) << early.dump().substr(0, 400);
+  EXPECT_EQ(early["entries"][0]["id"], "L1/nondet/full/planned");
+  EXPECT_EQ(end["summary"]["complete"], true);
+  ASSERT_EQ(end["entries"].size(), 2u);
+  EXPECT_EQ(end["entries"][0], early["entries"][0]);
+}
+
 TEST(Run, LargeRowsAnnounceTheirReferenceAndFormsOnStderrSmallOnesDoNot) {
   // 8192 tokens x 9 value heads x 128 x 128 state elements: just above the 2^30 threshold. No
   // budgets (the entry fails "no budget"); this test is about the progress lines only.
