@@ -11,7 +11,9 @@
 # run that row after calibrating it), SEEDS (default 1:3), REBUILD=1, BUILD (default /tmp/b),
 # KCPBENCH (a kcpbench built elsewhere, e.g. carried in .device/bin: no build), CACHE (the FP64
 # reference cache folder, default none; a folder lets `run` reuse calibrate's seed-1 reference),
-# ROWSET (default int3). Each step gets at most the budget's remaining seconds (`timeout`: rc 124
+# ROWSET (default int3), RUNARGS (more flags for `run`, e.g. "--reference-spill never --package det"
+# to split a long row's forms over calls; the run log keeps the per-form host-time lines and the
+# JSON every finished form). Each step gets at most the budget's remaining seconds (`timeout`: rc 124
 # when cut, its log kept). Copy $OUT/<ROWSET>.json back over configs/rows/ after the call: the
 # machine's copy of the repository is gone with it.
 set -uo pipefail
@@ -47,8 +49,9 @@ for r in "$@"; do
   fi
   t1=$(date +%s)
   [ "${NORUN:-}" = "$r" ] && continue
-  timeout "$(left)" "$k" -q --configs configs run --rows "$set_" --row "$r" --backend cuda --seeds "${SEEDS:-1:3}" \
-    --cache "$cache" --json "$OUT/$set_-$r.json" >"$OUT/run-$r.log" 2>&1
+  # shellcheck disable=SC2086  # RUNARGS is a list of flags
+  timeout "$(left)" "$k" --configs configs run --rows "$set_" --row "$r" --backend cuda --seeds "${SEEDS:-1:3}" \
+    --cache "$cache" --json "$OUT/$set_-$r.json" ${RUNARGS:-} >"$OUT/run-$r.log" 2>&1
   echo "$r run rc=$? $(( $(date +%s) - t1 )) s"
   tail -3 "$OUT/run-$r.log"
   [ $(( $(date +%s) - start )) -gt "$budget" ] && { echo "stopping: budget"; break; }
