@@ -47,12 +47,15 @@ ref::Problem ref_problem(const RowConfig& row, int64_t len) {
   return p;
 }
 
+// inputs_secs: the part of the time spent drawing the inputs (make_inputs).
 SequenceReference compute_sequence(const RowConfig& row, const std::string& digest, int seq, int threads,
-                                   const std::vector<int64_t>& probes, HeadRange heads) {
+                                   const std::vector<int64_t>& probes, HeadRange heads, double& inputs_secs) {
   int64_t t0 = 0;
   for (int s = 0; s < seq; ++s) t0 += row.seqlens[s];
   const int64_t len = row.seqlens[seq];
+  const auto t_in = std::chrono::steady_clock::now();
   RowInputs in = make_inputs(row, digest, t0, t0 + len, heads, threads);
+  inputs_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_in).count();
   const RowConfig part = head_range_row(row, heads);
   const int64_t state = int64_t(part.HV) * part.K * part.V;
   // The reference reads the float inputs directly (converted to double exactly as it reads them);
@@ -343,7 +346,7 @@ struct ReferenceCache::Impl {
   std::condition_variable cv;
   std::map<Key, std::shared_ptr<const SequenceReference>> done;
   std::map<Key, bool> running;
-  double seconds = 0;
+  double seconds = 0, inputs_seconds = 0;
   Impl(const RowConfig& r, std::string d, std::string c, int t, ProbePositions p)
       : row(r), digest(std::move(d)), dir(usable_cache_dir(c)), threads(t), probes(std::move(p)) {}
   const std::vector<int64_t>& probes_of(int seq) const {
@@ -352,7 +355,7 @@ struct ReferenceCache::Impl {
   }
   Key key(int seq, HeadRange h) const { return h.whole(row.H) ? Key{seq, 0, 0} : Key{seq, h.first, h.count}; }
   // The sequence's reference from the disk cache, or computed (and stored when whole and small).
-  void load_or_compute(int seq, HeadRange heads, SequenceReference& r, double& secs);
+  void load_or_compute(int seq, HeadRange heads, SequenceReference& r, double& secs, double& inputs_secs);
 };
 
 ReferenceCache::ReferenceCache(const RowConfig& row, std::string digest, std::string cache_dir, int threads,
@@ -365,7 +368,13 @@ double ReferenceCache::compute_seconds() const {
   return impl_->seconds;
 }
 
-void ReferenceCache::Impl::load_or_compute(int seq, HeadRange heads, SequenceReference& r, double& secs) {
+double ReferenceCache::inputs_seconds() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->inputs_seconds;
+}
+
+void ReferenceCache::Impl::load_or_compute(int seq, HeadRange heads, SequenceReference& r, double& secs,
+                                           double& inputs_secs) {
   const bool whole = heads.whole(row.H);
   const std::string path =
       dir.empty() || !whole ? "" : fmt::format("{}/{}-seed{}-seq{}.bin", dir, digest.substr(0, 16), row.seed, seq);
@@ -376,7 +385,7 @@ void ReferenceCache::Impl::load_or_compute(int seq, HeadRange heads, SequenceRef
   if (loaded) return;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    r = compute_sequence(row, digest, seq, threads, probes_of(seq), whole ? HeadRange{} : heads);
+    r = compute_sequence(row, digest, seq, threads, probes_of(seq), whole ? HeadRange{} : heads, inputs_secs);
   } catch (const std::invalid_argument& e) {
     KCP_THROW(InvariantError, "FP64 reference refused row {} sequence {}: {}", row.name, seq, e.what());
   }
@@ -402,9 +411,9 @@ std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq, HeadRange 
     m.running[key] = true;
   }
   auto r = std::make_shared<SequenceReference>();
-  double secs = 0;
+  double secs = 0, inputs_secs = 0;
   try {
-    m.load_or_compute(seq, heads, *r, secs);
+    m.load_or_compute(seq, heads, *r, secs, inputs_secs);
   } catch (...) {
     std::lock_guard<std::mutex> lock(m.mutex);
     m.running[key] = false;
@@ -419,6 +428,7 @@ std::shared_ptr<const SequenceReference> ReferenceCache::get(int seq, HeadRange 
   r->heads = heads.whole(m.row.H) ? HeadRange{} : heads;
   std::lock_guard<std::mutex> lock(m.mutex);
   m.seconds += secs;
+  m.inputs_seconds += inputs_secs;
   m.running[key] = false;
   m.done[key] = r;
   m.cv.notify_all();

@@ -71,7 +71,8 @@ class ReferenceCache {
   std::shared_ptr<const SequenceReference> get(int seq, HeadRange heads = {});
   // Forgets the sequences computed for a head range (they live on while a caller holds them).
   void release(HeadRange heads);
-  double compute_seconds() const;  // total time spent computing (not loading)
+  double compute_seconds() const;  // total time spent computing (not loading), summed over sequences
+  double inputs_seconds() const;   // the part of it spent drawing the inputs (make_inputs)
 
  private:
   struct Impl;

@@ -478,8 +478,10 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
                    row.total_tokens(), row.HV);
   const auto t_ref = std::chrono::steady_clock::now();
   set_phase("FP64 reference");
+  ReferenceCache* cache = nullptr;
   if (compute) {
-    c.prep = prepare_reference(c, opt, comm, refs.for_row(row, sel.digest, probe_positions(c, opt)));
+    cache = &refs.for_row(row, sel.digest, probe_positions(c, opt));
+    c.prep = prepare_reference(c, opt, comm, *cache);
     refs.keep(sel.digest, r, c.prep);
   }
   if (!c.prep) c.prep = std::make_shared<RankPrepared>();
@@ -492,6 +494,15 @@ RowContext prepare_row(const SelectedRow& sel, const RunOptions& opt, Communicat
              c.prep->param_scales, r);
   }
   comm.barrier();
+  if (c.announce) {  // every rank has its slice: the computing is done (and the cache lives on
+                     // until every rank has read it: release destroys it)
+    if (cache)
+      log::progress0(
+          "[{}/{}] {}: FP64 reference split: recurrence {:.1f} s and input draws {:.1f} s, summed over "
+          "sequences and groups of heads; the rest slicing, spilling, loading",
+          row_no, row_total, row.name, cache->compute_seconds() - cache->inputs_seconds(), cache->inputs_seconds());
+    comm.barrier();
+  }
   refs.release(sel.digest);  // every rank of this process has its slice: the row's cache goes
   return c;
 }

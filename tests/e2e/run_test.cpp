@@ -514,14 +514,18 @@ TEST(Run, ALongRowWritesEachFinishedFormToTheJson) {
 
 TEST(Run, LargeRowsAnnounceTheirReferenceAndFormsOnStderrSmallOnesDoNot) {
   // 8192 tokens x 9 value heads x 128 x 128 state elements: just above the 2^30 threshold. No
-  // budgets (the entry fails "no budget"); this test is about the progress lines only.
+  // budgets (the entry fails "no budget"); this test is about the progress lines only. Two ranks:
+  // the reference split line reads the row's cache, which the other rank must not release first
+  // (it once did: a use after free).
   const std::string rows = tmp("large_row.json");
   std::ofstream(rows) << R"({"schema": "kcpbench.rows/1", "name": "large", "rows": [
-    {"name": "L1", "op": "gdn", "H": 3, "HV": 9, "K": 128, "V": 128, "seqlens": [8192], "world": 1,
+    {"name": "L1", "op": "gdn", "H": 3, "HV": 9, "K": 128, "V": 128, "seqlens": [8192], "world": 2,
      "plan_device": "cpu", "forms": {"packages": ["nondet"], "saved": ["full"]}}]})";
   const CmdResult big = run_kcpbench("run --rows " + rows + " --cache none");
+  EXPECT_EQ(big.code, 1) << big.out;  // judged (no budget), not a crash
   EXPECT_NE(big.out.find("[1/1] L1: FP64 reference of 8192 tokens, 9 value heads ..."), std::string::npos) << big.out;
   EXPECT_NE(big.out.find("[1/1] L1: FP64 reference ready ("), std::string::npos) << big.out;
+  EXPECT_NE(big.out.find("[1/1] L1: FP64 reference split: recurrence "), std::string::npos) << big.out;
   EXPECT_NE(big.out.find("[1/1] L1 nondet/full/planned: running ..."), std::string::npos) << big.out;
   // Where the form's host time went: one line after the form, before its table line.
   const size_t host = big.out.find("[1/1] L1 nondet/full/planned: rank 0 host time: inputs ");
