@@ -27,9 +27,11 @@ namespace {
 
 using nlohmann::json;
 
-// The value that follows `flag` on a recorded command line ("--flag V" or "--flag=V"), or "".
-std::string recorded_flag(const Context& ctx, const std::string& flag) {
-  const std::vector<std::string>& argv = ctx.command_line;
+// The value that follows `flag` on the command line entry `e` ran with ("--flag V" or "--flag=V"),
+// or "": the context's, or in a merged file that of the entry's source run.
+std::string recorded_flag(const Context& ctx, const Entry& e, const std::string& flag) {
+  // results_from_json has checked that a source indexes merged_from.
+  const std::vector<std::string>& argv = e.source ? (*ctx.merged_from)[*e.source].command_line : ctx.command_line;
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
     if (a == flag && i + 1 < argv.size()) return argv[i + 1];
@@ -195,7 +197,7 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
     opt.fault.kind = parse_fault(e.fault.value_or("none"));
     if (e.fault_at)
       opt.fault.rank = e.fault_at->rank;
-    else if (const std::string r = recorded_flag(ctx, "--inject-rank"); !r.empty())
+    else if (const std::string r = recorded_flag(ctx, e, "--inject-rank"); !r.empty())
       opt.fault.rank = std::atoi(r.c_str());
     // The det contract checks as stored: a rerun for det/full; for det/light the full form runs
     // first (its bits are what light is held to) and only the light entry is compared.

@@ -27,6 +27,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g);
 
 std::function<int()> add_calibrate_command(CLI::App& app, Globals& g);
 std::function<int()> add_compare_command(CLI::App& app, Globals& g);
+std::function<int()> add_merge_command(CLI::App& app, Globals& g);
 std::function<int()> add_replay_command(CLI::App& app, Globals& g);
 
 std::string version_text();

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
     actions.push_back(app::add_run_command(cli, g));
     actions.push_back(app::add_calibrate_command(cli, g));
     actions.push_back(app::add_compare_command(cli, g));
+    actions.push_back(app::add_merge_command(cli, g));
     actions.push_back(app::add_replay_command(cli, g));
     try {
       cli.parse(argc, argv);

@@ -61,6 +61,7 @@ void get(const json& v, const std::string& p, FaultAt& f);
 void get(const json& v, const std::string& p, std::map<std::string, TensorMetrics>& out);
 void get(const json& v, const std::string& p, BuildInfo& b);
 void get(const json& v, const std::string& p, RowSetInfo& r);
+void get(const json& v, const std::string& p, MergedSource& m);
 
 void get(const json& v, const std::string& p, std::string& out) {
   if (!v.is_string()) bad(p, "a string", v);
@@ -223,6 +224,14 @@ void get(const json& v, const std::string& p, RowSetInfo& r) {
   field(v, p, "digest", r.digest);
 }
 
+void get(const json& v, const std::string& p, MergedSource& m) {
+  object_at(v, p);
+  required(v, p, "file", m.file);
+  field(v, p, "date", m.date);
+  required(v, p, "command_line", m.command_line);
+  field(v, p, "seeds", m.seeds);
+}
+
 }  // namespace
 
 // ---- to_json ----
@@ -279,6 +288,12 @@ json to_json(const Context& c) {
   j["devices"] = c.devices;
   j["seeds"] = c.seeds;
   j["row_set"] = {{"name", c.row_set.name}, {"file", c.row_set.file}, {"digest", c.row_set.digest}};
+  if (c.merged_from) {
+    j["merged_from"] = json::array();
+    for (const MergedSource& m : *c.merged_from)
+      j["merged_from"].push_back(
+          {{"file", m.file}, {"date", m.date}, {"command_line", m.command_line}, {"seeds", m.seeds}});
+  }
   return j;
 }
 
@@ -327,6 +342,7 @@ json to_json(const Entry& e) {
   if (e.fault_at)
     j["fault_at"] = {{"rank", e.fault_at->rank}, {"token", e.fault_at->token}, {"segment", e.fault_at->segment}};
   if (e.external) j["external"] = *e.external;
+  if (e.source) j["source"] = *e.source;
   return j;
 }
 
@@ -406,6 +422,7 @@ Context context_from_json(const json& j, const std::string& p) {
   field(j, p, "devices", c.devices);
   field(j, p, "seeds", c.seeds);
   field(j, p, "row_set", c.row_set);
+  field(j, p, "merged_from", c.merged_from);
   return c;
 }
 
@@ -435,6 +452,7 @@ Entry entry_from_json(const json& j, const std::string& p) {
   field(j, p, "reference_seconds_rank0", e.reference_seconds_rank0);
   field(j, p, "fault_at", e.fault_at);
   if (auto it = j.find("external"); it != j.end()) e.external = object_at(*it, sub(p, "external"));
+  field(j, p, "source", e.source);
   return e;
 }
 
@@ -459,8 +477,14 @@ Results results_from_json(const json& j) {
   auto entries = j.find("entries");
   if (entries == j.end()) throw ConfigError("entries: missing");
   if (!entries->is_array()) bad("entries", "an array", *entries);
-  for (size_t i = 0; i < entries->size(); ++i)
+  const size_t sources = r.context.merged_from ? r.context.merged_from->size() : 0;
+  for (size_t i = 0; i < entries->size(); ++i) {
     r.entries.push_back(entry_from_json((*entries)[i], fmt::format("entries[{}]", i)));
+    const std::optional<int>& src = r.entries.back().source;
+    if (src && (*src < 0 || size_t(*src) >= sources))
+      throw ConfigError(
+          fmt::format("entries[{}].source: {} is not an index of context.merged_from ({} files)", i, *src, sources));
+  }
   if (auto s = j.find("summary"); s != j.end()) r.summary = summary_from_json(*s, "summary");
   return r;
 }

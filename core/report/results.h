@@ -67,6 +67,14 @@ struct RowSetInfo {
   std::string name, file, digest;
 };
 
+// One results file that `kcpbench merge` took entries from: its own context's date, command line
+// and seeds, so an entry of a merged file stays reproducible from the file alone.
+struct MergedSource {
+  std::string file, date;
+  std::vector<std::string> command_line;
+  std::vector<uint64_t> seeds;
+};
+
 struct Context {
   std::string schema_version;
   BuildInfo build;
@@ -77,6 +85,7 @@ struct Context {
   std::vector<std::string> devices;
   std::vector<uint64_t> seeds;
   RowSetInfo row_set;
+  std::optional<std::vector<MergedSource>> merged_from;  // a merged file (Entry::source indexes it)
 };
 
 struct EntryForm {
@@ -140,6 +149,7 @@ struct Entry {
   // --backend exec: the command, its folder, exit status, time, the tensors it did not provide and
   // why, and its log's tail (core/kcp/external_backend.h ExternalRun::to_json).
   std::optional<nlohmann::json> external;
+  std::optional<int> source;  // in a merged file: the index in context.merged_from it came from
 
   bool ran() const { return status == "pass" || status == "fail" || status == "contract_broken"; }
 };

@@ -1,7 +1,8 @@
 // Whole-program tests of `kcpbench run --sweep-P`, `kcpbench replay` and `kcpbench compare` on
 // the CPU twin (int1 rows, det/full, no reference cache): a sweep writes one entry per requested P
 // (pass, fail or skip, never dropped), a stored failing entry made with --inject replays to the
-// same verdict and the same ratios to the bit, and compare's exit codes follow --fail-on.
+// same verdict and the same ratios to the bit, compare's exit codes follow --fail-on, and two
+// runs merge into one file that replays and compares like one run of both.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -194,4 +195,52 @@ TEST(Compare, ExitCodesFollowTheFailOnPolicy) {
   EXPECT_NE(dev.out.find("--allow-device-mismatch"), std::string::npos) << dev.out;
   EXPECT_EQ(run_kcpbench("compare " + base + " " + now + " --allow-device-mismatch").code, 0);
   EXPECT_EQ(run_kcpbench("compare " + base + " " + tmp("no_such.json")).code, 2);
+}
+
+TEST(Merge, TwoRunsMergeIntoOneThatReplaysAndComparesLikeOneRunOfBoth) {
+  const std::string a = tmp("merge_a.json"), b = tmp("merge_b.json"), m = tmp("merge_m.json"),
+                    both = tmp("merge_ab.json");
+  ASSERT_EQ(run_kcpbench(std::string(kQuick) + "--row A1 --sweep-P 2 --inject drop-segment-entry --json " + a).code, 1);
+  ASSERT_EQ(run_kcpbench(std::string(kQuick) + "--row B1 --json " + b).code, 0);
+  auto r = run_kcpbench("merge " + a + " " + b + " --json " + m);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const json doc = read_json(m), da = read_json(a), db = read_json(b);
+  ASSERT_EQ(doc["entries"].size(), da["entries"].size() + db["entries"].size());
+  ASSERT_EQ(doc["context"]["merged_from"].size(), 2u);
+  EXPECT_EQ(doc["context"]["merged_from"][0]["command_line"], da["context"]["command_line"]);
+  EXPECT_EQ(doc["context"]["merged_from"][1]["file"], b);
+  EXPECT_EQ(doc["entries"].back()["source"], 1);
+  EXPECT_EQ(doc["summary"]["passed"], da["summary"]["passed"].get<int>() + db["summary"]["passed"].get<int>());
+  EXPECT_EQ(doc["summary"]["failed"], da["summary"]["failed"]);
+
+  // An injected entry of the merged file replays to the same bits.
+  auto p = run_kcpbench("replay " + m + " --entry A1/det/full/P=2 --cache none");
+  EXPECT_EQ(p.code, 0) << p.out;
+  // Against one run of both rows' forms: nothing missing, nothing new.
+  ASSERT_EQ(run_kcpbench(std::string(kQuick) + "--row A1 --sweep-P 2 --inject drop-segment-entry --json " + both).code,
+            1);
+  json ab = read_json(both);
+  ASSERT_EQ(run_kcpbench(std::string(kQuick) + "--row B1 --json " + tmp("merge_b2.json")).code, 0);
+  const json b2 = read_json(tmp("merge_b2.json"));
+  for (const auto& e : b2["entries"]) ab["entries"].push_back(e);
+  write_json(both, ab);
+  auto c = run_kcpbench("compare " + both + " " + m + " --fail-on missing");
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_EQ(c.out.find("new_entry"), std::string::npos) << c.out;
+
+  // Refused: the same run twice (every entry twice), another build, a file that is not results.
+  auto twice = run_kcpbench("merge " + a + " " + a + " --json " + tmp("merge_x.json"));
+  EXPECT_EQ(twice.code, 2) << twice.out;
+  EXPECT_NE(twice.out.find("a merged file holds each once"), std::string::npos) << twice.out;
+  json other = db;
+  other["context"]["build"]["git_sha"] = "0123456789ab";
+  write_json(tmp("merge_other.json"), other);
+  auto build = run_kcpbench("merge " + a + " " + tmp("merge_other.json") + " --json " + tmp("merge_x.json"));
+  EXPECT_EQ(build.code, 2) << build.out;
+  EXPECT_NE(build.out.find("context.build differs"), std::string::npos) << build.out;
+  auto one = run_kcpbench("merge " + a + " --json " + tmp("merge_x.json"));
+  EXPECT_EQ(one.code, 2) << one.out;
+  auto junk = run_kcpbench("merge " + a + " " + tmp("no_such.json") + " --json " + tmp("merge_x.json"));
+  EXPECT_EQ(junk.code, 2) << junk.out;
+  EXPECT_NE(junk.out.find("no_such.json"), std::string::npos) << junk.out;
 }

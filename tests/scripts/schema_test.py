@@ -3,7 +3,7 @@
 
   schema_test.py --source-dir DIR                     committed files + broken documents
   schema_test.py --source-dir DIR --kcpbench BIN --workdir W
-                                                      fresh `kcpbench run` / `replay` output
+                                                      fresh `kcpbench run` / `replay` / `merge` output
 
 Committed files: every JSON file git tracks (every *.json below DIR outside git) is classified by
 its marker: "schema": "kcpbench.rows/1" is a row file, checked against configs/rows.schema.json;
@@ -259,6 +259,19 @@ def fresh(src, rv, rowv, kcpbench, workdir):
                 with open(replay_out) as f:
                     if check_results_doc("fresh replay", json.load(f), rv, rowv):
                         print("fresh replay: valid")
+    # merge: the forms and sweep runs (same build, device and row set) as one file.
+    merged = os.path.join(workdir, "merged.json")
+    cmd = [kcpbench, "-q", "merge", os.path.join(workdir, "forms.json"), os.path.join(workdir, "sweep.json"),
+           "--json", merged]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0 or not os.path.exists(merged):
+        fail("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stdout[-2000:] + p.stderr[-2000:]))
+    else:
+        with open(merged) as f:
+            doc = json.load(f)
+        if check_results_doc("fresh merge", doc, rv, rowv):
+            print("fresh merge: valid (%d entries from %d files)" % (len(doc["entries"]),
+                                                                     len(doc["context"]["merged_from"])))
 
 
 def main():
