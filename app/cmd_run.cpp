@@ -381,12 +381,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
       ->capture_default_str();
   sub->add_option("--reference-spill", o->reference_spill, reference_spill_help())->capture_default_str();
   sub->add_option("--max-spill-disk", o->max_spill_disk, max_spill_disk_help())->capture_default_str();
-  sub->add_option(
-         "--reference-group", o->reference_group,
-         "How the FP64 reference of a large row runs: when the results of its sequences pass BYTES, one "
-         "group of heads at a time, each group's results freed once the ranks have their part (auto: 512MiB; 0: "
-         "one q/k head at a time; never: every head at once). The values are the same either way")
-      ->capture_default_str();
+  sub->add_option("--reference-group", o->reference_group, reference_group_help())->capture_default_str();
   sub->add_option("--head-group", o->head_group, head_group_help())->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
@@ -447,9 +442,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.phase_times = o->bench || o->phase_times;
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
     opt.reference_spill_bytes = parse_reference_spill(o->reference_spill);
-    opt.reference_group_bytes = o->reference_group == "never"  ? int64_t(-1)
-                                : o->reference_group == "auto" ? kReferenceGroupBytes
-                                                               : parse_bytes(o->reference_group, "--reference-group");
+    opt.reference_group_bytes = parse_reference_group(o->reference_group);
     opt.head_group_bytes = parse_head_group(o->head_group);
     KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi" || o->comm == "nccl",
                 "--comm: expected local, mpi, nccl or auto, got \"{}\"", o->comm);

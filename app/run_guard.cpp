@@ -91,6 +91,20 @@ std::string reference_spill_help() {
          "in memory). The values are the same either way";
 }
 
+int64_t parse_reference_group(const std::string& text) {
+  if (text == "never") return -1;
+  if (text == "auto") return kReferenceGroupBytes;
+  return parse_bytes(text, "--reference-group");
+}
+
+std::string reference_group_help() {
+  return "How the FP64 reference of a large row runs: when the results of its sequences pass BYTES, one group of "
+         "heads at a time, each group's results freed once the ranks have their part (auto: 512MiB; 0: one q/k "
+         "head at a time; never: every head at once). Larger groups use more threads on rows of few sequences "
+         "(one head's recurrence keeps at most V/16 threads busy) and more memory (kcpbench plan shows it). The "
+         "values are the same either way";
+}
+
 SpillRoom spill_room(const std::string& max_spill_disk, int procs) {
   const int64_t flag = parse_bytes(max_spill_disk, "--max-spill-disk");
   if (flag >= 0) return {flag, "--max-spill-disk"};

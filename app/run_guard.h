@@ -66,6 +66,11 @@ int64_t spilled_reference_bytes(const MemoryEstimate& e);
 int64_t parse_reference_spill(const std::string& text);
 std::string reference_spill_help();
 
+// --reference-group of run, calibrate and plan: "auto" -> kReferenceGroupBytes, "never" -> -1,
+// else a byte count (parse_bytes); reference_group_help() is its --help text.
+int64_t parse_reference_group(const std::string& text);
+std::string reference_group_help();
+
 // --max-spill-disk of run, calibrate and plan: the room for spilled reference slices (BYTES, auto:
 // the free space of the spill folder, shared by `procs` processes of this host; 0: no check) and
 // where that number comes from (for messages). max_spill_disk_help() is its --help text.

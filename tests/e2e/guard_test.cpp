@@ -355,6 +355,13 @@ TEST(Guard, TheReferenceByGroupsOfHeadsJudgesExactlyAsAllAtOnce) {
   }
   const CmdResult plan = run_kcpbench("plan --rows int3 --row A4");
   EXPECT_NE(plan.out.find("(one of 16 groups of heads at a time)"), std::string::npos) << plan.out;
+  // plan and calibrate take run's --reference-group (plan shows the memory of the groups asked for).
+  const CmdResult plan4g = run_kcpbench("plan --rows int3 --row A4 --reference-group 2G");
+  EXPECT_NE(plan4g.out.find("(one of 4 groups of heads at a time)"), std::string::npos) << plan4g.out;
+  const CmdResult whole = run_kcpbench("plan --rows int3 --row A4 --reference-group never");
+  EXPECT_EQ(whole.out.find("groups of heads at a time"), std::string::npos) << whole.out;
+  const CmdResult cal = run_kcpbench("-q calibrate --rows int1 --row A2 --seeds 1 --cache none --reference-group 0");
+  EXPECT_EQ(cal.code, 0) << cal.out;
 }
 
 // calibrate holds what run holds for the same forms and refuses, before anything runs, a row whose
