@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "reference/reference.h"
+#include "vocab/parallel_for.h"
 
 namespace kcp::ref::detail {
 
@@ -64,42 +65,9 @@ double flops(const Problem& p, bool backward, const Tuning& tuning);
 
 int resolve_threads(int threads);
 
-// Runs f(0..n-1) on up to `threads` threads (the caller's thread included). Items are claimed in
-// increasing order from one atomic counter, which the backward's ordered reductions rely on: an
-// item is only ever claimed after all items before it were claimed. The first exception thrown
-// is rethrown after all threads joined; `on_error(i)` runs for an item that threw.
-template <class F, class E>
-void parallel_for(int64_t n, int threads, F&& f, E&& on_error) {
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  std::atomic<int64_t> next{0};
-  auto worker = [&] {
-    for (;;) {
-      const int64_t i = next.fetch_add(1);
-      if (i >= n) return;
-      try {
-        f(i);
-      } catch (...) {
-        {
-          std::lock_guard<std::mutex> lock(error_mutex);
-          if (!error) error = std::current_exception();
-        }
-        on_error(i);
-      }
-    }
-  };
-  const int64_t nt = std::min<int64_t>(std::max(threads, 1), n);
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < nt; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
-}
-
-template <class F>
-void parallel_for(int64_t n, int threads, F&& f) {
-  parallel_for(n, threads, std::forward<F>(f), [](int64_t) {});
-}
+// parallel_for: vocab/parallel_for.h (items claimed in order; the backward's ordered reductions
+// rely on it).
+using kcp::parallel_for;
 
 // ---- gates ----------------------------------------------------------------------------------
 

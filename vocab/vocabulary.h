@@ -2,7 +2,8 @@
 // the gate form, the input dtype, the package and the saved set. Each enum has one name table;
 // to_string() and the row loader's parser read it, so a name is spelled in one place only.
 // Header-only, C++17 (nvcc compiles it), no dependencies: reference/, kernels/ and core/ all
-// include it (target kcp_vocab), and nothing else lives at this level.
+// include it (target kcp_vocab); beside it only vocab/parallel_for.h, the one thread loop of every
+// layer.
 #pragma once
 
 #include <cstdint>

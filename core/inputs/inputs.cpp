@@ -5,12 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
-#include <system_error>
-#include <thread>
 
 #include "core/util/error.h"
 #include "core/util/sha256.h"
+#include "vocab/parallel_for.h"
 
 namespace kcp {
 
@@ -74,25 +72,7 @@ template <class F>
 void for_token_parts(int64_t T, int threads, F&& body) {
   const int64_t parts = std::clamp<int64_t>(T / kMinTokensPerPart, 1, std::max(1, threads));
   if (parts == 1) return body(int64_t(0), T);
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
-  auto part = [&](int64_t p) {
-    try {
-      body(T * p / parts, T * (p + 1) / parts);
-    } catch (...) {
-      errors[size_t(p)] = std::current_exception();
-    }
-  };
-  std::vector<std::thread> pool;
-  int64_t p = 1;
-  try {  // part 0 on this thread; a thread that cannot start leaves its parts to this one
-    for (; p < parts; ++p) pool.emplace_back(part, p);
-  } catch (const std::system_error&) {
-  }
-  part(0);
-  for (int64_t q = p; q < parts; ++q) part(q);
-  for (auto& t : pool) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  parallel_for(parts, static_cast<int>(parts), [&](int64_t p) { body(T * p / parts, T * (p + 1) / parts); });
 }
 
 // Fills the shard of a token-major tensor of `heads` heads of `width` elements per token, keeping

@@ -1,10 +1,5 @@
-// Deterministic parallel loop and the 64 x 64 unit-lower-triangular inverse of the CPU twin.
+// The 16-bit caller arrays and the 64 x 64 unit-lower-triangular inverse of the CPU twin.
 #include "kernels/cpu/cpu_common.h"
-
-#include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
 
 namespace kcp::kernels::cpu {
 
@@ -38,37 +33,6 @@ void CallerOut::store() const {
   if (t_.storage() == Storage::F32) return;
   uint16_t* bits = t_.packed16();
   for (size_t e = 0; e < buf_.size(); ++e) bits[e] = dtype16_bits(buf_[e], rt_);
-}
-
-void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn) {
-  if (n <= 0) return;
-  const int64_t workers = std::min<int64_t>(threads < 1 ? 1 : threads, n);
-  if (workers <= 1) {
-    for (int64_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  std::exception_ptr first;
-  std::mutex mu;
-  auto body = [&]() {
-    for (;;) {
-      const int64_t i = next.fetch_add(1);
-      if (i >= n) return;
-      try {
-        fn(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!first) first = std::current_exception();
-        next.store(n);
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int64_t w = 1; w < workers; ++w) pool.emplace_back(body);
-  body();
-  for (auto& t : pool) t.join();
-  if (first) std::rethrow_exception(first);
 }
 
 namespace {

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "kernels/api/args_check.h"  // arg_fail, need, forbid, check_<phase>_args
 #include "kernels/api/backend.h"
 #include "kernels/api/numeric.h"
+#include "vocab/parallel_for.h"
 
 namespace kcp::kernels::cpu {
 
@@ -88,9 +88,9 @@ class CallerOut {
   float* p_ = nullptr;
 };
 
-// Runs fn(i) for i in [0, n) on `threads` workers. Every i writes disjoint memory, so results
-// never depend on the thread count. The first exception is rethrown.
-void parallel_for(int64_t n, int32_t threads, const std::function<void(int64_t)>& fn);
+// parallel_for(n, threads, fn): vocab/parallel_for.h. Every i writes disjoint memory, so results
+// never depend on the thread count.
+using kcp::parallel_for;
 
 // Phi = (I + Pi)^-1 of one chunk (docs/algorithm.md F2): Pi is 64 x 64 strictly lower (zero outside the
 // chunk's L x L part); Phi receives the full unit-lower inverse, fp32. 16 x 16 diagonal blocks
