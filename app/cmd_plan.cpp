@@ -75,7 +75,8 @@ nlohmann::json memory_json(const MemoryEstimate& cpu, const MemoryEstimate& gpu,
             {"host_bytes", gpu.host_bytes},
             {"host_per_rank", largest(gpu, &RankMemory::host_peak)},
             {"device_bytes", gpu.device_bytes},
-            {"device_per_rank", largest(gpu, &RankMemory::form_arrays)}}}};
+            {"device_per_rank", largest(gpu, &RankMemory::form_arrays)},
+            {"spill_bytes", spilled_reference_bytes(gpu)}}}};
 }
 
 // "; forms in 4 groups of heads (2 q/k heads each)", "" for one group.
@@ -116,10 +117,13 @@ std::string describe_memory(const MemoryEstimate& cpu, const MemoryEstimate& gpu
       spilled ? spill_text(spilled_reference_bytes(cpu), spilled, spill_room) : std::string());
   if (available > 0 && cpu.host_bytes > available)
     s += fmt::format(": more than the {} available here, `run` refuses it", human_bytes(available));
+  int gpu_spilled = 0;
+  for (const RankMemory& r : gpu.ranks) gpu_spilled += r.reference_spilled ? 1 : 0;
   s += fmt::format(
-      "\n  memory on a GPU: device {} a rank, {} in all; host {} ({} ranks as threads, up to {} a rank{})\n",
+      "\n  memory on a GPU: device {} a rank, {} in all; host {} ({} ranks as threads, up to {} a rank{}{})\n",
       human_bytes(largest(gpu, &RankMemory::form_arrays)), human_bytes(gpu.device_bytes), human_bytes(gpu.host_bytes),
-      W, human_bytes(largest(gpu, &RankMemory::host_peak)), groups_text(gpu));
+      W, human_bytes(largest(gpu, &RankMemory::host_peak)), groups_text(gpu),
+      gpu_spilled ? spill_text(spilled_reference_bytes(gpu), gpu_spilled, spill_room) : std::string());
   return s;
 }
 
@@ -202,7 +206,7 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
       const MemoryEstimate mem = choose_head_groups(*row, mreq, group_bytes, available, 0).estimate;
       mreq.device_is_host = false;
       const int64_t device = device_flag >= 0 ? device_flag : class_device_memory(req.device);
-      const MemoryEstimate gpu = choose_head_groups(*row, mreq, group_bytes, 0, device).estimate;
+      const MemoryEstimate gpu = choose_head_groups(*row, mreq, group_bytes, available, device).estimate;
       if (o->json) {
         nlohmann::json j = plan_json(plan, o->segments);
         j["memory"] = memory_json(mem, gpu, available, room);

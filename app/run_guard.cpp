@@ -81,14 +81,15 @@ int64_t spilled_reference_bytes(const MemoryEstimate& e) {
 
 int64_t parse_reference_spill(const std::string& text) {
   if (text == "never") return -1;
-  if (text == "auto") return kReferenceSpillBytes;
+  if (text == "auto") return kReferenceSpillAuto;
   return parse_bytes(text, "--reference-spill");
 }
 
 std::string reference_spill_help() {
   return "Where a rank's FP64 reference slice waits while the forms run: a slice of at least BYTES is written "
-         "to an unlinked file in $TMPDIR and read back to judge each form (auto: 64MiB; 0: always; never: kept "
-         "in memory). The values are the same either way";
+         "to an unlinked file in $TMPDIR and read back to judge each form (0: always; never: kept in memory; "
+         "auto: kept in memory when the row fits the host memory that way, in no more groups of heads than with "
+         "spilled slices, else 64MiB). The values are the same either way";
 }
 
 int64_t parse_reference_group(const std::string& text) {
@@ -195,6 +196,7 @@ void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const k
     const HeadGroupChoice choice = choose_head_groups(row, req, group_bytes, host_avail, device_avail);
     const MemoryEstimate& e = choice.estimate;
     sr.head_groups = choice.groups;
+    sr.reference_spill_bytes = choice.reference_spill_bytes;
     if (choice.groups > 1)
       log::info0("row {}: its forms run in {} groups of heads ({} q/k head{} each): host {}, device {}", row.name,
                  choice.groups, row.H / choice.groups, row.H / choice.groups > 1 ? "s" : "", human_bytes(e.host_bytes),

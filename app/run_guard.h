@@ -61,7 +61,7 @@ int64_t free_disk_bytes(const std::string& folder);
 // bytes: the spilled ranks' slices of this process, all alive while the row's forms run.
 int64_t spilled_reference_bytes(const MemoryEstimate& e);
 
-// --reference-spill of run, calibrate and plan: "auto" -> kReferenceSpillBytes, "never" -> -1, else
+// --reference-spill of run, calibrate and plan: "auto" -> kReferenceSpillAuto, "never" -> -1, else
 // a byte count (parse_bytes); reference_spill_help() is its --help text.
 int64_t parse_reference_spill(const std::string& text);
 std::string reference_spill_help();

@@ -409,7 +409,10 @@ std::shared_ptr<const RankPrepared> prepare_reference(const RowContext& c, const
                                                       ReferenceCache& cache) {
   const RowConfig& row = c.row;
   const RankPlan& my = c.planned.ranks[comm.rank()];
-  const bool spill = opt.reference_spill_bytes >= 0 && reference_slice_bytes(row, my) >= opt.reference_spill_bytes;
+  const int64_t spill_at = c.sel.reference_spill_bytes != kReferenceSpillAuto ? c.sel.reference_spill_bytes
+                           : opt.reference_spill_bytes == kReferenceSpillAuto ? kReferenceSpillBytes
+                                                                              : opt.reference_spill_bytes;
+  const bool spill = spill_at >= 0 && reference_slice_bytes(row, my) >= spill_at;
   SliceSink sink{spill ? nullptr : std::make_shared<RankReference>(),
                  spill ? std::make_shared<ReferenceSpill>() : nullptr};
   std::vector<SequenceReference> pieces(my.pieces.size());

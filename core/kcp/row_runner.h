@@ -58,7 +58,8 @@ struct RunOptions {
   // as one form "external" on the W = 1, P = 1 plan; `backend` is then not called.
   const ExternalKernel* external = nullptr;
   // A rank's FP64 reference slice of at least this many bytes is put away in a temporary file
-  // while the forms run (core/plan/memory_estimate.h kReferenceSpillBytes; 0 = always, < 0 = never).
+  // while the forms run (core/plan/memory_estimate.h kReferenceSpillBytes; 0 = always, -1 = never;
+  // kReferenceSpillAuto: as each row's SelectedRow says, else kReferenceSpillBytes).
   int64_t reference_spill_bytes = kReferenceSpillBytes;
   // The FP64 reference runs one group of heads at a time when the row's results pass this many
   // bytes (core/plan/memory_estimate.h reference_head_groups; < 0 = never, every head at once).
@@ -122,6 +123,10 @@ struct SelectedRow {
   // head at once). The app chooses it from the memory estimate (core/plan/head_groups.h); the
   // ranks take the largest any of them was given.
   int head_groups = 1;
+  // Where the rank's FP64 reference slice waits (as RunOptions::reference_spill_bytes), chosen by
+  // the app from the memory estimate when --reference-spill is auto (choose_head_groups);
+  // kReferenceSpillAuto: not chosen, the run's option holds (auto then spills as kReferenceSpillBytes).
+  int64_t reference_spill_bytes = kReferenceSpillAuto;
 };
 
 RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,

@@ -18,9 +18,12 @@ bool within(const MemoryEstimate& e, int64_t host_avail, int64_t device_avail) {
 
 }  // namespace
 
-HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
-                                   int64_t device_avail) {
+namespace {
+
+HeadGroupChoice choose_for_spill(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
+                                 int64_t device_avail) {
   HeadGroupChoice c;
+  c.reference_spill_bytes = req.reference_spill_bytes;
   for (int n = 1; n <= row.H; ++n) {
     if (row.H % n != 0) continue;
     req.head_groups = n;
@@ -31,6 +34,20 @@ HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int6
     if (group_bytes == kHeadGroupAuto ? c.fits : largest_form(c.estimate) <= group_bytes) return c;
   }
   return c;  // H groups: the least memory
+}
+
+}  // namespace
+
+HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
+                                   int64_t device_avail) {
+  if (req.reference_spill_bytes != kReferenceSpillAuto)
+    return choose_for_spill(row, req, group_bytes, host_avail, device_avail);
+  req.reference_spill_bytes = kReferenceSpillBytes;
+  HeadGroupChoice spilled = choose_for_spill(row, req, group_bytes, host_avail, device_avail);
+  if (host_avail <= 0) return spilled;
+  req.reference_spill_bytes = -1;
+  HeadGroupChoice kept = choose_for_spill(row, req, group_bytes, host_avail, device_avail);
+  return kept.fits && kept.groups <= spilled.groups ? kept : spilled;
 }
 
 }  // namespace kcp

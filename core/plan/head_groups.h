@@ -14,6 +14,9 @@ struct HeadGroupChoice {
   int groups = 1;           // a divisor of H
   MemoryEstimate estimate;  // of the row with that many groups
   bool fits = true;         // the estimate is within host_avail and device_avail
+  // The reference spill the estimate assumes (req.reference_spill_bytes, with kReferenceSpillAuto
+  // resolved: -1 kept in memory, or kReferenceSpillBytes).
+  int64_t reference_spill_bytes = kReferenceSpillBytes;
 };
 
 // group_bytes (RunOptions::head_group_bytes):
@@ -22,7 +25,9 @@ struct HeadGroupChoice {
 //     which it fits; H groups (the least memory) with fits false when no count fits;
 //   B >= 0: the fewest groups whose largest rank's form arrays take at most B (0: H groups).
 // host_avail / device_avail: bytes at hand (<= 0: no limit). req.head_groups is ignored.
-// Throws ConfigError as estimate_memory does.
+// req.reference_spill_bytes kReferenceSpillAuto: the slices are kept in memory when host_avail is
+// known (> 0) and the row fits it that way in no more groups than with spilled slices; else they
+// spill (kReferenceSpillBytes). Throws ConfigError as estimate_memory does.
 HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
                                    int64_t device_avail);
 

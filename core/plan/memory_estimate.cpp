@@ -280,7 +280,9 @@ void rank_host_bytes(const RowConfig& row, const RowConfig& part, const RowConfi
   int64_t largest = 0, run_largest = 0;
   const int64_t elems = slice_elements(row, rp, s, &largest), run_elems = slice_elements(run, rp, s, &run_largest);
   m.reference = s.mul({kDouble, elems}, "the reference slice");
-  m.reference_spilled = req.reference_spill_bytes >= 0 && m.reference >= req.reference_spill_bytes;
+  const int64_t spill_at =
+      req.reference_spill_bytes == kReferenceSpillAuto ? kReferenceSpillBytes : req.reference_spill_bytes;
+  m.reference_spilled = spill_at >= 0 && m.reference >= spill_at;
   // piece_slice: S_p and dS_p at every probe inside each piece (over every schedule's probes).
   int64_t kept_probes = 0;
   for (const Piece& pc : rp.pieces)

@@ -63,6 +63,11 @@ namespace kcp {
 // the forms run and read back to judge each (RunOptions::reference_spill_bytes; int1 rows stay in
 // memory, every int3 row spills).
 inline constexpr int64_t kReferenceSpillBytes = int64_t(64) << 20;
+// --reference-spill auto (choose_head_groups, core/plan/head_groups.h): the slices stay in host
+// memory when the row fits the host that way with no more groups of heads than spilling needs,
+// else slices of at least kReferenceSpillBytes are spilled. choose_head_groups resolves it;
+// estimate_memory alone reads it as kReferenceSpillBytes.
+inline constexpr int64_t kReferenceSpillAuto = -2;
 
 // The FP64 reference of a row whose sequences' results (o, dq, dk, dv, dg, dbeta in double, over
 // every token of the row) pass this many bytes runs one group of heads at a time (RunOptions::

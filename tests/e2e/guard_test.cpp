@@ -412,22 +412,35 @@ int64_t peak_rss_of(const std::vector<std::string>& args, int& code) {
 TEST(Guard, TheEstimateBoundsTheMeasuredPeakClosely) {
   const std::string rows = tmp("guard_rss_row.json");
   std::ofstream(rows) << kRssRow;
-  const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json");
+  // Spilled slices (pinned: --reference-spill auto keeps them in memory where the host has room).
+  const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json --reference-spill 64MiB");
   ASSERT_EQ(plan.code, 0) << plan.out;
   const nlohmann::json mem = nlohmann::json::parse(plan.out)[0]["memory"];
   const int64_t estimate = mem["host_bytes"].get<int64_t>();
   EXPECT_TRUE(mem["ranks"][0]["reference_spilled"].get<bool>()) << mem.dump();
   int code = 0;
-  const int64_t run = peak_rss_of({"-q", "run", "--rows", rows, "--cache", "none"}, code);
+  const int64_t run = peak_rss_of({"-q", "run", "--rows", rows, "--cache", "none", "--reference-spill", "64MiB"}, code);
   EXPECT_EQ(code, 1) << "no budgets: the row fails, after running";
   EXPECT_LE(run, estimate) << "run: measured " << run << ", estimated " << estimate;
   EXPECT_GE(double(run), 0.80 * double(estimate)) << "run: measured " << run << ", estimated " << estimate;
-  const int64_t cal = peak_rss_of({"-q", "calibrate", "--rows", rows, "--seeds", "1", "--cache", "none"}, code);
+  const int64_t cal = peak_rss_of(
+      {"-q", "calibrate", "--rows", rows, "--seeds", "1", "--cache", "none", "--reference-spill", "64MiB"}, code);
   EXPECT_EQ(code, 0);
   EXPECT_LE(cal, estimate) << "calibrate: measured " << cal << ", estimated " << estimate;
   EXPECT_GE(double(cal), 0.80 * double(estimate)) << "calibrate: measured " << cal << ", estimated " << estimate;
-  std::printf("estimate %lld, peak RSS of run %lld, of calibrate %lld\n", static_cast<long long>(estimate),
-              static_cast<long long>(run), static_cast<long long>(cal));
+  // Slices kept in memory (what auto chooses on a host with room): the estimate still bounds run.
+  const CmdResult kept_plan = run_kcpbench("plan --rows " + rows + " --json --reference-spill never");
+  ASSERT_EQ(kept_plan.code, 0) << kept_plan.out;
+  const int64_t kept_estimate = nlohmann::json::parse(kept_plan.out)[0]["memory"]["host_bytes"].get<int64_t>();
+  EXPECT_GT(kept_estimate, estimate);
+  const int64_t kept =
+      peak_rss_of({"-q", "run", "--rows", rows, "--cache", "none", "--reference-spill", "never"}, code);
+  EXPECT_EQ(code, 1);
+  EXPECT_LE(kept, kept_estimate) << "run, slices kept: measured " << kept << ", estimated " << kept_estimate;
+  EXPECT_GT(kept, run) << "the kept slices are in the peak";
+  std::printf("estimate %lld, peak RSS of run %lld, of calibrate %lld; slices kept: estimate %lld, run %lld\n",
+              static_cast<long long>(estimate), static_cast<long long>(run), static_cast<long long>(cal),
+              static_cast<long long>(kept_estimate), static_cast<long long>(kept));
 }
 
 // The same row run by groups of one q/k head (--head-group 0): the estimate with the groups is
@@ -439,8 +452,9 @@ TEST(Guard, TheEstimateBoundsTheMeasuredPeakClosely) {
 TEST(Guard, TheEstimateWithGroupsOfHeadsBoundsTheMeasuredPeak) {
   const std::string rows = tmp("guard_rss_groups_row.json");
   std::ofstream(rows) << kRssRow;
-  const CmdResult whole = run_kcpbench("plan --rows " + rows + " --json --head-group never");
-  const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json --head-group 0");
+  const std::string spill = " --reference-spill 64MiB";  // pinned, as above
+  const CmdResult whole = run_kcpbench("plan --rows " + rows + " --json --head-group never" + spill);
+  const CmdResult plan = run_kcpbench("plan --rows " + rows + " --json --head-group 0" + spill);
   ASSERT_EQ(plan.code, 0) << plan.out;
   const nlohmann::json mem = nlohmann::json::parse(plan.out)[0]["memory"];
   EXPECT_EQ(mem["head_groups"].get<int>(), 2);
@@ -448,12 +462,14 @@ TEST(Guard, TheEstimateWithGroupsOfHeadsBoundsTheMeasuredPeak) {
   const int64_t forms = mem["phase_forms"].get<int64_t>() + mem["fixed"].get<int64_t>();
   EXPECT_LT(estimate, nlohmann::json::parse(whole.out)[0]["memory"]["host_bytes"].get<int64_t>());
   int code = 0;
-  const int64_t run = peak_rss_of({"-q", "run", "--rows", rows, "--cache", "none", "--head-group", "0"}, code);
+  const int64_t run = peak_rss_of(
+      {"-q", "run", "--rows", rows, "--cache", "none", "--head-group", "0", "--reference-spill", "64MiB"}, code);
   EXPECT_EQ(code, 1) << "no budgets: the row fails, after running";
   EXPECT_LE(run, estimate) << "run: measured " << run << ", estimated " << estimate;
   EXPECT_GE(double(run), 0.7 * double(forms)) << "run: measured " << run << ", forms " << forms;
-  const int64_t cal =
-      peak_rss_of({"-q", "calibrate", "--rows", rows, "--seeds", "1", "--cache", "none", "--head-group", "0"}, code);
+  const int64_t cal = peak_rss_of({"-q", "calibrate", "--rows", rows, "--seeds", "1", "--cache", "none", "--head-group",
+                                   "0", "--reference-spill", "64MiB"},
+                                  code);
   EXPECT_EQ(code, 0);
   EXPECT_LE(cal, estimate) << "calibrate: measured " << cal << ", estimated " << estimate;
   EXPECT_GE(double(cal), 0.7 * double(forms)) << "calibrate: measured " << cal << ", forms " << forms;

@@ -177,3 +177,32 @@ TEST(HeadGroups, TheFewestGroupsThatFitAreChosen) {
   EXPECT_EQ(choose_head_groups(row, gpu_two, kHeadGroupAuto, 0, gpu.device_bytes - 1).groups, 4)
       << "the device limit counts too (two groups' estimate here is " << gpu.device_bytes << ")";
 }
+
+// --reference-spill auto: the slices stay in memory when the row fits that way in no more groups
+// of heads than with spilled slices; else (or with no known host memory) they spill at
+// kReferenceSpillBytes (the row's slices, about 0.6 GiB a rank, pass it).
+TEST(HeadGroups, AutoSpillKeepsTheSlicesInMemoryWhenTheRowFits) {
+  const RowConfig row = kda_row();
+  MemoryRequest kept_req = cpu_request(), spilled_req = cpu_request();
+  kept_req.reference_spill_bytes = -1;
+  spilled_req.reference_spill_bytes = kReferenceSpillBytes;
+  const MemoryEstimate kept = estimate_memory(row, kept_req), spilled = estimate_memory(row, spilled_req);
+  MemoryRequest req = cpu_request();
+  req.reference_spill_bytes = kReferenceSpillAuto;
+  const HeadGroupChoice roomy = choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes, 0);
+  EXPECT_EQ(roomy.reference_spill_bytes, -1);
+  EXPECT_EQ(roomy.groups, 1);
+  EXPECT_EQ(roomy.estimate.host_bytes, kept.host_bytes);
+  const HeadGroupChoice unknown = choose_head_groups(row, req, kHeadGroupAuto, 0, 0);
+  EXPECT_EQ(unknown.reference_spill_bytes, kReferenceSpillBytes) << "no known host memory: spill as before";
+  EXPECT_EQ(unknown.estimate.host_bytes, spilled.host_bytes);
+  // A host that holds the row in one group only with spilled slices: kept slices would need more
+  // groups of heads, so the slices spill.
+  ASSERT_LT(spilled.host_bytes, kept.host_bytes);
+  ASSERT_TRUE(spilled.ranks[0].reference_spilled);
+  const HeadGroupChoice tight = choose_head_groups(row, req, kHeadGroupAuto, spilled.host_bytes, 0);
+  EXPECT_EQ(tight.reference_spill_bytes, kReferenceSpillBytes);
+  EXPECT_EQ(tight.groups, 1);
+  // estimate_memory alone reads auto as kReferenceSpillBytes.
+  EXPECT_EQ(estimate_memory(row, req).host_bytes, spilled.host_bytes);
+}
