@@ -20,27 +20,35 @@ std::function<int()> add_merge_command(CLI::App& app, Globals& g) {
   struct Opts {
     std::vector<std::string> files;
     std::string json;
+    bool allow_dirty = false;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("FILES", o->files, "Results JSON files (kcpbench.results/1) written by run or by merge")
       ->required()
       ->expected(2, -1);
   sub->add_option("--json", o->json, "Write the merged results here")->required();
+  sub->add_flag("--allow-dirty", o->allow_dirty,
+                "Also merge files built from a tree with uncommitted changes (their git sha does not pin the code)");
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     std::vector<MergeInput> inputs;
     for (const std::string& f : o->files) {
+      const nlohmann::json doc = read_results_file(f);  // names the file when it is missing or not JSON
       try {
-        inputs.push_back({f, results_from_json(read_results_file(f))});
+        inputs.push_back({f, results_from_json(doc)});
       } catch (const ConfigError& err) {
         throw ConfigError(fmt::format("{}: not a results file: {}", f, err.what()));
       }
     }
-    const Results merged = merge_results(inputs, g.argv, utc_now("%Y-%m-%dT%H:%M:%SZ"));
-    write_json_atomic(o->json, to_json(merged));
-    const Summary& s = *merged.summary;
-    log::info0("merged {} files ({} entries): {} passed, {} failed, {} skipped{}; wrote {}", inputs.size(),
-               merged.entries.size(), s.passed, s.failed + s.contract_broken, s.skipped,
+    const MergeResult m = merge_results(inputs, g.argv, utc_now("%Y-%m-%dT%H:%M:%SZ"), o->allow_dirty);
+    write_json_atomic(o->json, to_json(m.results));
+    const Summary& s = *m.results.summary;
+    log::info0("merged {} files ({} entries{}): {} passed, {} failed, {} skipped{}; wrote {}", inputs.size(),
+               m.results.entries.size(),
+               m.superseded_skips
+                   ? fmt::format("; {} launch skips of rows another file ran left out", m.superseded_skips)
+                   : "",
+               s.passed, s.failed + s.contract_broken, s.skipped,
                s.complete.value_or(true) ? "" : " (a source was cut short: summary.complete false)", o->json);
     return 0;
   };

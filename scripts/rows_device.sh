@@ -6,9 +6,11 @@
 #   ROWS="int4:KA9 int3:KE4 int3:A4" LIMIT=580 OUT=$OUT [BIN=.device/main] [SEEDS=1] [TESTS=1] \
 #     [RUNARGS="--reference-group 16G"] bash scripts/rows_device.sh
 #
-# BIN holds kcpbench (and kcp_gpu_test with TESTS=1), plain or .xz. Each row runs as
+# BIN holds kcpbench (and kcp_gpu_test with TESTS=1), plain (preferred) or .xz. Each row runs as
 #   kcpbench --configs configs run --rows SET --row ROW --backend cuda --seeds SEEDS --cache none
 #            --reference-spill never RUNARGS --json $OUT/r/SET-ROW-seedSEEDS.json
+# (--reference-spill never: the device host's disk is smaller than int4's slices; a kcpbench of
+# 5da9073 or later chooses that by itself with auto)
 # With TESTS=1, kcp_gpu_test and int1 at seed 7 run first. Writes $OUT/r/ (JSON, one log per row,
 # host.txt, summary.txt) and $OUT/r.tgz (the device returns a few files only: fetch the tarball).
 set -uo pipefail
@@ -18,9 +20,11 @@ R=$OUT/r k=/tmp/rows-device
 mkdir -p "$R" "$k"
 for b in kcpbench kcp_gpu_test; do
   src=${BIN:-.device/main}/$b
-  if [ -f "$src.xz" ]; then xz -dc "$src.xz" >"$k/$b"; elif [ -f "$src" ]; then cp "$src" "$k/$b"; else continue; fi
+  rm -f "$k/$b"
+  if [ -f "$src" ]; then cp "$src" "$k/$b"; elif [ -f "$src.xz" ]; then xz -dc "$src.xz" >"$k/$b"; else continue; fi
   chmod +x "$k/$b"
 done
+[ -x "$k/kcpbench" ] || { echo "rows_device: no kcpbench (or kcpbench.xz) in ${BIN:-.device/main}" >&2; exit 2; }
 {
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
   nproc

@@ -46,6 +46,7 @@ void parallel_for(int64_t n, int threads, F&& f, E&& on_error) {
   };
   const int64_t nt = std::min<int64_t>(std::max(threads, 1), n);
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(nt > 1 ? nt - 1 : 0));  // growing it cannot throw with threads running
   try {
     for (int64_t t = 1; t < nt; ++t) pool.emplace_back(worker);
   } catch (const std::system_error&) {  // fewer threads: the others take the items

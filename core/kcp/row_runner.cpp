@@ -417,6 +417,9 @@ std::shared_ptr<const RankPrepared> prepare_reference(const RowContext& c, const
                  spill ? std::make_shared<ReferenceSpill>() : nullptr};
   std::vector<SequenceReference> pieces(my.pieces.size());
   const int groups = reference_head_groups(row, opt.reference_group_bytes);
+  if (groups > 1 && comm.rank() == 0)
+    log::debug("row {}: the FP64 reference runs in {} groups of heads ({} q/k heads each)", row.name, groups,
+               row.H / groups);
   for (int g = 0; g < groups; ++g) {
     const HeadRange heads = groups == 1 ? HeadRange{} : HeadRange{g * row.H / groups, row.H / groups};
     add_head_range(c, my, cache, heads, sink, pieces);

@@ -478,9 +478,13 @@ Results results_from_json(const json& j) {
   if (entries == j.end()) throw ConfigError("entries: missing");
   if (!entries->is_array()) bad("entries", "an array", *entries);
   const size_t sources = r.context.merged_from ? r.context.merged_from->size() : 0;
+  if (r.context.merged_from && sources < 2)
+    throw ConfigError(fmt::format("context.merged_from: {} files (a merged file has at least 2)", sources));
   for (size_t i = 0; i < entries->size(); ++i) {
     r.entries.push_back(entry_from_json((*entries)[i], fmt::format("entries[{}]", i)));
     const std::optional<int>& src = r.entries.back().source;
+    if (sources > 0 && !src)
+      throw ConfigError(fmt::format("entries[{}].source: missing (the file has context.merged_from)", i));
     if (src && (*src < 0 || size_t(*src) >= sources))
       throw ConfigError(
           fmt::format("entries[{}].source: {} is not an index of context.merged_from ({} files)", i, *src, sources));

@@ -5,7 +5,8 @@
 
 #include <algorithm>
 #include <map>
-#include <tuple>
+#include <set>
+#include <utility>
 
 #include "core/util/error.h"
 
@@ -38,37 +39,60 @@ std::vector<MergedSource> sources_of(const MergeInput& in) {
   return {MergedSource{in.file, c.date, c.command_line, c.seeds}};
 }
 
-using EntryKey = std::tuple<std::string, std::string, uint64_t, std::string>;
-EntryKey key_of(const Entry& e) { return {e.row_digest, e.id, e.seed.value_or(0), e.fault.value_or("none")}; }
+// Replay finds an entry by its id (which names the row, the form and a seed other than the
+// row's own), so a merged file holds each (id, seed) once, whatever its fault.
+using EntryKey = std::pair<std::string, uint64_t>;
+EntryKey key_of(const Entry& e) { return {e.id, e.seed.value_or(0)}; }
 
-void add_summary(Summary& sum, const Summary& s) {
-  sum.passed += s.passed;
-  sum.failed += s.failed;
-  sum.skipped += s.skipped;
-  sum.contract_broken += s.contract_broken;
-  sum.refused += s.refused;
-  sum.complete = sum.complete.value_or(true) && s.complete.value_or(true);
+// A row that a launch could not run at all (an mpirun of another world size): one skip entry
+// without a form, superseded when another file ran the row.
+bool is_launch_skip(const Entry& e) { return e.status == "skip" && !e.form; }
+
+// The counts of `run` (every entry counts once, by its status; core/report/results.h Summary).
+Summary count(const std::vector<Entry>& entries, bool complete) {
+  Summary s;
+  for (const Entry& e : entries) {
+    s.passed += e.status == "pass";
+    s.failed += e.status == "fail";
+    s.skipped += e.status == "skip";
+    s.contract_broken += e.status == "contract_broken";
+    s.refused += e.status == "refused";
+  }
+  s.complete = complete;
+  return s;
 }
 
 }  // namespace
 
-Results merge_results(const std::vector<MergeInput>& inputs, const std::vector<std::string>& command_line,
-                      const std::string& date) {
+MergeResult merge_results(const std::vector<MergeInput>& inputs, const std::vector<std::string>& command_line,
+                          const std::string& date, bool allow_dirty) {
   KCP_REQUIRE(inputs.size() >= 2, "merge: needs at least two results files, got {}", inputs.size());
-  Results out;
+  std::set<std::string> ran_rows;  // row digests some file has entries with a form of
+  for (const MergeInput& in : inputs) {
+    require_same_identity(inputs[0], in);
+    KCP_REQUIRE(in.results.summary, "merge: {} has no summary (a replay's --json file?); merge only run files",
+                in.file);
+    KCP_REQUIRE(allow_dirty || !in.results.context.build.git_dirty,
+                "merge: {} was built from a tree with uncommitted changes (context.build.git_dirty), so its git sha "
+                "does not pin the code; --allow-dirty merges such files",
+                in.file);
+    for (const Entry& e : in.results.entries)
+      if (e.form) ran_rows.insert(e.row_digest);
+  }
+  MergeResult m;
+  Results& out = m.results;
   out.context = inputs[0].results.context;
   out.context.date = date;
   out.context.command_line = command_line;
   out.context.merged_from.emplace();
   out.context.seeds.clear();
   out.context.world_size = 0;
-  Summary sum;
+  bool complete = true;
   std::map<EntryKey, std::string> seen;  // entry key -> the file it came from
+  std::set<std::string> skipped_rows;    // launch skips kept (one a row)
   for (const MergeInput& in : inputs) {
-    require_same_identity(inputs[0], in);
     const Results& r = in.results;
-    KCP_REQUIRE(r.summary, "merge: {} has no summary (a replay's --json file?); merge only run files", in.file);
-    add_summary(sum, *r.summary);
+    complete = complete && r.summary->complete.value_or(true);
     if (r.context.world_size > out.context.world_size) {
       out.context.world_size = r.context.world_size;
       out.context.devices = r.context.devices;
@@ -84,16 +108,20 @@ Results merge_results(const std::vector<MergeInput>& inputs, const std::vector<s
       KCP_REQUIRE(local >= 0 && local < static_cast<int>(src.size()),
                   "merge: {}: entry {} has source {} outside its context.merged_from ({} files)", in.file, e.id, local,
                   src.size());
+      if (is_launch_skip(e) && (ran_rows.count(e.row_digest) || !skipped_rows.insert(e.row_digest).second)) {
+        ++m.superseded_skips;
+        continue;
+      }
       const auto [it, fresh] = seen.emplace(key_of(e), in.file);
-      KCP_REQUIRE(fresh, "merge: entry {} (seed {}, fault {}) is in {} and in {}; a merged file holds each once", e.id,
-                  e.seed.value_or(0), e.fault.value_or("none"), it->second, in.file);
+      KCP_REQUIRE(fresh, "merge: entry {} (seed {}) is in {} and in {}; a merged file holds each once", e.id,
+                  e.seed.value_or(0), it->second, in.file);
       e.source = base + local;
       out.entries.push_back(std::move(e));
     }
   }
   std::sort(out.context.seeds.begin(), out.context.seeds.end());
-  out.summary = sum;
-  return out;
+  out.summary = count(out.entries, complete);
+  return m;
 }
 
 }  // namespace kcp

@@ -360,8 +360,13 @@ TEST(Guard, TheReferenceByGroupsOfHeadsJudgesExactlyAsAllAtOnce) {
   EXPECT_NE(plan4g.out.find("(one of 4 groups of heads at a time)"), std::string::npos) << plan4g.out;
   const CmdResult whole = run_kcpbench("plan --rows int3 --row A4 --reference-group never");
   EXPECT_EQ(whole.out.find("groups of heads at a time"), std::string::npos) << whole.out;
-  const CmdResult cal = run_kcpbench("-q calibrate --rows int1 --row A2 --seeds 1 --cache none --reference-group 0");
+  const std::string cal_a2 = "-v calibrate --rows int1 --row A2 --seeds 1 --cache none";
+  const CmdResult cal = run_kcpbench(cal_a2 + " --reference-group 0");
   EXPECT_EQ(cal.code, 0) << cal.out;
+  EXPECT_NE(cal.out.find("row A2: the FP64 reference runs in 2 groups of heads"), std::string::npos) << cal.out;
+  const CmdResult cal_whole = run_kcpbench(cal_a2);
+  EXPECT_EQ(cal_whole.code, 0) << cal_whole.out;
+  EXPECT_EQ(cal_whole.out.find("groups of heads ("), std::string::npos) << cal_whole.out;
 }
 
 // calibrate holds what run holds for the same forms and refuses, before anything runs, a row whose

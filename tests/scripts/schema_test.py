@@ -262,7 +262,7 @@ def fresh(src, rv, rowv, kcpbench, workdir):
     # merge: the forms and sweep runs (same build, device and row set) as one file.
     merged = os.path.join(workdir, "merged.json")
     cmd = [kcpbench, "-q", "merge", os.path.join(workdir, "forms.json"), os.path.join(workdir, "sweep.json"),
-           "--json", merged]
+           "--json", merged, "--allow-dirty"]  # the build under test may be a developer's dirty tree
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode != 0 or not os.path.exists(merged):
         fail("%s: exit %d\n%s" % (" ".join(cmd), p.returncode, p.stdout[-2000:] + p.stderr[-2000:]))

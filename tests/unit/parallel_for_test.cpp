@@ -22,15 +22,25 @@ TEST(ParallelFor, EveryItemOnceForAnyThreadCount) {
 }
 
 TEST(ParallelFor, AnItemIsClaimedOnlyAfterEveryEarlierOne) {
-  // Item i waits until item i - 1 has started: this only ends if claims go in increasing order
-  // (the FP64 reference's chains wait on earlier items the same way).
+  // Item i waits until item i - 1 has started: with claims in increasing order every wait ends at
+  // once; with any other order (a thread holding a later item while the earlier one is unclaimed)
+  // some wait would last forever, so each gives up after 10 s and the test fails instead of hanging.
   const int64_t n = 400;
   std::vector<std::atomic<bool>> started(static_cast<size_t>(n));
+  std::atomic<int> gave_up{0};
   kcp::parallel_for(n, 4, [&](int64_t i) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     if (i > 0)
-      while (!started[size_t(i - 1)].load()) std::this_thread::yield();
+      while (!started[size_t(i - 1)].load())
+        if (std::chrono::steady_clock::now() > until) {
+          gave_up.fetch_add(1);
+          break;
+        } else {
+          std::this_thread::yield();
+        }
     started[size_t(i)].store(true);
   });
+  EXPECT_EQ(gave_up.load(), 0);
   for (int64_t i = 0; i < n; ++i) EXPECT_TRUE(started[size_t(i)].load());
 }
 
