@@ -89,7 +89,10 @@ int planned_segments(int64_t longest_chunks, int HV, int V, int v_tile, const De
   return static_cast<int>(std::clamp<int64_t>(P, 1, 64));
 }
 
-SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
+namespace {
+
+// The plan's header: row, world, chunk, device class (with an SM override) and the walks' V tile.
+SegmentPlan plan_header(const RowConfig& row, const PlanRequest& req) {
   SegmentPlan plan;
   plan.row = row.name;
   plan.world = req.world > 0 ? req.world : row.world;
@@ -103,72 +106,69 @@ SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
                 "the CUDA state walks' tiling changed: re-derive the planner's v_tile (see the top)");
   plan.v_tile = row.V > 64 ? 2 * kernels::kStateWalkTileV : kernels::kStateWalkTileV;
   plan.forced_P = req.forced_P;
-  const int W = plan.world;
+  return plan;
+}
+
+// Rank token counts: explicit per-rank lengths (uneven rows) or an even split of T over W.
+std::vector<int64_t> rank_lengths(const RowConfig& row, int W) {
   const int64_t T = row.total_tokens();
   KCP_REQUIRE(W >= 1, "row {}: world size must be >= 1, got {}", row.name, W);
   KCP_REQUIRE(T >= W, "row {}: W = {} is larger than the {} tokens allow", row.name, W, T);
+  if (!row.rank_tokens.empty() && W == row.world) return row.rank_tokens;
+  KCP_REQUIRE(T % W == 0, "row {}: total tokens {} are not divisible by W = {}", row.name, T, W);
+  return std::vector<int64_t>(size_t(W), T / W);
+}
 
-  // Rank token ranges: explicit per-rank lengths (uneven rows) or an even split.
-  std::vector<int64_t> lens;
-  if (!row.rank_tokens.empty() && W == row.world) {
-    lens = row.rank_tokens;
-  } else {
-    KCP_REQUIRE(T % W == 0, "row {}: total tokens {} are not divisible by W = {}", row.name, T, W);
-    lens.assign(W, T / W);
+// The rank's pieces: every sequence with a non-empty intersection; a zero-length sequence becomes
+// an empty piece on the rank where it starts (it still has an initial and a final state).
+void add_pieces(const RowConfig& row, const std::vector<int64_t>& seq_begin, bool last_rank, RankPlan& rp) {
+  for (size_t s = 0; s < row.seqlens.size(); ++s) {
+    const int64_t b = std::max(seq_begin[s], rp.global_begin), e = std::min(seq_begin[s + 1], rp.global_end);
+    const bool empty_here = row.seqlens[s] == 0 && seq_begin[s] >= rp.global_begin &&
+                            (seq_begin[s] < rp.global_end || (last_rank && seq_begin[s] == rp.global_end));
+    if (b >= e && !empty_here) continue;
+    Piece pc;
+    pc.seq = static_cast<int>(s);
+    pc.global_begin = empty_here ? seq_begin[s] : b;
+    pc.local_begin = pc.global_begin - rp.global_begin;
+    pc.local_end = empty_here ? pc.local_begin : e - rp.global_begin;
+    pc.seq_offset = pc.global_begin - seq_begin[s];
+    pc.from_prev_rank = !empty_here && seq_begin[s] < rp.global_begin;
+    pc.to_next_rank = !empty_here && seq_begin[s + 1] > rp.global_end;
+    rp.pieces.push_back(pc);
   }
-  std::vector<int64_t> seq_begin(row.seqlens.size() + 1, 0);
-  for (size_t s = 0; s < row.seqlens.size(); ++s) seq_begin[s + 1] = seq_begin[s] + row.seqlens[s];
+}
 
-  int64_t at = 0;
-  for (int r = 0; r < W; ++r) {
-    RankPlan rp;
-    rp.rank = r;
-    rp.global_begin = at;
-    rp.global_end = at + lens[r];
-    at = rp.global_end;
-    // Pieces: every sequence with a non-empty intersection; a zero-length sequence becomes an
-    // empty piece on the rank where it starts (it still has an initial and a final state).
-    for (size_t s = 0; s < row.seqlens.size(); ++s) {
-      const int64_t b = std::max(seq_begin[s], rp.global_begin), e = std::min(seq_begin[s + 1], rp.global_end);
-      const bool empty_here = row.seqlens[s] == 0 && seq_begin[s] >= rp.global_begin &&
-                              (seq_begin[s] < rp.global_end || (r == W - 1 && seq_begin[s] == rp.global_end));
-      if (b >= e && !empty_here) continue;
-      Piece pc;
-      pc.seq = static_cast<int>(s);
-      pc.global_begin = empty_here ? seq_begin[s] : b;
-      pc.local_begin = pc.global_begin - rp.global_begin;
-      pc.local_end = empty_here ? pc.local_begin : e - rp.global_begin;
-      pc.seq_offset = pc.global_begin - seq_begin[s];
-      pc.from_prev_rank = !empty_here && seq_begin[s] < rp.global_begin;
-      pc.to_next_rank = !empty_here && seq_begin[s + 1] > rp.global_end;
-      rp.pieces.push_back(pc);
-    }
-    int64_t longest = 0;
-    for (const auto& pc : rp.pieces) {
-      rp.chunks += ceil_div(pc.length(), plan.chunk);
-      longest = std::max(longest, ceil_div(pc.length(), plan.chunk));
-    }
-    rp.planned_P = planned_segments(longest, row.HV, row.V, plan.v_tile, plan.device);
-    if (req.forced_P > 0) {
-      KCP_REQUIRE(longest >= req.forced_P,
-                  "row {}: rank {} cannot take forced P = {}: its longest piece has only {} chunk(s)", row.name, r,
-                  req.forced_P, longest);
-    }
-    rp.P = 1;
-    for (size_t i = 0; i < rp.pieces.size(); ++i) {
-      const auto& pc = rp.pieces[i];
-      const int64_t nc = ceil_div(pc.length(), plan.chunk);
-      if (nc == 0) continue;
-      int64_t n = req.forced_P > 0
-                      ? std::min<int64_t>(req.forced_P, nc)
-                      : std::clamp<int64_t>(nc / std::max(1, plan.device.min_segment_chunks), 1, rp.planned_P);
-      cut_piece(pc, static_cast<int>(i), plan.chunk, static_cast<int>(n), rp.segments);
-      rp.P = std::max<int>(rp.P, static_cast<int>(n));
-    }
-    plan.ranks.push_back(std::move(rp));
+// The rank's planned P and its segments: each piece cut into min(P, its chunks /
+// min_segment_chunks) segments, or min(forced P, its chunks) under a forced P.
+void add_segments(const RowConfig& row, const SegmentPlan& plan, int forced_P, RankPlan& rp) {
+  int64_t longest = 0;
+  for (const auto& pc : rp.pieces) {
+    rp.chunks += ceil_div(pc.length(), plan.chunk);
+    longest = std::max(longest, ceil_div(pc.length(), plan.chunk));
   }
-  // Links between ranks: how many earlier ranks share the first piece's sequence, how many later
-  // ranks share the last piece's sequence (docs/algorithm.md 4.1 pre_num_ranks / post_num_ranks).
+  rp.planned_P = planned_segments(longest, row.HV, row.V, plan.v_tile, plan.device);
+  if (forced_P > 0) {
+    KCP_REQUIRE(longest >= forced_P,
+                "row {}: rank {} cannot take forced P = {}: its longest piece has only {} chunk(s)", row.name, rp.rank,
+                forced_P, longest);
+  }
+  rp.P = 1;
+  for (size_t i = 0; i < rp.pieces.size(); ++i) {
+    const auto& pc = rp.pieces[i];
+    const int64_t nc = ceil_div(pc.length(), plan.chunk);
+    if (nc == 0) continue;
+    int64_t n = forced_P > 0 ? std::min<int64_t>(forced_P, nc)
+                             : std::clamp<int64_t>(nc / std::max(1, plan.device.min_segment_chunks), 1, rp.planned_P);
+    cut_piece(pc, static_cast<int>(i), plan.chunk, static_cast<int>(n), rp.segments);
+    rp.P = std::max<int>(rp.P, static_cast<int>(n));
+  }
+}
+
+// Links between ranks: how many earlier ranks share the first piece's sequence, how many later
+// ranks share the last piece's sequence (docs/algorithm.md 4.1 pre_num_ranks / post_num_ranks).
+void link_ranks(SegmentPlan& plan) {
+  const int W = static_cast<int>(plan.ranks.size());
   for (int r = 0; r < W; ++r) {
     auto& rp = plan.ranks[r];
     if (rp.pieces.empty()) continue;
@@ -182,7 +182,10 @@ SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
          ++q)
       ++rp.post_ranks;
   }
-  // Workspace sizes (bytes) per rank; they size the allocations made once per row.
+}
+
+// Workspace sizes (bytes) per rank; they size the allocations made once per row.
+void size_workspaces(const RowConfig& row, SegmentPlan& plan) {
   const int64_t HV = row.HV, K = row.K, V = row.V;
   for (auto& rp : plan.ranks) {
     const int64_t nseg = static_cast<int64_t>(rp.segments.size());
@@ -199,6 +202,11 @@ SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
                   "row {}: rank {}'s workspace total overflows 64-bit sizes; use fewer tokens per rank or fewer heads",
                   plan.row, rp.rank);
   }
+}
+
+// The first 16 hex digits of sha256 over the row, world, chunk, V tile and every rank's range and
+// segments.
+std::string plan_fingerprint(const SegmentPlan& plan) {
   nlohmann::json fp = nlohmann::json::object();
   fp["row"] = plan.row;
   fp["world"] = plan.world;
@@ -210,7 +218,31 @@ SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
     for (const auto& s : rp.segments) segs.push_back({s.piece, s.local_begin, s.local_end});
     ranks.push_back({{"range", {rp.global_begin, rp.global_end}}, {"segments", segs}});
   }
-  plan.fingerprint = sha256_hex(fp.dump()).substr(0, 16);
+  return sha256_hex(fp.dump()).substr(0, 16);
+}
+
+}  // namespace
+
+SegmentPlan make_plan(const RowConfig& row, const PlanRequest& req) {
+  SegmentPlan plan = plan_header(row, req);
+  const int W = plan.world;
+  const std::vector<int64_t> lens = rank_lengths(row, W);
+  std::vector<int64_t> seq_begin(row.seqlens.size() + 1, 0);
+  for (size_t s = 0; s < row.seqlens.size(); ++s) seq_begin[s + 1] = seq_begin[s] + row.seqlens[s];
+  int64_t at = 0;
+  for (int r = 0; r < W; ++r) {
+    RankPlan rp;
+    rp.rank = r;
+    rp.global_begin = at;
+    rp.global_end = at + lens[size_t(r)];
+    at = rp.global_end;
+    add_pieces(row, seq_begin, r == W - 1, rp);
+    add_segments(row, plan, req.forced_P, rp);
+    plan.ranks.push_back(std::move(rp));
+  }
+  link_ranks(plan);
+  size_workspaces(row, plan);
+  plan.fingerprint = plan_fingerprint(plan);
   return plan;
 }
 
