@@ -68,10 +68,12 @@ nlohmann::json memory_json(const MemoryEstimate& cpu, const MemoryEstimate& gpu,
           {"reference_work", cpu.reference_work},
           {"reference_groups", cpu.reference_groups},
           {"head_groups", cpu.head_groups},
+          {"keep_inputs", cpu.keep_inputs},
           {"fixed", cpu.fixed},
           {"ranks", ranks_json(cpu)},
           {"gpu",
            {{"head_groups", gpu.head_groups},
+            {"keep_inputs", gpu.keep_inputs},
             {"host_bytes", gpu.host_bytes},
             {"host_per_rank", largest(gpu, &RankMemory::host_peak)},
             {"device_bytes", gpu.device_bytes},
@@ -79,9 +81,9 @@ nlohmann::json memory_json(const MemoryEstimate& cpu, const MemoryEstimate& gpu,
             {"spill_bytes", spilled_reference_bytes(gpu)}}}};
 }
 
-// "; forms in 4 groups of heads (2 q/k heads each)", "" for one group.
+// "; forms in 4 groups of heads", or for one group whether the input shards stay across forms.
 std::string groups_text(const MemoryEstimate& e) {
-  if (e.head_groups <= 1) return "";
+  if (e.head_groups <= 1) return e.keep_inputs ? "; input shards kept across forms" : "";
   return fmt::format("; forms in {} groups of heads", e.head_groups);
 }
 
@@ -203,10 +205,10 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
       mreq.reference_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       mreq.reference_spill_bytes = spill_bytes;
       mreq.reference_group_bytes = reference_group;
-      const MemoryEstimate mem = choose_head_groups(*row, mreq, group_bytes, available, 0).estimate;
+      const MemoryEstimate mem = choose_head_groups(*row, mreq, group_bytes, available, 0, true).estimate;
       mreq.device_is_host = false;
       const int64_t device = device_flag >= 0 ? device_flag : class_device_memory(req.device);
-      const MemoryEstimate gpu = choose_head_groups(*row, mreq, group_bytes, available, device).estimate;
+      const MemoryEstimate gpu = choose_head_groups(*row, mreq, group_bytes, available, device, true).estimate;
       if (o->json) {
         nlohmann::json j = plan_json(plan, o->segments);
         j["memory"] = memory_json(mem, gpu, available, room);

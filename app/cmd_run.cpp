@@ -120,7 +120,7 @@ struct RunCli {
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
   std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir, reference_spill = "auto",
-              max_spill_disk = "auto", reference_group = "auto", head_group = "auto";
+              max_spill_disk = "auto", reference_group = "auto", head_group = "auto", keep_inputs = "auto";
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
@@ -142,7 +142,10 @@ std::vector<SelectedRow> rows_at_seed(const std::vector<SelectedRow>& rows, uint
   for (const SelectedRow& sr : rows) {
     store.push_back(*sr.row);
     store.back().seed = seed;
-    out.push_back({&store.back(), sr.digest, sr.json, sr.other_seed || seed != sr.row->seed, sr.head_groups});
+    SelectedRow at = sr;  // with every choice made for the row (groups of heads, spill, kept inputs)
+    at.row = &store.back();
+    at.other_seed = sr.other_seed || seed != sr.row->seed;
+    out.push_back(at);
   }
   return out;
 }
@@ -382,6 +385,12 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   sub->add_option("--reference-spill", o->reference_spill, reference_spill_help())->capture_default_str();
   sub->add_option("--max-spill-disk", o->max_spill_disk, max_spill_disk_help())->capture_default_str();
   sub->add_option("--reference-group", o->reference_group, reference_group_help())->capture_default_str();
+  sub->add_option("--keep-inputs", o->keep_inputs,
+                  "auto: a row's input shard stays in host memory across its forms (drawn once a row, not once a "
+                  "form and det rerun) when the row runs in one group of heads and still fits the memory at hand "
+                  "(kcpbench plan shows it); never: each form draws it again. The values are the same either way")
+      ->check(CLI::IsMember({"auto", "never"}))
+      ->capture_default_str();
   sub->add_option("--head-group", o->head_group, head_group_help())->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
@@ -443,6 +452,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
     opt.reference_spill_bytes = parse_reference_spill(o->reference_spill);
     opt.reference_group_bytes = parse_reference_group(o->reference_group);
+    opt.keep_inputs = o->keep_inputs == "auto";
     opt.head_group_bytes = parse_head_group(o->head_group);
     KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi" || o->comm == "nccl",
                 "--comm: expected local, mpi, nccl or auto, got \"{}\"", o->comm);

@@ -41,7 +41,7 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
                         int threads_flag, const kernels::Backend& backend, RunContext& ctx,
                         const std::function<void(const RunOutcome&)>& after_row = {},
                         ReferenceStore* shared_refs = nullptr);
-// The rows at another seed: copies of `rows` (same digest and row JSON: the row is the same,
+// The rows at another seed: copies of `rows` (same digest, row JSON and memory choices: the row is the same,
 // its inputs are drawn at `seed`) kept alive in `store`. Entries record the seed they used.
 std::vector<SelectedRow> rows_at_seed(const std::vector<SelectedRow>& rows, uint64_t seed,
                                       std::deque<RowConfig>& store);

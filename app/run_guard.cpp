@@ -193,10 +193,11 @@ void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const k
     } else {
       req.reference_threads = hw;
     }
-    const HeadGroupChoice choice = choose_head_groups(row, req, group_bytes, host_avail, device_avail);
+    const HeadGroupChoice choice = choose_head_groups(row, req, group_bytes, host_avail, device_avail, opt.keep_inputs);
     const MemoryEstimate& e = choice.estimate;
     sr.head_groups = choice.groups;
     sr.reference_spill_bytes = choice.reference_spill_bytes;
+    sr.keep_inputs = choice.keep_inputs;
     if (choice.groups > 1)
       log::info0("row {}: its forms run in {} groups of heads ({} q/k head{} each): host {}, device {}", row.name,
                  choice.groups, row.H / choice.groups, row.H / choice.groups > 1 ? "s" : "", human_bytes(e.host_bytes),

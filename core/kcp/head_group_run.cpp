@@ -48,7 +48,9 @@ void keep_rest(GroupedFormRun& out, const RankResult& res, int g, int groups) {
 
 GroupedFormRun run_form_by_head_groups(const RowConfig& row, const std::string& row_digest, const SegmentPlan& plan,
                                        const Form& form, int groups, Communicator& comm,
-                                       const kernels::Backend& backend, EngineOptions opt, const GroupJudge& judge) {
+                                       const kernels::Backend& backend, EngineOptions opt, const GroupJudge& judge,
+                                       std::shared_ptr<const RowInputs>* kept) {
+  KCP_CHECK(!kept || groups == 1, "row {}: a kept input shard with {} groups of heads", row.name, groups);
   const RankPlan& rp = plan.ranks[comm.rank()];
   GroupedFormRun out;
   auto t = std::chrono::steady_clock::now();
@@ -60,10 +62,18 @@ GroupedFormRun run_form_by_head_groups(const RowConfig& row, const std::string& 
   for (int g = 0; g < groups; ++g) {
     opt.heads = head_group(row, g, groups);
     const RowConfig part = head_range_row(row, opt.heads);
-    // The group's inputs (the values they have in the whole shard), freed once uploaded.
-    RowInputs inputs = make_inputs(row, row_digest, rp.global_begin, rp.global_end, opt.heads, opt.threads);
-    lap(out.inputs_s);
-    RankResult res = run_form(part, plan, form, std::move(inputs), comm, backend, opt);
+    RankResult res;
+    if (kept) {  // the row's shard, kept across its forms
+      if (!*kept)
+        *kept = std::make_shared<const RowInputs>(
+            make_inputs(row, row_digest, rp.global_begin, rp.global_end, opt.heads, opt.threads));
+      lap(out.inputs_s);
+      res = run_form(part, plan, form, **kept, comm, backend, opt);
+    } else {  // the group's inputs (the values they have in the whole shard), freed once uploaded
+      RowInputs inputs = make_inputs(row, row_digest, rp.global_begin, rp.global_end, opt.heads, opt.threads);
+      lap(out.inputs_s);
+      res = run_form(part, plan, form, std::move(inputs), comm, backend, opt);
+    }
     lap(out.run_s);
     if (judge) judge(part, opt.heads, res);
     fold_digest(out.bits, digest(res));

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "core/kcp/kcp_engine.h"
@@ -42,9 +43,12 @@ struct GroupedFormRun {
 using GroupJudge = std::function<void(const RowConfig& part, HeadRange heads, const RankResult& res)>;
 
 // Runs the form on this rank group by group (collective: every rank runs the same groups in
-// order). `opt.heads` is set per group; a RefusedError of the backend propagates.
+// order). `opt.heads` is set per group; a RefusedError of the backend propagates. `kept`, with
+// one group only: the row's input shard kept across its forms (made here at the first form that
+// needs it, then read, never taken over); null: each group's inputs made and freed once uploaded.
 GroupedFormRun run_form_by_head_groups(const RowConfig& row, const std::string& row_digest, const SegmentPlan& plan,
                                        const Form& form, int groups, Communicator& comm,
-                                       const kernels::Backend& backend, EngineOptions opt, const GroupJudge& judge);
+                                       const kernels::Backend& backend, EngineOptions opt, const GroupJudge& judge,
+                                       std::shared_ptr<const RowInputs>* kept = nullptr);
 
 }  // namespace kcp

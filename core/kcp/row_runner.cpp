@@ -278,7 +278,7 @@ struct RowContext {
   PlanRequest req;
   SegmentPlan planned;
   // The rank's inputs: only with an external command (which reads them once); the forms make
-  // their shard afresh (form_shard) and free it once uploaded (run_form).
+  // their shard afresh and free it once uploaded (run_form), unless it is kept (kept_shard).
   RowInputs shard;
   kernels::Status backend_status;
   std::vector<Form> forms;  // every form the row runs (expand_forms, with an automatic sweep's P)
@@ -290,6 +290,10 @@ struct RowContext {
   size_t row_no = 0, row_total = 0;
   int head_groups = 1;  // every form runs in this many groups of heads (core/kcp/head_group_run.h)
   int rank = 0;
+  // The rank's input shard kept across the row's forms (SelectedRow::keep_inputs; made by the
+  // first form that runs, dropped with the row).
+  mutable std::shared_ptr<const RowInputs> kept_shard;
+  std::shared_ptr<const RowInputs>* keep() const { return sel.keep_inputs && head_groups == 1 ? &kept_shard : nullptr; }
 };
 
 // The schedule a forced P runs with (forced_p_unfit_reason, the row's rule unless in a sweep),
@@ -555,7 +559,8 @@ Determinism det_checks(const RowContext& c, const Form& form, const SegmentPlan&
   std::vector<std::string> differ;
   if (form.saved == SavedKind::Full) {
     const ResultDigest again =
-        run_form_by_head_groups(c.row, c.sel.digest, plan, form, c.head_groups, comm, backend, eo, nullptr).bits;
+        run_form_by_head_groups(c.row, c.sel.digest, plan, form, c.head_groups, comm, backend, eo, nullptr, c.keep())
+            .bits;
     differ = differing_tensors(comm, bits, again);
     det.rerun_identical = differ.empty();
     if (!differ.empty()) broken = fmt::format("det package: a rerun differs in {}", fmt::join(differ, ", "));
@@ -726,7 +731,8 @@ GroupedFormRun run_and_judge(const RowContext& c, const Form& form, const Segmen
     fold_head_group(ms, compare_rank(part, rp, res, judged_source(c, loaded, heads), boundary, r), c.row, heads);
     if (dumper) dump_result(*dumper, c.row, form, rp, res, boundary, r);
   };
-  return run_form_by_head_groups(c.row, c.sel.digest, plan, form, c.head_groups, comm, backend, eo, judge_group);
+  return run_form_by_head_groups(c.row, c.sel.digest, plan, form, c.head_groups, comm, backend, eo, judge_group,
+                                 c.keep());
 }
 
 // A long row's progress line of where a form's host time went on rank 0 (GroupedFormRun; the det

@@ -64,6 +64,9 @@ struct RunOptions {
   // The FP64 reference runs one group of heads at a time when the row's results pass this many
   // bytes (core/plan/memory_estimate.h reference_head_groups; < 0 = never, every head at once).
   int64_t reference_group_bytes = kReferenceGroupBytes;
+  // Whether a row's input shard may stay across its forms (drawn once a row, not once a form)
+  // where the app's memory estimate allows it (SelectedRow::keep_inputs); false: never.
+  bool keep_inputs = true;
   // How the forms run by groups of heads (core/plan/memory_estimate.h kHeadGroupAuto / Never / a
   // byte count): the app turns it into each row's SelectedRow::head_groups (core/plan/head_groups.h).
   int64_t head_group_bytes = kHeadGroupAuto;
@@ -127,6 +130,9 @@ struct SelectedRow {
   // the app from the memory estimate when --reference-spill is auto (choose_head_groups);
   // kReferenceSpillAuto: not chosen, the run's option holds (auto then spills as kReferenceSpillBytes).
   int64_t reference_spill_bytes = kReferenceSpillAuto;
+  // The rank's input shard stays across the row's forms (one group of heads; chosen by the app
+  // from the memory estimate, choose_head_groups): the inputs are drawn once a row.
+  bool keep_inputs = false;
 };
 
 RunOutcome run_rows(const std::vector<SelectedRow>& rows, const RunOptions& opt, Communicator& comm,

@@ -36,10 +36,8 @@ HeadGroupChoice choose_for_spill(const RowConfig& row, MemoryRequest req, int64_
   return c;  // H groups: the least memory
 }
 
-}  // namespace
-
-HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
-                                   int64_t device_avail) {
+HeadGroupChoice choose_groups_and_spill(const RowConfig& row, MemoryRequest req, int64_t group_bytes,
+                                        int64_t host_avail, int64_t device_avail) {
   if (req.reference_spill_bytes != kReferenceSpillAuto)
     return choose_for_spill(row, req, group_bytes, host_avail, device_avail);
   req.reference_spill_bytes = kReferenceSpillBytes;
@@ -48,6 +46,23 @@ HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int6
   req.reference_spill_bytes = -1;
   HeadGroupChoice kept = choose_for_spill(row, req, group_bytes, host_avail, device_avail);
   return kept.fits && kept.groups <= spilled.groups ? kept : spilled;
+}
+
+}  // namespace
+
+HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
+                                   int64_t device_avail, bool may_keep_inputs) {
+  req.keep_inputs = false;
+  HeadGroupChoice c = choose_groups_and_spill(row, req, group_bytes, host_avail, device_avail);
+  if (!may_keep_inputs || c.groups != 1 || host_avail <= 0 || !c.fits) return c;
+  req.head_groups = 1;
+  req.reference_spill_bytes = c.reference_spill_bytes;
+  req.keep_inputs = true;
+  MemoryEstimate e = estimate_memory(row, req);
+  if (!within(e, host_avail, device_avail)) return c;
+  c.estimate = std::move(e);
+  c.keep_inputs = true;
+  return c;
 }
 
 }  // namespace kcp

@@ -17,6 +17,7 @@ struct HeadGroupChoice {
   // The reference spill the estimate assumes (req.reference_spill_bytes, with kReferenceSpillAuto
   // resolved: -1 kept in memory, or kReferenceSpillBytes).
   int64_t reference_spill_bytes = kReferenceSpillBytes;
+  bool keep_inputs = false;  // the estimate keeps the rank's input shard across forms (MemoryRequest)
 };
 
 // group_bytes (RunOptions::head_group_bytes):
@@ -27,8 +28,10 @@ struct HeadGroupChoice {
 // host_avail / device_avail: bytes at hand (<= 0: no limit). req.head_groups is ignored.
 // req.reference_spill_bytes kReferenceSpillAuto: the slices are kept in memory when host_avail is
 // known (> 0) and the row fits it that way in no more groups than with spilled slices; else they
-// spill (kReferenceSpillBytes). Throws ConfigError as estimate_memory does.
+// spill (kReferenceSpillBytes). may_keep_inputs: with one group of heads and a known host_avail,
+// the rank's input shard is kept across the row's forms (drawn once, not once a form) when the
+// row still fits that way. Throws ConfigError as estimate_memory does.
 HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
-                                   int64_t device_avail);
+                                   int64_t device_avail, bool may_keep_inputs = false);
 
 }  // namespace kcp

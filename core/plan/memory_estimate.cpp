@@ -290,6 +290,7 @@ void rank_host_bytes(const RowConfig& row, const RowConfig& part, const RowConfi
       if (p >= pc.seq_offset && p <= pc.seq_offset + pc.length()) ++kept_probes;
   m.probes = s.mul({kDouble, 2, kept_probes, HVKV}, "the probes");
   m.kept = s.add({m.probes, m.reference_spilled ? 0 : m.reference}, "the reference slice");
+  if (req.keep_inputs) m.kept = s.add({m.kept, m.inputs}, "the kept input shard");
   const int64_t block = int64_t(run.HV) * run.K * (run.K + run.V);
   const int64_t exchange = s.mul({kFloat, int64_t(world) + 1, block}, "the exchange");
   int64_t S = 0;  // the most segments of any schedule
@@ -298,7 +299,7 @@ void rank_host_bytes(const RowConfig& row, const RowConfig& part, const RowConfi
   const int64_t boundary_d = s.mul({kDouble, 2, S, run_HVKV}, "the boundary states");
   const int64_t host_form = req.device_is_host ? m.form_arrays : 0;
   const int64_t host_inputs = req.device_is_host ? m.form_inputs : 0;
-  m.upload = s.add({m.inputs, host_inputs}, "a form's upload");
+  m.upload = s.add({req.keep_inputs ? 0 : m.inputs, host_inputs}, "a form's upload");  // a kept shard is in kept
   m.twin_scratch = req.device_is_host ? twin_scratch_bytes(run, T, s) : 0;
   m.run = s.add({host_form, m.twin_scratch, exchange, boundary_f}, "a form's run");
   // The slice while judging: a spilled one read back one tensor at a time (with one reference
@@ -341,7 +342,6 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   const Sizer s{row.name};
   MemoryEstimate e;
   e.row = row.name;
-
   const SegmentPlan planned = make_plan(row, req.plan);
   // The largest form: the planned schedule or a forced one (more segments), with the full saved
   // set (a light-only run needs slightly less).
@@ -360,7 +360,9 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   // The forms run one group of heads at a time: their shard, arrays and results are one group's.
   if (req.head_groups < 1 || row.H % req.head_groups != 0)
     KCP_THROW(ConfigError, "row {}: {} groups of heads do not divide H = {}", row.name, req.head_groups, row.H);
+  KCP_CHECK(!req.keep_inputs || req.head_groups == 1, "row {}: kept inputs, {} groups", row.name, req.head_groups);
   e.head_groups = req.head_groups;
+  e.keep_inputs = req.keep_inputs;
   const RowConfig run = head_range_row(row, HeadRange{0, row.H / req.head_groups});
 
   std::vector<int> ranks = req.ranks;

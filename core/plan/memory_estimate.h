@@ -103,6 +103,7 @@ struct MemoryRequest {
   int64_t reference_spill_bytes = kReferenceSpillBytes;  // RunOptions::reference_spill_bytes
   int64_t reference_group_bytes = kReferenceGroupBytes;  // RunOptions::reference_group_bytes
   int head_groups = 1;                                   // groups of heads each form runs in (a divisor of H)
+  bool keep_inputs = false;  // the rank's input shard stays across the row's forms (one group of heads only)
 };
 
 struct RankMemory {
@@ -128,6 +129,7 @@ struct MemoryEstimate {
   std::vector<RankMemory> ranks;  // the ranks of this process
   int reference_groups = 1;       // groups of heads the FP64 reference runs in (reference_head_groups)
   int head_groups = 1;            // groups of heads each form runs in (MemoryRequest::head_groups)
+  bool keep_inputs = false;       // input shards kept across forms (MemoryRequest::keep_inputs)
   int64_t sequences = 0;          // host: FP64 results of every sequence the process holds at once (one group's)
   int64_t reference_work = 0;     // host: working set of the reference computations running at once
   int64_t fixed = 0;              // host: binary, libraries, thread stacks

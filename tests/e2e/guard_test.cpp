@@ -369,6 +369,35 @@ TEST(Guard, TheReferenceByGroupsOfHeadsJudgesExactlyAsAllAtOnce) {
   EXPECT_EQ(cal_whole.out.find("groups of heads ("), std::string::npos) << cal_whole.out;
 }
 
+// A row's input shard kept across its forms (--keep-inputs auto, where it fits) judges every form
+// exactly as shards drawn again for each form (never): the same metrics and det checks, on rows
+// with several ranks, grouped value heads, raw gates, initial states, forced schedules and the det
+// rerun; plan says when the shards stay.
+TEST(Guard, AnInputShardKeptAcrossFormsJudgesExactlyAsOneDrawnPerForm) {
+  const std::string kept = tmp("guard_keep_auto.json"), drawn = tmp("guard_keep_never.json");
+  const std::string rows = "-q run --rows int1 --row A2 --row C1 --row D1 --row E1 --row KB1 --cache none --json ";
+  const CmdResult a = run_kcpbench(rows + kept);
+  ASSERT_EQ(a.code, 0) << a.out;
+  const CmdResult b = run_kcpbench(rows + drawn + " --keep-inputs never");
+  ASSERT_EQ(b.code, 0) << b.out;
+  const nlohmann::json ja = read_json(kept), jb = read_json(drawn);
+  ASSERT_EQ(ja["entries"].size(), jb["entries"].size());
+  ASSERT_GT(ja["entries"].size(), 15u);
+  for (size_t i = 0; i < ja["entries"].size(); ++i) {
+    EXPECT_EQ(ja["entries"][i]["id"], jb["entries"][i]["id"]);
+    EXPECT_EQ(ja["entries"][i]["status"], jb["entries"][i]["status"]);
+    EXPECT_EQ(ja["entries"][i].value("determinism", nlohmann::json()),
+              jb["entries"][i].value("determinism", nlohmann::json()));
+    EXPECT_EQ(ja["entries"][i].value("tensors", nlohmann::json()), jb["entries"][i].value("tensors", nlohmann::json()))
+        << ja["entries"][i]["id"];
+  }
+  const CmdResult plan = run_kcpbench("plan --rows int1 --row A2");
+  EXPECT_NE(plan.out.find("input shards kept across forms"), std::string::npos) << plan.out;
+  const CmdResult small = run_kcpbench("plan --rows int1 --row A2 --max-host-mem 1K");
+  EXPECT_EQ(small.out.find("input shards kept across forms"), std::string::npos) << small.out;
+  EXPECT_EQ(run_kcpbench("run --rows int1 --row A2 --keep-inputs sometimes").code, 2);
+}
+
 // calibrate holds what run holds for the same forms and refuses, before anything runs, a row whose
 // estimate does not fit (as run does), naming the row and the bytes.
 TEST(Guard, CalibrateRefusesARowThatDoesNotFit) {

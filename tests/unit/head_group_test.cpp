@@ -206,3 +206,28 @@ TEST(HeadGroups, AutoSpillKeepsTheSlicesInMemoryWhenTheRowFits) {
   // estimate_memory alone reads auto as kReferenceSpillBytes.
   EXPECT_EQ(estimate_memory(row, req).host_bytes, spilled.host_bytes);
 }
+
+// A row's input shard stays across its forms only when asked (may_keep_inputs), with one group of
+// heads, a known host memory, and room for it: it then counts in what the rank keeps.
+TEST(HeadGroups, TheInputShardIsKeptAcrossFormsOnlyWhereItFits) {
+  const RowConfig row = kda_row();
+  MemoryRequest req = cpu_request();
+  const MemoryEstimate plain = estimate_memory(row, req);
+  MemoryRequest keep_req = cpu_request();
+  keep_req.keep_inputs = true;
+  const MemoryEstimate kept = estimate_memory(row, keep_req);
+  EXPECT_EQ(kept.ranks[0].kept, plain.ranks[0].kept + plain.ranks[0].inputs);
+  EXPECT_EQ(kept.ranks[0].upload, plain.ranks[0].upload - plain.ranks[0].inputs);
+  EXPECT_GT(kept.host_bytes, plain.host_bytes);
+  const HeadGroupChoice roomy = choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes, 0, true);
+  EXPECT_TRUE(roomy.keep_inputs);
+  EXPECT_EQ(roomy.estimate.host_bytes, kept.host_bytes);
+  EXPECT_FALSE(choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes, 0, false).keep_inputs);
+  EXPECT_FALSE(choose_head_groups(row, req, kHeadGroupAuto, 0, 0, true).keep_inputs) << "unknown host memory";
+  const HeadGroupChoice tight = choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes - 1, 0, true);
+  EXPECT_FALSE(tight.keep_inputs);
+  EXPECT_EQ(tight.groups, 1);
+  EXPECT_FALSE(choose_head_groups(row, req, 0, kept.host_bytes * 4, 0, true).keep_inputs) << "groups of heads";
+  keep_req.head_groups = 2;
+  EXPECT_THROW(estimate_memory(row, keep_req), InvariantError);
+}
