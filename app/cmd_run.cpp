@@ -289,109 +289,272 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
   return total;
 }
 
-std::function<int()> add_run_command(CLI::App& app, Globals& g) {
-  auto* sub = app.add_subcommand("run",
-                                 "Run rows forward and backward in every form, judge every output and gradient "
-                                 "against the FP64 reference, print a table and write JSON");
-  auto o = std::make_shared<RunCli>();
-  sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
+// run's options, into `o` (each explained by --help): the rows, forms and schedules;
+void add_form_options(CLI::App* sub, RunCli& o) {
+  sub->add_option("--rows", o.rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
       ->capture_default_str();
-  sub->add_option("--row", o->row, "Only these rows (names or globs like 'K*'); repeatable");
-  sub->add_option("--seed,--seeds", o->seeds,
+  sub->add_option("--row", o.row, "Only these rows (names or globs like 'K*'); repeatable");
+  sub->add_option("--seed,--seeds", o.seeds,
                   "Run every row at these seeds instead of its own: S, A:B (inclusive) or a comma list such as "
                   "1:8,13; entries record the seed, and their ids end in /seedS where it is not the row's own");
-  sub->add_option("--package", o->package, "Packages to run: det, nondet (comma list; default: the row's)")
+  sub->add_option("--package", o.package, "Packages to run: det, nondet (comma list; default: the row's)")
       ->check(comma_list());
-  sub->add_option("--saved", o->saved, "Saved sets to run: full, light (comma list; default: the row's)")
+  sub->add_option("--saved", o.saved, "Saved sets to run: full, light (comma list; default: the row's)")
       ->check(comma_list());
-  sub->add_option("--P", o->P,
+  sub->add_option("--P", o.P,
                   "Schedules: 'planned' and/or forced segment counts, e.g. --P planned,2,4 "
                   "(default: planned plus the row's forms.forced_P)")
       ->check(comma_list());
-  sub->add_option("--sweep-P", o->sweep_P,
+  sub->add_option("--sweep-P", o.sweep_P,
                   "Sweep the segment count: run every row at each P forced on all its ranks "
                   "(the row's forced_rule does not apply) plus the planned P, one entry "
                   "each; a P a rank cannot take is a skip entry. LIST: 1,2,4,8 or "
                   "1:64:pow2 (also A:B, A:B:STEP) or auto (powers of two up to the "
                   "largest P a rank can take, plus the planned P)")
       ->check(comma_list());
-  sub->add_option("--backend", o->backend,
+}
+
+// the backend, launch, output, faults and deadline;
+void add_launch_options(CLI::App* sub, RunCli& o) {
+  sub->add_option("--backend", o.backend,
                   "cpu (the fp32 CPU twin), cuda, auto (cuda when a GPU is present), or exec:COMMAND (an external "
                   "kernel: per row and seed the inputs go to a folder as .npy with manifest.json, COMMAND runs "
                   "with the folder as its last argument and writes outputs/*.npy, judged like any backend; "
                   "docs/external.md)")
       ->capture_default_str();
-  sub->add_option("--external-dir", o->external_dir,
+  sub->add_option("--external-dir", o.external_dir,
                   "--backend exec: where the per-row folders (inputs, outputs, adapter.log) are made and kept "
                   "(default: a new folder under the temp folder)");
-  sub->add_option("--comm", o->comm,
+  sub->add_option("--comm", o.comm,
                   "local (ranks as threads), mpi, nccl (device buffers, one GPU per rank; "
                   "needs --backend cuda), or auto (mpi under mpirun, else local)")
       ->capture_default_str();
-  sub->add_option("--device", o->device,
+  sub->add_option("--device", o.device,
                   "Device class for planning rows without plan_device: h100, h200, b200, "
                   "gb300, cpu")
       ->capture_default_str();
-  sub->add_option("--sm-count", o->sm_count, "Override the planning class's SM count")
+  sub->add_option("--sm-count", o.sm_count, "Override the planning class's SM count")
       ->check(CLI::Range(1, kMaxSmCount));
-  sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks, at least 1)")
+  sub->add_option("--threads", o.threads, "CPU twin threads per rank (default: cores / ranks, at least 1)")
       ->check(CLI::Range(1, kMaxThreads));
-  sub->add_option("--json", o->json, "Write the results JSON (kcpbench.results/1) to this path");
-  auto* inject = sub->add_option("--inject", o->inject,
+  sub->add_option("--json", o.json, "Write the results JSON (kcpbench.results/1) to this path");
+  auto* inject = sub->add_option("--inject", o.inject,
                                  "Inject a fault to prove the harness catches it: "
                                  "drop-segment-entry, drop-rank-incoming, skip-output-tile, "
                                  "saved-to-other-package, workspace-of-other-package, hang (needs a finite "
                                  "--deadline), nondeterministic-rerun (o differs by one ulp on every second run: a "
                                  "det form is contract_broken, exit 4)")
                      ->capture_default_str();
-  sub->add_option("--deadline", o->deadline,
+  sub->add_option("--deadline", o.deadline,
                   "Seconds one row may take on a rank before the run is aborted with "
                   "exit code 5, naming rank, row and phase (0: no deadline; refused with --inject hang)")
       ->capture_default_str()
       ->check(seconds_at_least_zero());
-  sub->add_option("--inject-rank", o->inject_rank,
+  sub->add_option("--inject-rank", o.inject_rank,
                   "Rank that takes the fault (default: the last rank that can; a "
                   "row without this rank records its entries as skipped)")
       ->check(CLI::Range(0, kMaxWorld - 1))
       ->needs(inject);
-  sub->add_option("--cache", o->cache,
+  sub->add_option("--cache", o.cache,
                   "FP64 reference cache folder ('none' disables; default "
                   "$XDG_CACHE_HOME/kcpbench or ~/.cache/kcpbench)");
-  sub->add_option("--dump", o->dump,
+  sub->add_option("--dump", o.dump,
                   "Write inputs, FP64 reference and backend outputs/gradients of the selected "
                   "rows and forms as .npy files, with DIR/manifest.json describing each (DIR: empty, new, or an "
                   "earlier dump, whose listed files are removed; anything else: exit 2)");
-  sub->add_option("--warmup", o->warmup, "Untimed forward+backward runs per form before the timed ones")
+}
+
+// the timing and the memory choices.
+void add_timing_memory_options(CLI::App* sub, RunCli& o) {
+  sub->add_option("--warmup", o.warmup, "Untimed forward+backward runs per form before the timed ones")
       ->capture_default_str();
-  sub->add_option("--repeats", o->repeats, "Timed forward+backward runs per form (median/min/max/p90 in the JSON)")
+  sub->add_option("--repeats", o.repeats, "Timed forward+backward runs per form (median/min/max/p90 in the JSON)")
       ->capture_default_str();
-  sub->add_flag("--bench", o->bench,
+  sub->add_flag("--bench", o.bench,
                 "Benchmark mode: --warmup 3 --repeats 20 unless given, and --phase-times "
                 "(kernels only; results are still judged)");
-  sub->add_flag("--phase-times", o->phase_times,
+  sub->add_flag("--phase-times", o.phase_times,
                 "After the timed runs, as many runs again with each backend phase "
                 "timed: per-phase median/min/max in the JSON (timings_ms.phases), "
                 "medians in the table");
-  sub->add_flag("--no-det-checks", o->no_det_checks, "Skip the det package's rerun and full-vs-light bitwise checks");
-  sub->add_option("--max-host-mem", o->max_host_mem,
+  sub->add_flag("--no-det-checks", o.no_det_checks, "Skip the det package's rerun and full-vs-light bitwise checks");
+  sub->add_option("--max-host-mem", o.max_host_mem,
                   "Host memory a process may use (BYTES like 64G, 512MiB, or auto: MemAvailable of /proc/meminfo, "
                   "shared by the processes of an mpirun on one host). A row whose estimated need (kcpbench plan "
                   "shows it) is larger is refused before anything runs (exit 2); 0: no check")
       ->capture_default_str();
-  sub->add_option("--max-device-mem", o->max_device_mem,
+  sub->add_option("--max-device-mem", o.max_device_mem,
                   "Device memory the ranks of one device may use (BYTES, or auto: the GPU's total memory; the CPU "
                   "twin keeps its arrays in host memory). A row that needs more is refused (exit 2); 0: no check")
       ->capture_default_str();
-  sub->add_option("--reference-spill", o->reference_spill, reference_spill_help())->capture_default_str();
-  sub->add_option("--max-spill-disk", o->max_spill_disk, max_spill_disk_help())->capture_default_str();
-  sub->add_option("--reference-group", o->reference_group, reference_group_help())->capture_default_str();
-  sub->add_option("--keep-inputs", o->keep_inputs,
+  sub->add_option("--reference-spill", o.reference_spill, reference_spill_help())->capture_default_str();
+  sub->add_option("--max-spill-disk", o.max_spill_disk, max_spill_disk_help())->capture_default_str();
+  sub->add_option("--reference-group", o.reference_group, reference_group_help())->capture_default_str();
+  sub->add_option("--keep-inputs", o.keep_inputs,
                   "auto: a row's input shard stays in host memory across its forms (drawn once a row, not once a "
                   "form and det rerun) when the row runs in one group of heads and still fits the memory at hand "
                   "(kcpbench plan shows it); never: each form draws it again. The values are the same either way")
       ->check(CLI::IsMember({"auto", "never"}))
       ->capture_default_str();
-  sub->add_option("--head-group", o->head_group, head_group_help())->capture_default_str();
+  sub->add_option("--head-group", o.head_group, head_group_help())->capture_default_str();
+}
+
+// The run options that follow from run's flags alone (forms, schedules, faults, repeats, the FP64
+// reference's and the inputs' memory choices); the external kernel, dumper and launch are set by
+// the caller. Throws ConfigError naming the flag and value.
+void parse_run_flags(const RunCli& o, const CLI::App& sub, RunOptions& opt) {
+  for (const auto& p : split_commas(o.package)) {
+    KCP_REQUIRE(p == "det" || p == "nondet", "--package: expected det or nondet, got \"{}\"", p);
+    opt.packages.push_back(p == "det" ? Package::Det : Package::Nondet);
+  }
+  for (const auto& s : split_commas(o.saved)) {
+    KCP_REQUIRE(s == "full" || s == "light", "--saved: expected full or light, got \"{}\"", s);
+    opt.saved.push_back(s == "full" ? SavedKind::Full : SavedKind::Light);
+  }
+  const auto ps = split_commas(o.P);
+  KCP_REQUIRE(ps.empty() || o.sweep_P.empty(),
+              "--P and --sweep-P exclude each other (a sweep always runs the planned P)");
+  if (!o.sweep_P.empty()) {
+    opt.sweep = true;
+    opt.use_row_forced = false;
+    opt.forced_P = parse_sweep_P(o.sweep_P, opt.sweep_auto);
+  }
+  if (!ps.empty()) {
+    opt.run_planned = false;
+    opt.use_row_forced = false;
+    for (const auto& p : ps) {
+      if (p == "planned") {
+        opt.run_planned = true;
+        continue;
+      }
+      char* end = nullptr;
+      const long v = std::strtol(p.c_str(), &end, 10);
+      KCP_REQUIRE(end && *end == 0 && v >= 1 && v <= 64,
+                  "--P: expected 'planned' or a segment count in [1, 64], got \"{}\"", p);
+      opt.forced_P.push_back(static_cast<int>(v));
+    }
+  }
+  device_class(o.device);  // validates the name early (exit 2)
+  opt.device_class = o.device;
+  opt.sm_count = o.sm_count;
+  opt.fault.kind = parse_fault(o.inject);
+  opt.fault.rank = o.inject_rank;
+  opt.determinism_checks = !o.no_det_checks;
+  KCP_REQUIRE(o.warmup >= 0 && o.repeats >= 1, "--warmup must be >= 0 and --repeats >= 1, got {} and {}", o.warmup,
+              o.repeats);
+  opt.warmup = o.bench && sub.count("--warmup") == 0 ? 3 : o.warmup;
+  opt.repeats = o.bench && sub.count("--repeats") == 0 ? 20 : o.repeats;
+  opt.phase_times = o.bench || o.phase_times;
+  opt.cache_dir = o.cache == "none" ? "" : o.cache.empty() ? default_cache_dir() : o.cache;
+  opt.reference_spill_bytes = parse_reference_spill(o.reference_spill);
+  opt.reference_group_bytes = parse_reference_group(o.reference_group);
+  opt.keep_inputs = o.keep_inputs == "auto";
+  opt.head_group_bytes = parse_head_group(o.head_group);
+}
+
+// The facts of this run that go into every results file's context.
+RunContext run_context(const Globals& g, const RunCli& o, const RowSet& set, const std::vector<SelectedRow>& rows,
+                       bool use_mpi, const std::string& comm_kind, const kernels::Backend& backend,
+                       const std::string& ext_cmd) {
+  RunContext ctx;
+  ctx.argv = g.argv;
+  ctx.launch_mode = use_mpi ? "mpirun" : "threads";
+  ctx.comm = comm_kind;
+  ctx.backend = ext_cmd.empty() ? backend.name() : "exec";
+  ctx.backend_device = ext_cmd.empty() ? backend.device_name() : "external command: " + ext_cmd;
+  ctx.device_class = o.device;
+  ctx.row_set = set.name;
+  ctx.row_set_file = set.file;
+  ctx.row_set_digest = set.digest;
+  for (const auto& sr : rows)
+    if (std::find(ctx.seeds.begin(), ctx.seeds.end(), sr.row->seed) == ctx.seeds.end())
+      ctx.seeds.push_back(sr.row->seed);
+  return ctx;
+}
+
+// The --json file of a run. It is rewritten after every row of a threads launch, and after every
+// form of a long row (summary.complete false until the end), so a run cut short (a deadline, a
+// killed job) keeps the rows and forms it finished. The rows written so far never replace a file
+// an earlier run left there (unless that one is incomplete too): they go beside it, to
+// JSON.partial, until the run completes, and a deadline abort says where they are.
+class ResultsFile {
+ public:
+  ResultsFile(const std::string& path, bool use_mpi, const RunContext& ctx, DeadlineWatchdog& watchdog)
+      : path_(path), ctx_(ctx) {
+    partial_ = !path.empty() && keeps_earlier_results(path) ? path + ".partial" : path;
+    if (path.empty() || use_mpi) return;  // under mpirun the file is written once, at the end
+    if (partial_ != path)
+      log::info0("{} holds earlier results: this run writes its rows to {} until it completes", path, partial_);
+    watchdog.set_note(partial_ == path
+                          ? fmt::format("the rows finished before the deadline are in {} (complete: false)", partial_)
+                          : fmt::format("the rows finished before the deadline are in {} (complete: false); {} was "
+                                        "left as it was",
+                                        partial_, path));
+  }
+
+  // The callback after each row. --json was checked before the first row; should a write still
+  // fail (a disk full, the folder removed), the run goes on with one warning.
+  std::function<void(const RunOutcome&)> after_row() {
+    if (path_.empty()) return {};
+    return [this](const RunOutcome& t) {
+      try {
+        write_json_atomic(partial_, doc(t, false));
+      } catch (const Error& e) {
+        if (!warned_) log::warn("could not write {} after a row (the run goes on): {}", path_, e.what());
+        warned_ = true;
+      }
+    };
+  }
+
+  // The complete file; a failed write keeps the entries in the temp folder, says where, then
+  // throws ApiError (exit 3): never lose a finished entry.
+  void write_final(const RunOutcome& total) {
+    if (path_.empty()) return;
+    const nlohmann::json d = doc(total, true);
+    try {
+      write_json_atomic(path_, d);
+    } catch (const Error& e) {
+      const std::string kept = (std::filesystem::temp_directory_path() /
+                                fmt::format("kcpbench-results-{}.json", static_cast<long>(::getpid())))
+                                   .string();
+      write_json_atomic(kept, d);
+      throw ApiError(fmt::format("{}; the results were written to {} instead", e.what(), kept));
+    }
+    std::error_code ec_ignored;
+    if (partial_ != path_) std::filesystem::remove(partial_, ec_ignored);
+    log::info0("wrote {}", path_);
+  }
+
+ private:
+  nlohmann::json doc(const RunOutcome& t, bool complete) const {
+    Results d;
+    d.context = context_block(ctx_);
+    d.entries = t.entries;
+    d.summary = Summary{t.passed, t.failed, t.skipped, t.contract_broken, t.refused, complete};
+    return to_json(d);
+  }
+
+  std::string path_, partial_;
+  const RunContext& ctx_;
+  bool warned_ = false;
+};
+
+// Every rank holds the same counts (verdicts are reduced), so all agree on the exit code.
+int run_exit_code(const RunOutcome& total) {
+  if (total.contract_broken > 0) return 4;
+  if (total.timed_out > 0) return 5;  // an external command passed the row deadline
+  if (total.failed > 0 || total.refused > 0) return 1;
+  return 0;
+}
+
+std::function<int()> add_run_command(CLI::App& app, Globals& g) {
+  auto* sub = app.add_subcommand("run",
+                                 "Run rows forward and backward in every form, judge every output and gradient "
+                                 "against the FP64 reference, print a table and write JSON");
+  auto o = std::make_shared<RunCli>();
+  add_form_options(sub, *o);
+  add_launch_options(sub, *o);
+  add_timing_memory_options(sub, *o);
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
@@ -407,53 +570,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
       opt.external = &ext;
       log::info0("external backend: `{} FOLDER`, folders under {}", ext_cmd, ext.root);
     }
-    for (const auto& p : split_commas(o->package)) {
-      KCP_REQUIRE(p == "det" || p == "nondet", "--package: expected det or nondet, got \"{}\"", p);
-      opt.packages.push_back(p == "det" ? Package::Det : Package::Nondet);
-    }
-    for (const auto& s : split_commas(o->saved)) {
-      KCP_REQUIRE(s == "full" || s == "light", "--saved: expected full or light, got \"{}\"", s);
-      opt.saved.push_back(s == "full" ? SavedKind::Full : SavedKind::Light);
-    }
-    const auto ps = split_commas(o->P);
-    KCP_REQUIRE(ps.empty() || o->sweep_P.empty(),
-                "--P and --sweep-P exclude each other (a sweep always runs the planned P)");
-    if (!o->sweep_P.empty()) {
-      opt.sweep = true;
-      opt.use_row_forced = false;
-      opt.forced_P = parse_sweep_P(o->sweep_P, opt.sweep_auto);
-    }
-    if (!ps.empty()) {
-      opt.run_planned = false;
-      opt.use_row_forced = false;
-      for (const auto& p : ps) {
-        if (p == "planned") {
-          opt.run_planned = true;
-          continue;
-        }
-        char* end = nullptr;
-        const long v = std::strtol(p.c_str(), &end, 10);
-        KCP_REQUIRE(end && *end == 0 && v >= 1 && v <= 64,
-                    "--P: expected 'planned' or a segment count in [1, 64], got \"{}\"", p);
-        opt.forced_P.push_back(static_cast<int>(v));
-      }
-    }
-    device_class(o->device);  // validates the name early (exit 2)
-    opt.device_class = o->device;
-    opt.sm_count = o->sm_count;
-    opt.fault.kind = parse_fault(o->inject);
-    opt.fault.rank = o->inject_rank;
-    opt.determinism_checks = !o->no_det_checks;
-    KCP_REQUIRE(o->warmup >= 0 && o->repeats >= 1, "--warmup must be >= 0 and --repeats >= 1, got {} and {}", o->warmup,
-                o->repeats);
-    opt.warmup = o->bench && sub->count("--warmup") == 0 ? 3 : o->warmup;
-    opt.repeats = o->bench && sub->count("--repeats") == 0 ? 20 : o->repeats;
-    opt.phase_times = o->bench || o->phase_times;
-    opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
-    opt.reference_spill_bytes = parse_reference_spill(o->reference_spill);
-    opt.reference_group_bytes = parse_reference_group(o->reference_group);
-    opt.keep_inputs = o->keep_inputs == "auto";
-    opt.head_group_bytes = parse_head_group(o->head_group);
+    parse_run_flags(*o, *sub, opt);
     KCP_REQUIRE(o->comm == "auto" || o->comm == "local" || o->comm == "mpi" || o->comm == "nccl",
                 "--comm: expected local, mpi, nccl or auto, got \"{}\"", o->comm);
     KCP_REQUIRE(o->comm != "mpi" || launched,
@@ -467,90 +584,22 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
                      {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi,
                       o->threads, o->json, o->dump, o->max_spill_disk});
 
-    RunContext ctx;
-    ctx.argv = g.argv;
-    ctx.launch_mode = use_mpi ? "mpirun" : "threads";
-    ctx.comm = comm_kind;
-    ctx.backend = ext_cmd.empty() ? backend->name() : "exec";
-    ctx.backend_device = ext_cmd.empty() ? backend->device_name() : "external command: " + ext_cmd;
-    ctx.device_class = o->device;
-    ctx.row_set = set.name;
-    ctx.row_set_file = set.file;
-    ctx.row_set_digest = set.digest;
-    for (const auto& sr : rows)
-      if (std::find(ctx.seeds.begin(), ctx.seeds.end(), sr.row->seed) == ctx.seeds.end())
-        ctx.seeds.push_back(sr.row->seed);
-
+    RunContext ctx = run_context(g, *o, set, rows, use_mpi, comm_kind, *backend, ext_cmd);
     DeadlineWatchdog watchdog(o->deadline);
     Dumper dumper(o->dump);
     if (dumper.enabled()) opt.dumper = &dumper;
-    // The JSON is rewritten after every row of a threads launch, and after every form of a long row
-    // (summary.complete false until the end), so a run cut short (a deadline, a killed job) keeps
-    // the rows and forms it finished.
-    auto results_doc = [&](const RunOutcome& t, bool complete) {
-      Results doc;
-      doc.context = context_block(ctx);
-      doc.entries = t.entries;
-      doc.summary = Summary{t.passed, t.failed, t.skipped, t.contract_broken, t.refused, complete};
-      return to_json(doc);
-    };
-    // The rows written so far (summary.complete false) never replace a file an earlier run left
-    // there (unless that one is incomplete too): they go beside it, to JSON.partial, until the run
-    // completes, and a deadline abort says where they are.
-    const std::string partial = !o->json.empty() && keeps_earlier_results(o->json) ? o->json + ".partial" : o->json;
-    if (!o->json.empty() && !use_mpi) {  // under mpirun the file is written once, at the end
-      if (partial != o->json)
-        log::info0("{} holds earlier results: this run writes its rows to {} until it completes", o->json, partial);
-      watchdog.set_note(partial == o->json
-                            ? fmt::format("the rows finished before the deadline are in {} (complete: false)", partial)
-                            : fmt::format("the rows finished before the deadline are in {} (complete: false); {} was "
-                                          "left as it was",
-                                          partial, o->json));
-    }
-    // --json was checked before the first row; should a write still fail (a disk full, the folder
-    // removed), the run goes on with one warning, and the end keeps the entries elsewhere.
-    bool warned = false;
-    std::function<void(const RunOutcome&)> after_row;
-    if (!o->json.empty())
-      after_row = [&](const RunOutcome& t) {
-        try {
-          write_json_atomic(partial, results_doc(t, false));
-        } catch (const Error& e) {
-          if (!warned) log::warn("could not write {} after a row (the run goes on): {}", o->json, e.what());
-          warned = true;
-        }
-      };
+    ResultsFile results(o->json, use_mpi, ctx, watchdog);
     log::info0("{}", table_header());
-    RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx, after_row);
+    RunOutcome total = run_in_world(rows, opt, comm_kind, o->threads, *backend, ctx, results.after_row());
     if (opt.external) ctx.devices.assign(ctx.devices.size(), "exec");
     dumper.write_manifest(to_json(context_block(ctx)));
-    const bool rank0 = !use_mpi || mpi_world_rank() == 0;
-    if (rank0) {
-      if (!o->json.empty()) {
-        const nlohmann::json doc = results_doc(total, true);
-        std::error_code ec_ignored;
-        try {
-          write_json_atomic(o->json, doc);
-        } catch (const Error& e) {
-          // Never lose a finished entry: keep them in the temp folder, say where, then exit 3.
-          const std::string kept = (std::filesystem::temp_directory_path() /
-                                    fmt::format("kcpbench-results-{}.json", static_cast<long>(::getpid())))
-                                       .string();
-          write_json_atomic(kept, doc);
-          throw ApiError(fmt::format("{}; the results were written to {} instead", e.what(), kept));
-        }
-        if (partial != o->json) std::filesystem::remove(partial, ec_ignored);
-        log::info0("wrote {}", o->json);
-      }
+    if (!use_mpi || mpi_world_rank() == 0) {
+      results.write_final(total);
       std::printf("%d passed, %d failed, %d skipped%s\n", total.passed, total.failed + total.contract_broken,
                   total.skipped, total.refused > 0 ? fmt::format(", {} refused", total.refused).c_str() : "");
       std::fflush(stdout);
     }
-    // Every rank holds the same counts (verdicts are reduced), so all agree on the exit code.
-    if (total.contract_broken > 0) return 4;
-    if (total.timed_out > 0) return 5;  // an external command passed the row deadline
-    if (total.failed > 0 || total.refused > 0) return 1;
-    return 0;
+    return run_exit_code(total);
   };
 }
 
