@@ -501,160 +501,209 @@ const char* to_string(KeyDist v) { return name_of(kKeys, v); }
 const char* to_string(ForcedRule v) { return name_of(kRules, v); }
 const char* to_string(GateRecipe v) { return name_of(kGateRecipes, v); }
 
-std::vector<std::string> validate_row(const RowConfig& row, const std::string& p, const std::set<std::string>& unread) {
+namespace {
+
+// The checks of one row (validate_row), each on the fields it needs; `e` collects the problems,
+// each naming the field's path.
+struct RowChecks {
+  const RowConfig& row;
+  const std::string& p;
+  const std::set<std::string>& unread;
   std::vector<std::string> e;
-  auto bad = [&](const std::string& field, const std::string& msg) { e.push_back(p + "." + field + ": " + msg); };
+
+  void bad(const std::string& field, const std::string& msg) { e.push_back(p + "." + field + ": " + msg); }
   // Were these fields read? A check that needs an unread field would judge its default instead.
-  auto read = [&](std::initializer_list<const char*> fields) {
+  bool read(std::initializer_list<const char*> fields) const {
     for (const char* f : fields)
       if (unread.count(p + "." + f)) return false;
     return true;
-  };
-  if (!row.name.empty()) {
-    bool ok = !row.name.empty() && std::isupper(static_cast<unsigned char>(row.name[0]));
-    size_t i = 0;
-    while (i < row.name.size() && std::isupper(static_cast<unsigned char>(row.name[i]))) ++i;
-    ok = ok && i <= 3 && i < row.name.size();
-    for (size_t j = i; j < row.name.size(); ++j) ok = ok && std::isdigit(static_cast<unsigned char>(row.name[j]));
-    if (!ok)
-      bad("name",
-          "expected a family letter (up to 3 capitals) and a number like \"A4\" or \"KC2\", got \"" + row.name + "\"");
   }
-  if (read({"H"}) && row.H <= 0) bad("H", fmt::format("must be positive, got {}", row.H));
-  if (read({"HV"}) && row.HV <= 0) bad("HV", fmt::format("must be positive, got {}", row.HV));
-  if (read({"H", "HV"}) && row.H > 0 && row.HV > 0 && row.HV % row.H != 0)
-    bad("HV", fmt::format("must be a multiple of H ({}), got {}", row.H, row.HV));
-  for (auto [field, val] : {std::pair{"K", row.K}, std::pair{"V", row.V}})
-    if (read({field}) && val != 64 && val != 128)
-      bad(field, fmt::format("unsupported head dim (supported: 64, 128), got {}", val));
-  if (read({"chunk"}) && row.chunk != 64)
-    bad("chunk", fmt::format("only chunk size 64 is supported, got {}", row.chunk));
-  // The total length, checked for overflow; -1 when unknown (unread, negative or too large).
-  int64_t total = read({"seqlens"}) ? 0 : -1;
-  if (total == 0 && row.seqlens.empty()) bad("seqlens", "must hold at least one sequence length, got an empty array");
-  for (size_t i = 0; i < row.seqlens.size() && total >= 0; ++i) {
-    if (row.seqlens[i] < 0) {
-      e.push_back(fmt::format("{}.seqlens[{}]: must be >= 0, got {}", p, i, row.seqlens[i]));
-      total = -1;
-    } else if (!add_ok(total, row.seqlens[i], total)) {
-      bad("seqlens", fmt::format("the lengths add up past {} (64-bit overflow)", INT64_MAX));
-      total = -1;
+
+  void name() {
+    if (!row.name.empty()) {
+      bool ok = !row.name.empty() && std::isupper(static_cast<unsigned char>(row.name[0]));
+      size_t i = 0;
+      while (i < row.name.size() && std::isupper(static_cast<unsigned char>(row.name[i]))) ++i;
+      ok = ok && i <= 3 && i < row.name.size();
+      for (size_t j = i; j < row.name.size(); ++j) ok = ok && std::isdigit(static_cast<unsigned char>(row.name[j]));
+      if (!ok)
+        bad("name", "expected a family letter (up to 3 capitals) and a number like \"A4\" or \"KC2\", got \"" +
+                        row.name + "\"");
     }
   }
-  if (!row.seqlens.empty() && total == 0) bad("seqlens", "the sequences hold no tokens (total length 0)");
-  if (read({"world"}) && row.world < 1) bad("world", fmt::format("must be >= 1, got {}", row.world));
-  if (read({"world", "rank_tokens"}) && row.world >= 1 && total > 0) {
-    if (row.rank_tokens.empty()) {
-      if (total < row.world)
-        bad("world",
-            fmt::format("W = {} is larger than the {} tokens allow (every rank needs a token)", row.world, total));
-      else if (total % row.world != 0)
-        bad("world", fmt::format("total tokens {} must be divisible by W = {} for an even split (or give rank_tokens)",
-                                 total, row.world));
-    } else {
-      if (static_cast<int64_t>(row.rank_tokens.size()) != row.world)
-        bad("rank_tokens", fmt::format("must have W = {} entries, got {}", row.world, row.rank_tokens.size()));
-      int64_t sum = 0;
-      for (size_t i = 0; i < row.rank_tokens.size() && sum >= 0; ++i) {
-        if (row.rank_tokens[i] <= 0) {
-          e.push_back(fmt::format("{}.rank_tokens[{}]: must be positive, got {}", p, i, row.rank_tokens[i]));
-          sum = -1;
-        } else if (!add_ok(sum, row.rank_tokens[i], sum)) {
-          bad("rank_tokens", fmt::format("the counts add up past {} (64-bit overflow)", INT64_MAX));
-          sum = -1;
+
+  void shape() {
+    if (read({"H"}) && row.H <= 0) bad("H", fmt::format("must be positive, got {}", row.H));
+    if (read({"HV"}) && row.HV <= 0) bad("HV", fmt::format("must be positive, got {}", row.HV));
+    if (read({"H", "HV"}) && row.H > 0 && row.HV > 0 && row.HV % row.H != 0)
+      bad("HV", fmt::format("must be a multiple of H ({}), got {}", row.H, row.HV));
+    for (auto [field, val] : {std::pair{"K", row.K}, std::pair{"V", row.V}})
+      if (read({field}) && val != 64 && val != 128)
+        bad(field, fmt::format("unsupported head dim (supported: 64, 128), got {}", val));
+    if (read({"chunk"}) && row.chunk != 64)
+      bad("chunk", fmt::format("only chunk size 64 is supported, got {}", row.chunk));
+  }
+
+  // The total length, checked for overflow; -1 when unknown (unread, negative or too large).
+  int64_t lengths() {
+    int64_t total = read({"seqlens"}) ? 0 : -1;
+    if (total == 0 && row.seqlens.empty()) bad("seqlens", "must hold at least one sequence length, got an empty array");
+    for (size_t i = 0; i < row.seqlens.size() && total >= 0; ++i) {
+      if (row.seqlens[i] < 0) {
+        e.push_back(fmt::format("{}.seqlens[{}]: must be >= 0, got {}", p, i, row.seqlens[i]));
+        total = -1;
+      } else if (!add_ok(total, row.seqlens[i], total)) {
+        bad("seqlens", fmt::format("the lengths add up past {} (64-bit overflow)", INT64_MAX));
+        total = -1;
+      }
+    }
+    if (!row.seqlens.empty() && total == 0) bad("seqlens", "the sequences hold no tokens (total length 0)");
+    return total;
+  }
+
+  void world(int64_t total) {
+    if (read({"world"}) && row.world < 1) bad("world", fmt::format("must be >= 1, got {}", row.world));
+    if (read({"world", "rank_tokens"}) && row.world >= 1 && total > 0) {
+      if (row.rank_tokens.empty()) {
+        if (total < row.world)
+          bad("world",
+              fmt::format("W = {} is larger than the {} tokens allow (every rank needs a token)", row.world, total));
+        else if (total % row.world != 0)
+          bad("world",
+              fmt::format("total tokens {} must be divisible by W = {} for an even split (or give rank_tokens)", total,
+                          row.world));
+      } else {
+        if (static_cast<int64_t>(row.rank_tokens.size()) != row.world)
+          bad("rank_tokens", fmt::format("must have W = {} entries, got {}", row.world, row.rank_tokens.size()));
+        int64_t sum = 0;
+        for (size_t i = 0; i < row.rank_tokens.size() && sum >= 0; ++i) {
+          if (row.rank_tokens[i] <= 0) {
+            e.push_back(fmt::format("{}.rank_tokens[{}]: must be positive, got {}", p, i, row.rank_tokens[i]));
+            sum = -1;
+          } else if (!add_ok(sum, row.rank_tokens[i], sum)) {
+            bad("rank_tokens", fmt::format("the counts add up past {} (64-bit overflow)", INT64_MAX));
+            sum = -1;
+          }
+        }
+        if (sum >= 0 && sum != total)
+          bad("rank_tokens", fmt::format("must add up to the total tokens {}, got {}", total, sum));
+      }
+    }
+  }
+
+  void sizes(int64_t total) {
+    // Every array the run allocates is at most T x HV x K x V elements (docs/design.md 3), so its
+    // size in bytes fits in 64 bits when this product does with room for the element size.
+    if (read({"HV", "K", "V"}) && total > 0 && row.HV > 0 && row.K > 0 && row.V > 0) {
+      int64_t n = total;
+      if (!(mul_ok(n, row.HV, n) && mul_ok(n, row.K, n) && mul_ok(n, row.V, n) && mul_ok(n, 8, n)))
+        e.push_back(
+            fmt::format("{} ({}): T x HV x K x V = {} x {} x {} x {} overflows 64-bit sizes (at 8 bytes an element "
+                        "it must stay below 2^63); use fewer tokens or heads",
+                        p, row.name, total, row.HV, row.K, row.V));
+    }
+  }
+
+  void gates_and_inputs() {
+    if (read({"scale"}) && row.scale < 0) bad("scale", fmt::format("must be >= 0 (0 means K^-1/2), got {}", row.scale));
+    if (read({"gate", "op"}) && row.gate == GateForm::LowerBound && row.op != Op::Kda)
+      bad("gate", "the lower_bound form exists for kda only, got it on a gdn row");
+    if (read({"gate", "lower_bound"}) && row.gate == GateForm::LowerBound &&
+        !(row.lower_bound >= -5.0 && row.lower_bound < 0.0))
+      bad("lower_bound", fmt::format("must be in [-5, 0), got {}", row.lower_bound));
+    if (read({"gate", "A_log"}) && row.gate == GateForm::Softplus && !row.A_log)
+      bad("A_log", "the softplus gate form needs A_log: true, got false");
+    if (read({"gate", "A_log", "dt_bias"}) && row.gate == GateForm::Direct && (row.A_log || row.dt_bias))
+      bad("gate", "A_log / dt_bias need a raw gate form (softplus or lower_bound), got direct");
+    if (read({"dht", "final_state"}) && row.dht && !row.final_state)
+      bad("dht", "dht needs final_state: true (the loss uses ht)");
+    if (read({"inputs", "inputs.gate_strength"}) && row.inputs.gate_strength <= 0)
+      bad("inputs.gate_strength", fmt::format("must be positive, got {}", row.inputs.gate_strength));
+    for (auto [field, val] : {std::pair{"inputs.gate_mask_p", row.inputs.gate_mask_p},
+                              std::pair{"inputs.gate_zero_p", row.inputs.gate_zero_p}})
+      if (read({"inputs", field}) && !(val >= 0 && val <= 1))
+        bad(field, fmt::format("must be a probability in [0, 1], got {}", val));
+    if (read({"inputs", "inputs.beta_scale"}) && !(row.inputs.beta_scale > 0 && row.inputs.beta_scale <= 1))
+      bad("inputs.beta_scale", fmt::format("row {}: must be in (0, 1] (beta = beta_scale * sigmoid(randn)), got {}",
+                                           row.name, row.inputs.beta_scale));
+    for (auto [field, val, needs, has] :
+         {std::tuple{"inputs.h0_scale", row.inputs.h0_scale, "initial_state", row.initial_state},
+          std::tuple{"inputs.dht_scale", row.inputs.dht_scale, "dht", row.dht}}) {
+      if (!read({"inputs", field, needs})) continue;
+      if (!(val > 0 && std::isfinite(val)))
+        bad(field, fmt::format("row {}: must be a positive finite standard deviation, got {}", row.name, val));
+      else if (val != 1.0 && !has)
+        bad(field, fmt::format("row {}: scales an input the row does not have; it needs {}: true, got {} = {}",
+                               row.name, needs, field, val));
+    }
+    for (const auto& m :
+         model_init_problems(row, read({"inputs", "inputs.gate_recipe", "gate", "dt_bias", "lower_bound"})))
+      bad(m.first, m.second);
+  }
+
+  void forms_budgets_and_device() {
+    if (read({"forms", "forms.packages"}) && row.forms.packages.empty())
+      bad("forms.packages", "must name at least one package (det, nondet)");
+    if (read({"forms", "forms.saved"}) && row.forms.saved.empty())
+      bad("forms.saved", "must name at least one saved set (full, light)");
+    for (size_t i = 0; i < row.forms.forced_P.size(); ++i) {
+      int P = row.forms.forced_P[i];
+      if (P < 1 || P > kMaxP)
+        e.push_back(fmt::format("{}.forms.forced_P[{}]: must be in [1, {}], got {}", p, i, kMaxP, P));
+    }
+    if (read({"final_state", "A_log", "dt_bias", "initial_state"})) {
+      for (const auto& [t, b] : row.budgets)
+        if (!row.has_tensor(t))
+          e.push_back(fmt::format("{}.budgets.tensors.{}: this row does not produce {} (check its options)", p, t, t));
+      for (const auto& [P, tensors] : row.forced_budgets)
+        for (const auto& [t, b] : tensors)
+          if (!row.has_tensor(t))
+            e.push_back(
+                fmt::format("{}.budgets.forced.{}.{}: this row does not produce {} (check its options)", p, P, t, t));
+    }
+    if (!row.plan_device.empty()) {
+      bool known = false;
+      std::string names;
+      for (const auto& d : device_classes()) {
+        known = known || d.name == row.plan_device;
+        names += (names.empty() ? "" : ", ") + d.name;
+      }
+      if (!known)
+        bad("plan_device", fmt::format("unknown device class (known: {}), got \"{}\"", names, row.plan_device));
+    }
+  }
+
+  void forced_plans() {
+    // Forced P values must be takeable by every rank (checked on a plan when the whole row is sound).
+    if (e.empty() && unread.empty()) {
+      for (size_t i = 0; i < row.forms.forced_P.size(); ++i) {
+        try {
+          PlanRequest req;
+          req.device = row.plan_device.empty() ? "h200" : row.plan_device;
+          req.forced_P = row.forms.forced_P[i];
+          make_plan(row, req);
+        } catch (const ConfigError& err) {
+          e.push_back(fmt::format("{}.forms.forced_P[{}]: the plan cannot take P = {}: {}", p, i, row.forms.forced_P[i],
+                                  err.what()));
         }
       }
-      if (sum >= 0 && sum != total)
-        bad("rank_tokens", fmt::format("must add up to the total tokens {}, got {}", total, sum));
     }
   }
-  // Every array the run allocates is at most T x HV x K x V elements (docs/design.md 3), so its
-  // size in bytes fits in 64 bits when this product does with room for the element size.
-  if (read({"HV", "K", "V"}) && total > 0 && row.HV > 0 && row.K > 0 && row.V > 0) {
-    int64_t n = total;
-    if (!(mul_ok(n, row.HV, n) && mul_ok(n, row.K, n) && mul_ok(n, row.V, n) && mul_ok(n, 8, n)))
-      e.push_back(
-          fmt::format("{} ({}): T x HV x K x V = {} x {} x {} x {} overflows 64-bit sizes (at 8 bytes an element "
-                      "it must stay below 2^63); use fewer tokens or heads",
-                      p, row.name, total, row.HV, row.K, row.V));
-  }
-  if (read({"scale"}) && row.scale < 0) bad("scale", fmt::format("must be >= 0 (0 means K^-1/2), got {}", row.scale));
-  if (read({"gate", "op"}) && row.gate == GateForm::LowerBound && row.op != Op::Kda)
-    bad("gate", "the lower_bound form exists for kda only, got it on a gdn row");
-  if (read({"gate", "lower_bound"}) && row.gate == GateForm::LowerBound &&
-      !(row.lower_bound >= -5.0 && row.lower_bound < 0.0))
-    bad("lower_bound", fmt::format("must be in [-5, 0), got {}", row.lower_bound));
-  if (read({"gate", "A_log"}) && row.gate == GateForm::Softplus && !row.A_log)
-    bad("A_log", "the softplus gate form needs A_log: true, got false");
-  if (read({"gate", "A_log", "dt_bias"}) && row.gate == GateForm::Direct && (row.A_log || row.dt_bias))
-    bad("gate", "A_log / dt_bias need a raw gate form (softplus or lower_bound), got direct");
-  if (read({"dht", "final_state"}) && row.dht && !row.final_state)
-    bad("dht", "dht needs final_state: true (the loss uses ht)");
-  if (read({"inputs", "inputs.gate_strength"}) && row.inputs.gate_strength <= 0)
-    bad("inputs.gate_strength", fmt::format("must be positive, got {}", row.inputs.gate_strength));
-  for (auto [field, val] : {std::pair{"inputs.gate_mask_p", row.inputs.gate_mask_p},
-                            std::pair{"inputs.gate_zero_p", row.inputs.gate_zero_p}})
-    if (read({"inputs", field}) && !(val >= 0 && val <= 1))
-      bad(field, fmt::format("must be a probability in [0, 1], got {}", val));
-  if (read({"inputs", "inputs.beta_scale"}) && !(row.inputs.beta_scale > 0 && row.inputs.beta_scale <= 1))
-    bad("inputs.beta_scale", fmt::format("row {}: must be in (0, 1] (beta = beta_scale * sigmoid(randn)), got {}",
-                                         row.name, row.inputs.beta_scale));
-  for (auto [field, val, needs, has] :
-       {std::tuple{"inputs.h0_scale", row.inputs.h0_scale, "initial_state", row.initial_state},
-        std::tuple{"inputs.dht_scale", row.inputs.dht_scale, "dht", row.dht}}) {
-    if (!read({"inputs", field, needs})) continue;
-    if (!(val > 0 && std::isfinite(val)))
-      bad(field, fmt::format("row {}: must be a positive finite standard deviation, got {}", row.name, val));
-    else if (val != 1.0 && !has)
-      bad(field, fmt::format("row {}: scales an input the row does not have; it needs {}: true, got {} = {}", row.name,
-                             needs, field, val));
-  }
-  for (const auto& m :
-       model_init_problems(row, read({"inputs", "inputs.gate_recipe", "gate", "dt_bias", "lower_bound"})))
-    bad(m.first, m.second);
-  if (read({"forms", "forms.packages"}) && row.forms.packages.empty())
-    bad("forms.packages", "must name at least one package (det, nondet)");
-  if (read({"forms", "forms.saved"}) && row.forms.saved.empty())
-    bad("forms.saved", "must name at least one saved set (full, light)");
-  for (size_t i = 0; i < row.forms.forced_P.size(); ++i) {
-    int P = row.forms.forced_P[i];
-    if (P < 1 || P > kMaxP)
-      e.push_back(fmt::format("{}.forms.forced_P[{}]: must be in [1, {}], got {}", p, i, kMaxP, P));
-  }
-  if (read({"final_state", "A_log", "dt_bias", "initial_state"})) {
-    for (const auto& [t, b] : row.budgets)
-      if (!row.has_tensor(t))
-        e.push_back(fmt::format("{}.budgets.tensors.{}: this row does not produce {} (check its options)", p, t, t));
-    for (const auto& [P, tensors] : row.forced_budgets)
-      for (const auto& [t, b] : tensors)
-        if (!row.has_tensor(t))
-          e.push_back(
-              fmt::format("{}.budgets.forced.{}.{}: this row does not produce {} (check its options)", p, P, t, t));
-  }
-  if (!row.plan_device.empty()) {
-    bool known = false;
-    std::string names;
-    for (const auto& d : device_classes()) {
-      known = known || d.name == row.plan_device;
-      names += (names.empty() ? "" : ", ") + d.name;
-    }
-    if (!known) bad("plan_device", fmt::format("unknown device class (known: {}), got \"{}\"", names, row.plan_device));
-  }
-  // Forced P values must be takeable by every rank (checked on a plan when the whole row is sound).
-  if (e.empty() && unread.empty()) {
-    for (size_t i = 0; i < row.forms.forced_P.size(); ++i) {
-      try {
-        PlanRequest req;
-        req.device = row.plan_device.empty() ? "h200" : row.plan_device;
-        req.forced_P = row.forms.forced_P[i];
-        make_plan(row, req);
-      } catch (const ConfigError& err) {
-        e.push_back(fmt::format("{}.forms.forced_P[{}]: the plan cannot take P = {}: {}", p, i, row.forms.forced_P[i],
-                                err.what()));
-      }
-    }
-  }
-  return e;
+};
+
+}  // namespace
+
+std::vector<std::string> validate_row(const RowConfig& row, const std::string& p, const std::set<std::string>& unread) {
+  RowChecks c{row, p, unread, {}};
+  c.name();
+  c.shape();
+  const int64_t total = c.lengths();
+  c.world(total);
+  c.sizes(total);
+  c.gates_and_inputs();
+  c.forms_budgets_and_device();
+  c.forced_plans();
+  return c.e;
 }
 
 const std::map<std::string, Budget>& RowConfig::budgets_at(int P) const {
