@@ -131,6 +131,92 @@ const Entry& find_entry(const Results& doc, const std::string& path, const std::
 
 }  // namespace
 
+namespace {
+
+// The form, fault, det checks and planning the entry ran with (ConfigError when it cannot be
+// replayed: an external entry, an unknown package or saved set).
+RunOptions entry_options(const Context& ctx, const Entry& e) {
+  RunOptions opt;
+  const EntryForm& form = *e.form;
+  const std::string &pk = form.package, &sv = form.saved;
+  KCP_REQUIRE(pk != "external",
+              "entry {}: an external entry (--backend exec) is not replayed: rerun the command line of the "
+              "results file's context (its folder is in the entry's external.folder)",
+              e.id);
+  KCP_REQUIRE(pk == "det" || pk == "nondet", "entry {}: unknown package \"{}\"", e.id, pk);
+  KCP_REQUIRE(sv == "full" || sv == "light", "entry {}: unknown saved set \"{}\"", e.id, sv);
+  opt.packages = {pk == "det" ? Package::Det : Package::Nondet};
+  opt.saved = {sv == "full" ? SavedKind::Full : SavedKind::Light};
+  opt.use_row_forced = false;
+  if (form.P > 0) {  // else the planned schedule
+    opt.run_planned = false;
+    opt.forced_P = {form.P};
+  }
+  opt.sweep = e.sweep.value_or(false);
+  opt.fault.kind = parse_fault(e.fault.value_or("none"));
+  if (e.fault_at)
+    opt.fault.rank = e.fault_at->rank;
+  else if (const std::string r = recorded_flag(ctx, e, "--inject-rank"); !r.empty())
+    opt.fault.rank = std::atoi(r.c_str());
+  // The det contract checks as stored: a rerun for det/full; for det/light the full form runs
+  // first (its bits are what light is held to) and only the light entry is compared.
+  opt.determinism_checks = pk == "det" && e.determinism.has_value();
+  if (pk == "det" && sv == "light" && e.determinism && e.determinism->full_vs_light_identical)
+    opt.saved = {SavedKind::Full, SavedKind::Light};
+  opt.device_class = ctx.device_class.empty() ? "h200" : ctx.device_class;
+  if (e.plan && e.plan->contains("device")) {
+    const json& dev = (*e.plan)["device"];
+    if (dev.value("class", std::string()).find('@') != std::string::npos) opt.sm_count = dev.value("sm_count", 0);
+  }
+  return opt;
+}
+
+// Both verdicts and every tensor's ratios, then identical (0) or each difference (1).
+int report_replay(const Entry& e, const Entry& replayed) {
+  const Entry* fresh = &replayed;
+  print_verdict("stored", e);
+  print_verdict("replay", *fresh);
+  for (const auto& [name, m] : e.tensors ? *e.tensors : std::map<std::string, TensorMetrics>{}) {
+    const TensorMetrics* f = nullptr;
+    if (fresh->tensors)
+      if (auto it = fresh->tensors->find(name); it != fresh->tensors->end()) f = &it->second;
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    std::printf("  %-8s ratio_max %-22s -> %-22s rms ratio %-22s -> %s\n", name.c_str(),
+                text(ratio(m, &TensorMetrics::ratio_max)).c_str(),
+                text(f ? ratio(*f, &TensorMetrics::ratio_max) : nan).c_str(),
+                text(ratio(m, &TensorMetrics::rms_ratio)).c_str(),
+                text(f ? ratio(*f, &TensorMetrics::rms_ratio) : nan).c_str());
+  }
+  const Diff d = diff_entries(e, *fresh);
+  if (d.lines.empty()) {
+    std::printf("replay of %s: identical (verdict and every ratio, to the bit)\n", e.id.c_str());
+    return 0;
+  }
+  std::printf("replay of %s: DIFFERS (%zu difference%s)\n", e.id.c_str(), d.lines.size(),
+              d.lines.size() == 1 ? "" : "s");
+  for (const auto& l : d.lines) std::printf("  %s\n", l.c_str());
+  return 1;
+}
+
+// The context of the replayed entry's results file: this process, its ranks as threads.
+RunContext replay_context(const Globals& g, const kernels::Backend& backend, const RunOptions& opt, const RowSet& set,
+                          uint64_t seed) {
+  RunContext rctx;
+  rctx.argv = g.argv;
+  rctx.launch_mode = "threads";
+  rctx.comm = "local";
+  rctx.backend = backend.name();
+  rctx.backend_device = backend.device_name();
+  rctx.device_class = opt.device_class;
+  rctx.row_set = set.name;
+  rctx.row_set_file = set.file;
+  rctx.row_set_digest = set.digest;
+  rctx.seeds = {seed};
+  return rctx;
+}
+
+}  // namespace
+
 std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
   auto* sub = app.add_subcommand(
       "replay",
@@ -176,39 +262,7 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
     std::deque<RowConfig> seeded;
     const auto rows = rows_at_seed(selected_rows(set, {}), e.seed.value_or(set.rows[0].seed), seeded);
 
-    // The form, fault and planning of the entry.
-    RunOptions opt;
-    const EntryForm& form = *e.form;
-    const std::string &pk = form.package, &sv = form.saved;
-    KCP_REQUIRE(pk != "external",
-                "entry {}: an external entry (--backend exec) is not replayed: rerun the command line of the "
-                "results file's context (its folder is in the entry's external.folder)",
-                o->entry);
-    KCP_REQUIRE(pk == "det" || pk == "nondet", "entry {}: unknown package \"{}\"", o->entry, pk);
-    KCP_REQUIRE(sv == "full" || sv == "light", "entry {}: unknown saved set \"{}\"", o->entry, sv);
-    opt.packages = {pk == "det" ? Package::Det : Package::Nondet};
-    opt.saved = {sv == "full" ? SavedKind::Full : SavedKind::Light};
-    opt.use_row_forced = false;
-    if (form.P > 0) {  // else the planned schedule
-      opt.run_planned = false;
-      opt.forced_P = {form.P};
-    }
-    opt.sweep = e.sweep.value_or(false);
-    opt.fault.kind = parse_fault(e.fault.value_or("none"));
-    if (e.fault_at)
-      opt.fault.rank = e.fault_at->rank;
-    else if (const std::string r = recorded_flag(ctx, e, "--inject-rank"); !r.empty())
-      opt.fault.rank = std::atoi(r.c_str());
-    // The det contract checks as stored: a rerun for det/full; for det/light the full form runs
-    // first (its bits are what light is held to) and only the light entry is compared.
-    opt.determinism_checks = pk == "det" && e.determinism.has_value();
-    if (pk == "det" && sv == "light" && e.determinism && e.determinism->full_vs_light_identical)
-      opt.saved = {SavedKind::Full, SavedKind::Light};
-    opt.device_class = ctx.device_class.empty() ? "h200" : ctx.device_class;
-    if (e.plan && e.plan->contains("device")) {
-      const json& dev = (*e.plan)["device"];
-      if (dev.value("class", std::string()).find('@') != std::string::npos) opt.sm_count = dev.value("sm_count", 0);
-    }
+    RunOptions opt = entry_options(ctx, e);
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
 
     // Ranks run as threads of this process: the metrics are the same bits as under mpirun.
@@ -218,17 +272,7 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
     if (backend->device_name() != ctx.backend_device)
       log::warn("replay runs on \"{}\"; the results file was made on \"{}\"", backend->device_name(),
                 ctx.backend_device.empty() ? "?" : ctx.backend_device);
-    RunContext rctx;
-    rctx.argv = g.argv;
-    rctx.launch_mode = "threads";
-    rctx.comm = "local";
-    rctx.backend = backend->name();
-    rctx.backend_device = backend->device_name();
-    rctx.device_class = opt.device_class;
-    rctx.row_set = set.name;
-    rctx.row_set_file = set.file;
-    rctx.row_set_digest = set.digest;
-    rctx.seeds = {rows[0].row->seed};
+    RunContext rctx = replay_context(g, *backend, opt, set, rows[0].row->seed);
     RunOutcome out = run_in_world(rows, opt, "local", o->threads, *backend, rctx);
 
     std::optional<Entry> fresh;
@@ -242,28 +286,7 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
       log::info0("wrote {}", o->json);
     }
 
-    print_verdict("stored", e);
-    print_verdict("replay", *fresh);
-    for (const auto& [name, m] : e.tensors ? *e.tensors : std::map<std::string, TensorMetrics>{}) {
-      const TensorMetrics* f = nullptr;
-      if (fresh->tensors)
-        if (auto it = fresh->tensors->find(name); it != fresh->tensors->end()) f = &it->second;
-      const double nan = std::numeric_limits<double>::quiet_NaN();
-      std::printf("  %-8s ratio_max %-22s -> %-22s rms ratio %-22s -> %s\n", name.c_str(),
-                  text(ratio(m, &TensorMetrics::ratio_max)).c_str(),
-                  text(f ? ratio(*f, &TensorMetrics::ratio_max) : nan).c_str(),
-                  text(ratio(m, &TensorMetrics::rms_ratio)).c_str(),
-                  text(f ? ratio(*f, &TensorMetrics::rms_ratio) : nan).c_str());
-    }
-    const Diff d = diff_entries(e, *fresh);
-    if (d.lines.empty()) {
-      std::printf("replay of %s: identical (verdict and every ratio, to the bit)\n", o->entry.c_str());
-      return 0;
-    }
-    std::printf("replay of %s: DIFFERS (%zu difference%s)\n", o->entry.c_str(), d.lines.size(),
-                d.lines.size() == 1 ? "" : "s");
-    for (const auto& l : d.lines) std::printf("  %s\n", l.c_str());
-    return 1;
+    return report_replay(e, *fresh);
   };
 }
 

@@ -289,6 +289,8 @@ RunOutcome run_in_world(const std::vector<SelectedRow>& rows, RunOptions opt, co
   return total;
 }
 
+namespace {
+
 // run's options, into `o` (each explained by --help): the rows, forms and schedules;
 void add_form_options(CLI::App* sub, RunCli& o) {
   sub->add_option("--rows", o.rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
@@ -546,6 +548,8 @@ int run_exit_code(const RunOutcome& total) {
   if (total.failed > 0 || total.refused > 0) return 1;
   return 0;
 }
+
+}  // namespace
 
 std::function<int()> add_run_command(CLI::App& app, Globals& g) {
   auto* sub = app.add_subcommand("run",
