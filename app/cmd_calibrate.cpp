@@ -33,7 +33,8 @@ namespace {
 
 struct CalibrateCli {
   std::string rows = "int1", device = "h200", cache, seeds = "1:8", inject = "none", max_host_mem = "auto",
-              head_group = "auto", reference_spill = "auto", max_spill_disk = "auto", reference_group = "auto";
+              head_group = "auto", reference_spill = "auto", max_spill_disk = "auto", reference_group = "auto",
+              keep_inputs = "auto";
   std::vector<std::string> row;
   double k = 2.0;
   bool write = false, check = false;
@@ -274,6 +275,9 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
   sub->add_option("--max-spill-disk", o->max_spill_disk, max_spill_disk_help())->capture_default_str();
   sub->add_option("--reference-group", o->reference_group, reference_group_help() + " (as run --reference-group)")
       ->capture_default_str();
+  sub->add_option("--keep-inputs", o->keep_inputs, keep_inputs_help() + " (as run --keep-inputs)")
+      ->check(CLI::IsMember({"auto", "never"}))
+      ->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     KCP_REQUIRE(!(o->write && o->check), "calibrate: --write and --check exclude each other");
@@ -298,6 +302,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
     opt.head_group_bytes = parse_head_group(o->head_group);
     opt.reference_spill_bytes = parse_reference_spill(o->reference_spill);
     opt.reference_group_bytes = parse_reference_group(o->reference_group);
+    opt.keep_inputs = o->keep_inputs == "auto";
     {  // the twins hold what run holds for the same forms (core/plan/memory_estimate.h)
       RunGuard guard;
       guard.max_host_mem = o->max_host_mem;

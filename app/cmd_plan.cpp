@@ -145,7 +145,7 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
     bool json = false;
     bool segments = false;
     std::string head_group = "auto", max_host_mem = "auto", max_device_mem = "auto", reference_spill = "auto",
-                max_spill_disk = "auto", reference_group = "auto";
+                max_spill_disk = "auto", reference_group = "auto", keep_inputs = "auto";
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
@@ -174,11 +174,15 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
   sub->add_option("--max-spill-disk", o->max_spill_disk, max_spill_disk_help())->capture_default_str();
   sub->add_option("--reference-group", o->reference_group, reference_group_help() + " (as run --reference-group)")
       ->capture_default_str();
+  sub->add_option("--keep-inputs", o->keep_inputs, keep_inputs_help() + " (as run --keep-inputs)")
+      ->check(CLI::IsMember({"auto", "never"}))
+      ->capture_default_str();
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
     const int64_t spill_bytes = parse_reference_spill(o->reference_spill);
     const int64_t reference_group = parse_reference_group(o->reference_group);
+    const bool keep_inputs = o->keep_inputs == "auto";
     const int64_t room = spill_room(o->max_spill_disk, 1).bytes;  // a threads launch: one process
     nlohmann::json out = nlohmann::json::array();
     const int64_t host_flag = parse_bytes(o->max_host_mem, "--max-host-mem");
@@ -205,10 +209,11 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
       mreq.reference_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       mreq.reference_spill_bytes = spill_bytes;
       mreq.reference_group_bytes = reference_group;
-      const MemoryEstimate mem = choose_head_groups(*row, mreq, group_bytes, available, 0, true).estimate;
+      const MemoryEstimate mem = choose_head_groups(*row, mreq, group_bytes, available, 0, keep_inputs, room).estimate;
       mreq.device_is_host = false;
       const int64_t device = device_flag >= 0 ? device_flag : class_device_memory(req.device);
-      const MemoryEstimate gpu = choose_head_groups(*row, mreq, group_bytes, available, device, true).estimate;
+      const MemoryEstimate gpu =
+          choose_head_groups(*row, mreq, group_bytes, available, device, keep_inputs, room).estimate;
       if (o->json) {
         nlohmann::json j = plan_json(plan, o->segments);
         j["memory"] = memory_json(mem, gpu, available, room);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "app/commands.h"
+#include "app/run_guard.h"
 #include "core/comm/mpi_communicator.h"
 #include "core/config/row_loader.h"
 #include "core/report/report.h"
@@ -260,7 +261,7 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
                 o->entry, set.row_digests[0], e.row_digest);
     // At the entry's seed (run --seeds records it; the row's own when it is the same).
     std::deque<RowConfig> seeded;
-    const auto rows = rows_at_seed(selected_rows(set, {}), e.seed.value_or(set.rows[0].seed), seeded);
+    auto rows = rows_at_seed(selected_rows(set, {}), e.seed.value_or(set.rows[0].seed), seeded);
 
     RunOptions opt = entry_options(ctx, e);
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
@@ -272,6 +273,11 @@ std::function<int()> add_replay_command(CLI::App& app, Globals& g) {
     if (backend->device_name() != ctx.backend_device)
       log::warn("replay runs on \"{}\"; the results file was made on \"{}\"", backend->device_name(),
                 ctx.backend_device.empty() ? "?" : ctx.backend_device);
+    // The memory choices run makes (groups of heads, spill, kept inputs), and its refusals.
+    opt.reference_spill_bytes = kReferenceSpillAuto;
+    RunGuard guard;
+    guard.threads = o->threads;
+    check_memory(rows, opt, *backend, guard);
     RunContext rctx = replay_context(g, *backend, opt, set, rows[0].row->seed);
     RunOutcome out = run_in_world(rows, opt, "local", o->threads, *backend, rctx);
 

@@ -392,10 +392,7 @@ void add_timing_memory_options(CLI::App* sub, RunCli& o) {
   sub->add_option("--reference-spill", o.reference_spill, reference_spill_help())->capture_default_str();
   sub->add_option("--max-spill-disk", o.max_spill_disk, max_spill_disk_help())->capture_default_str();
   sub->add_option("--reference-group", o.reference_group, reference_group_help())->capture_default_str();
-  sub->add_option("--keep-inputs", o.keep_inputs,
-                  "auto: a row's input shard stays in host memory across its forms (drawn once a row, not once a "
-                  "form and det rerun) when the row runs in one group of heads and still fits the memory at hand "
-                  "(kcpbench plan shows it); never: each form draws it again. The values are the same either way")
+  sub->add_option("--keep-inputs", o.keep_inputs, keep_inputs_help())
       ->check(CLI::IsMember({"auto", "never"}))
       ->capture_default_str();
   sub->add_option("--head-group", o.head_group, head_group_help())->capture_default_str();

@@ -73,12 +73,6 @@ int64_t free_disk_bytes(const std::string& folder) {
   return int64_t(st.f_bavail) * int64_t(st.f_frsize);
 }
 
-int64_t spilled_reference_bytes(const MemoryEstimate& e) {
-  int64_t total = 0;
-  for (const RankMemory& r : e.ranks) total += r.reference_spilled ? r.reference : 0;
-  return total;
-}
-
 int64_t parse_reference_spill(const std::string& text) {
   if (text == "never") return -1;
   if (text == "auto") return kReferenceSpillAuto;
@@ -88,8 +82,9 @@ int64_t parse_reference_spill(const std::string& text) {
 std::string reference_spill_help() {
   return "Where a rank's FP64 reference slice waits while the forms run: a slice of at least BYTES is written "
          "to an unlinked file in $TMPDIR and read back to judge each form (0: always; never: kept in memory; "
-         "auto: kept in memory when the row fits the host memory that way, in no more groups of heads than with "
-         "spilled slices, else 64MiB). The values are the same either way";
+         "auto: kept in memory when the row fits 90% of the host memory that way in no more groups of heads than "
+         "with spilled slices, or when spilled slices would not fit the disk (--max-spill-disk) and kept ones fit; "
+         "else, and when the host memory is unknown (--max-host-mem 0), 64MiB). The values are the same either way";
 }
 
 int64_t parse_reference_group(const std::string& text) {
@@ -104,6 +99,12 @@ std::string reference_group_help() {
          "head at a time; never: every head at once). Larger groups use more threads on rows of few sequences "
          "(one head's recurrence keeps at most V/16 threads busy) and more memory (kcpbench plan shows it). The "
          "values are the same either way";
+}
+
+std::string keep_inputs_help() {
+  return "auto: a row's input shard stays in host memory across its forms (drawn once a row, not once a form; "
+         "the det rerun draws it again) when the row runs in one group of heads and still fits 90% of the memory "
+         "at hand (kcpbench plan shows it); never: each form draws it again. The values are the same either way";
 }
 
 SpillRoom spill_room(const std::string& max_spill_disk, int procs) {
@@ -193,11 +194,15 @@ void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const k
     } else {
       req.reference_threads = hw;
     }
-    const HeadGroupChoice choice = choose_head_groups(row, req, group_bytes, host_avail, device_avail, opt.keep_inputs);
+    const HeadGroupChoice choice =
+        choose_head_groups(row, req, group_bytes, host_avail, device_avail, opt.keep_inputs, room.bytes);
     const MemoryEstimate& e = choice.estimate;
     sr.head_groups = choice.groups;
     sr.reference_spill_bytes = choice.reference_spill_bytes;
     sr.keep_inputs = choice.keep_inputs;
+    log::debug("row {}: FP64 reference slices {}; input shards {}", row.name,
+               choice.reference_spill_bytes < 0 ? "kept in memory" : "spilled from 64 MiB",
+               choice.keep_inputs ? "kept across forms" : "drawn for each form");
     if (choice.groups > 1)
       log::info0("row {}: its forms run in {} groups of heads ({} q/k head{} each): host {}, device {}", row.name,
                  choice.groups, row.H / choice.groups, row.H / choice.groups > 1 ? "s" : "", human_bytes(e.host_bytes),

@@ -57,10 +57,6 @@ int64_t host_memory_available();
 // Bytes an unprivileged process may still write in `folder` (statvfs); 0 when it cannot be read.
 int64_t free_disk_bytes(const std::string& folder);
 
-// The FP64 reference slices a row's estimate spills to files (core/compare/reference_spill.h), in
-// bytes: the spilled ranks' slices of this process, all alive while the row's forms run.
-int64_t spilled_reference_bytes(const MemoryEstimate& e);
-
 // --reference-spill of run, calibrate and plan: "auto" -> kReferenceSpillAuto, "never" -> -1, else
 // a byte count (parse_bytes); reference_spill_help() is its --help text.
 int64_t parse_reference_spill(const std::string& text);
@@ -70,6 +66,9 @@ std::string reference_spill_help();
 // else a byte count (parse_bytes); reference_group_help() is its --help text.
 int64_t parse_reference_group(const std::string& text);
 std::string reference_group_help();
+
+// --keep-inputs of run, calibrate and plan ("auto" or "never"): its --help text.
+std::string keep_inputs_help();
 
 // --max-spill-disk of run, calibrate and plan: the room for spilled reference slices (BYTES, auto:
 // the free space of the spill folder, shared by `procs` processes of this host; 0: no check) and

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "core/util/error.h"
+#include "core/util/log.h"
 
 namespace kcp {
 
@@ -64,9 +65,11 @@ GroupedFormRun run_form_by_head_groups(const RowConfig& row, const std::string& 
     const RowConfig part = head_range_row(row, opt.heads);
     RankResult res;
     if (kept) {  // the row's shard, kept across its forms
-      if (!*kept)
+      if (!*kept) {
         *kept = std::make_shared<const RowInputs>(
             make_inputs(row, row_digest, rp.global_begin, rp.global_end, opt.heads, opt.threads));
+        if (comm.rank() == 0) log::debug("row {}: rank 0 keeps its input shard across the row's forms", row.name);
+      }
       lap(out.inputs_s);
       res = run_form(part, plan, form, **kept, comm, backend, opt);
     } else {  // the group's inputs (the values they have in the whole shard), freed once uploaded

@@ -558,9 +558,10 @@ Determinism det_checks(const RowContext& c, const Form& form, const SegmentPlan&
   Determinism det;
   std::vector<std::string> differ;
   if (form.saved == SavedKind::Full) {
+    // The rerun draws its inputs again (never the kept shard): it holds the whole path, inputs
+    // included, to the same bits.
     const ResultDigest again =
-        run_form_by_head_groups(c.row, c.sel.digest, plan, form, c.head_groups, comm, backend, eo, nullptr, c.keep())
-            .bits;
+        run_form_by_head_groups(c.row, c.sel.digest, plan, form, c.head_groups, comm, backend, eo, nullptr).bits;
     differ = differing_tensors(comm, bits, again);
     det.rerun_identical = differ.empty();
     if (!differ.empty()) broken = fmt::format("det package: a rerun differs in {}", fmt::join(differ, ", "));

@@ -36,30 +36,40 @@ HeadGroupChoice choose_for_spill(const RowConfig& row, MemoryRequest req, int64_
   return c;  // H groups: the least memory
 }
 
+// The host memory a kept choice (slices or shard in memory) may use: 90% of what is at hand, so
+// that it never takes the last of it where spilling, or drawing again, was the safe way.
+int64_t keep_room(int64_t host_avail) { return host_avail / 10 * 9; }
+
 HeadGroupChoice choose_groups_and_spill(const RowConfig& row, MemoryRequest req, int64_t group_bytes,
-                                        int64_t host_avail, int64_t device_avail) {
+                                        int64_t host_avail, int64_t device_avail, int64_t spill_room) {
   if (req.reference_spill_bytes != kReferenceSpillAuto)
     return choose_for_spill(row, req, group_bytes, host_avail, device_avail);
   req.reference_spill_bytes = kReferenceSpillBytes;
   HeadGroupChoice spilled = choose_for_spill(row, req, group_bytes, host_avail, device_avail);
   if (host_avail <= 0) return spilled;
   req.reference_spill_bytes = -1;
-  HeadGroupChoice kept = choose_for_spill(row, req, group_bytes, host_avail, device_avail);
-  return kept.fits && kept.groups <= spilled.groups ? kept : spilled;
+  HeadGroupChoice kept = choose_for_spill(row, req, group_bytes, keep_room(host_avail), device_avail);
+  if (kept.fits && kept.groups <= spilled.groups) return kept;
+  // Spilled slices that the disk cannot hold: kept ones in more groups of heads, where they fit.
+  if (spill_room > 0 && spilled_reference_bytes(spilled.estimate) > spill_room) {
+    kept = choose_for_spill(row, req, group_bytes, host_avail, device_avail);
+    if (kept.fits) return kept;
+  }
+  return spilled;
 }
 
 }  // namespace
 
 HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
-                                   int64_t device_avail, bool may_keep_inputs) {
+                                   int64_t device_avail, bool may_keep_inputs, int64_t spill_room) {
   req.keep_inputs = false;
-  HeadGroupChoice c = choose_groups_and_spill(row, req, group_bytes, host_avail, device_avail);
+  HeadGroupChoice c = choose_groups_and_spill(row, req, group_bytes, host_avail, device_avail, spill_room);
   if (!may_keep_inputs || c.groups != 1 || host_avail <= 0 || !c.fits) return c;
   req.head_groups = 1;
   req.reference_spill_bytes = c.reference_spill_bytes;
   req.keep_inputs = true;
   MemoryEstimate e = estimate_memory(row, req);
-  if (!within(e, host_avail, device_avail)) return c;
+  if (!within(e, keep_room(host_avail), device_avail)) return c;
   c.estimate = std::move(e);
   c.keep_inputs = true;
   return c;

@@ -27,11 +27,13 @@ struct HeadGroupChoice {
 //   B >= 0: the fewest groups whose largest rank's form arrays take at most B (0: H groups).
 // host_avail / device_avail: bytes at hand (<= 0: no limit). req.head_groups is ignored.
 // req.reference_spill_bytes kReferenceSpillAuto: the slices are kept in memory when host_avail is
-// known (> 0) and the row fits it that way in no more groups than with spilled slices; else they
-// spill (kReferenceSpillBytes). may_keep_inputs: with one group of heads and a known host_avail,
-// the rank's input shard is kept across the row's forms (drawn once, not once a form) when the
-// row still fits that way. Throws ConfigError as estimate_memory does.
+// known (> 0) and the row fits 90% of it that way in no more groups than with spilled slices, or
+// when the spilled slices would pass spill_room (> 0: the disk's room) and the kept ones fit
+// host_avail in more groups; else they spill (kReferenceSpillBytes). may_keep_inputs: with one
+// group of heads and a known host_avail, the rank's input shard is kept across the row's forms
+// (drawn once, not once a form) when the row still fits 90% of host_avail that way. Throws
+// ConfigError as estimate_memory does.
 HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
-                                   int64_t device_avail, bool may_keep_inputs = false);
+                                   int64_t device_avail, bool may_keep_inputs = false, int64_t spill_room = 0);
 
 }  // namespace kcp

@@ -333,6 +333,12 @@ int reference_head_groups(const RowConfig& row, int64_t group_bytes) {
   return row.H;
 }
 
+int64_t spilled_reference_bytes(const MemoryEstimate& e) {
+  int64_t total = 0;
+  for (const RankMemory& r : e.ranks) total += r.reference_spilled ? r.reference : 0;
+  return total;
+}
+
 int64_t reference_slice_bytes(const RowConfig& row, const RankPlan& rp) {
   const Sizer s{row.name};
   return s.mul({kDouble, slice_elements(row, rp, s)}, "the reference slice");

@@ -139,6 +139,10 @@ struct MemoryEstimate {
   int64_t device_bytes = 0;       // device memory of the process (0 when device_is_host)
 };
 
+// The FP64 reference slices a row's estimate spills to files (core/compare/reference_spill.h), in
+// bytes: the spilled ranks' slices of this process, all alive while the row's forms run.
+int64_t spilled_reference_bytes(const MemoryEstimate& e);
+
 // Throws ConfigError naming the row when a size does not fit in 64 bits, or the row cannot be
 // planned as asked.
 MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req);

@@ -375,11 +375,19 @@ TEST(Guard, TheReferenceByGroupsOfHeadsJudgesExactlyAsAllAtOnce) {
 // rerun; plan says when the shards stay.
 TEST(Guard, AnInputShardKeptAcrossFormsJudgesExactlyAsOneDrawnPerForm) {
   const std::string kept = tmp("guard_keep_auto.json"), drawn = tmp("guard_keep_never.json");
-  const std::string rows = "-q run --rows int1 --row A2 --row C1 --row D1 --row E1 --row KB1 --cache none --json ";
-  const CmdResult a = run_kcpbench(rows + kept);
+  const std::string rows = "run --rows int1 --row A2 --row C1 --row D1 --row E1 --row KB1 --cache none --json ";
+  const CmdResult a = run_kcpbench("-v " + rows + kept);
   ASSERT_EQ(a.code, 0) << a.out;
-  const CmdResult b = run_kcpbench(rows + drawn + " --keep-inputs never");
+  EXPECT_NE(a.out.find("row KB1: FP64 reference slices kept in memory; input shards kept across forms"),
+            std::string::npos)
+      << a.out;
+  EXPECT_NE(a.out.find("row KB1: rank 0 keeps its input shard across the row's forms"), std::string::npos) << a.out;
+  const CmdResult b = run_kcpbench("-v " + rows + drawn + " --keep-inputs never");
   ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_NE(b.out.find("row KB1: FP64 reference slices kept in memory; input shards drawn for each form"),
+            std::string::npos)
+      << b.out;
+  EXPECT_EQ(b.out.find("keeps its input shard"), std::string::npos) << b.out;
   const nlohmann::json ja = read_json(kept), jb = read_json(drawn);
   ASSERT_EQ(ja["entries"].size(), jb["entries"].size());
   ASSERT_GT(ja["entries"].size(), 15u);

@@ -189,7 +189,8 @@ TEST(HeadGroups, AutoSpillKeepsTheSlicesInMemoryWhenTheRowFits) {
   const MemoryEstimate kept = estimate_memory(row, kept_req), spilled = estimate_memory(row, spilled_req);
   MemoryRequest req = cpu_request();
   req.reference_spill_bytes = kReferenceSpillAuto;
-  const HeadGroupChoice roomy = choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes, 0);
+  const int64_t room_for_kept = kept.host_bytes / 9 * 10 + 100;  // kept choices take at most 90% of it
+  const HeadGroupChoice roomy = choose_head_groups(row, req, kHeadGroupAuto, room_for_kept, 0);
   EXPECT_EQ(roomy.reference_spill_bytes, -1);
   EXPECT_EQ(roomy.groups, 1);
   EXPECT_EQ(roomy.estimate.host_bytes, kept.host_bytes);
@@ -203,6 +204,15 @@ TEST(HeadGroups, AutoSpillKeepsTheSlicesInMemoryWhenTheRowFits) {
   const HeadGroupChoice tight = choose_head_groups(row, req, kHeadGroupAuto, spilled.host_bytes, 0);
   EXPECT_EQ(tight.reference_spill_bytes, kReferenceSpillBytes);
   EXPECT_EQ(tight.groups, 1);
+  EXPECT_EQ(choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes, 0).reference_spill_bytes,
+            kReferenceSpillBytes)
+      << "kept slices that would take more than 90% of the memory at hand";
+  // A disk too small for the spilled slices: kept ones, in more groups of heads where needed.
+  const HeadGroupChoice no_disk = choose_head_groups(row, req, kHeadGroupAuto, spilled.host_bytes, 0, false, 1);
+  EXPECT_EQ(no_disk.reference_spill_bytes, -1);
+  EXPECT_TRUE(no_disk.fits);
+  EXPECT_GT(no_disk.groups, 1);
+  EXPECT_LE(no_disk.estimate.host_bytes, spilled.host_bytes);
   // estimate_memory alone reads auto as kReferenceSpillBytes.
   EXPECT_EQ(estimate_memory(row, req).host_bytes, spilled.host_bytes);
 }
@@ -219,15 +229,17 @@ TEST(HeadGroups, TheInputShardIsKeptAcrossFormsOnlyWhereItFits) {
   EXPECT_EQ(kept.ranks[0].kept, plain.ranks[0].kept + plain.ranks[0].inputs);
   EXPECT_EQ(kept.ranks[0].upload, plain.ranks[0].upload - plain.ranks[0].inputs);
   EXPECT_GT(kept.host_bytes, plain.host_bytes);
-  const HeadGroupChoice roomy = choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes, 0, true);
+  const int64_t room = kept.host_bytes / 9 * 10 + 100;  // a kept shard takes at most 90% of it
+  const HeadGroupChoice roomy = choose_head_groups(row, req, kHeadGroupAuto, room, 0, true);
   EXPECT_TRUE(roomy.keep_inputs);
   EXPECT_EQ(roomy.estimate.host_bytes, kept.host_bytes);
-  EXPECT_FALSE(choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes, 0, false).keep_inputs);
+  EXPECT_FALSE(choose_head_groups(row, req, kHeadGroupAuto, room, 0, false).keep_inputs);
+  EXPECT_FALSE(choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes, 0, true).keep_inputs) << "over 90%";
   EXPECT_FALSE(choose_head_groups(row, req, kHeadGroupAuto, 0, 0, true).keep_inputs) << "unknown host memory";
   const HeadGroupChoice tight = choose_head_groups(row, req, kHeadGroupAuto, kept.host_bytes - 1, 0, true);
   EXPECT_FALSE(tight.keep_inputs);
   EXPECT_EQ(tight.groups, 1);
-  EXPECT_FALSE(choose_head_groups(row, req, 0, kept.host_bytes * 4, 0, true).keep_inputs) << "groups of heads";
+  EXPECT_FALSE(choose_head_groups(row, req, 0, room * 4, 0, true).keep_inputs) << "groups of heads";
   keep_req.head_groups = 2;
   EXPECT_THROW(estimate_memory(row, keep_req), InvariantError);
 }
