@@ -129,6 +129,38 @@ std::string describe_memory(const MemoryEstimate& cpu, const MemoryEstimate& gpu
   return s;
 }
 
+// The row's plan; an error names the row and its file.
+SegmentPlan plan_row(const RowConfig& row, const PlanRequest& req, const std::string& file) {
+  try {
+    return make_plan(row, req);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("while planning row {} of {}: {}", row.name, file, e.what()));
+  }
+}
+
+// What `plan` asks of the memory estimate (its flags, as run's).
+struct MemoryAsk {
+  int64_t spill_bytes = 0, reference_group = 0, room = 0, available = 0, device_flag = -1, group_bytes = 0;
+  bool keep_inputs = true;
+};
+
+// The row's memory in a threads launch (every rank a thread of one process) on the CPU twin, and
+// on a GPU (the form arrays in device memory, without backend scratch), as `run` would choose it.
+std::pair<MemoryEstimate, MemoryEstimate> row_memory(const RowConfig& row, const PlanRequest& req, const MemoryAsk& a) {
+  MemoryRequest mreq;
+  mreq.plan = req;
+  mreq.forced_P = row.forms.forced_P;
+  mreq.reference_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  mreq.reference_spill_bytes = a.spill_bytes;
+  mreq.reference_group_bytes = a.reference_group;
+  MemoryEstimate cpu = choose_head_groups(row, mreq, a.group_bytes, a.available, 0, a.keep_inputs, a.room).estimate;
+  mreq.device_is_host = false;
+  const int64_t device = a.device_flag >= 0 ? a.device_flag : class_device_memory(req.device);
+  MemoryEstimate gpu =
+      choose_head_groups(row, mreq, a.group_bytes, a.available, device, a.keep_inputs, a.room).estimate;
+  return {std::move(cpu), std::move(gpu)};
+}
+
 }  // namespace
 
 std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
@@ -180,47 +212,31 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
-    const int64_t spill_bytes = parse_reference_spill(o->reference_spill);
-    const int64_t reference_group = parse_reference_group(o->reference_group);
-    const bool keep_inputs = o->keep_inputs == "auto";
-    const int64_t room = spill_room(o->max_spill_disk, 1).bytes;  // a threads launch: one process
-    nlohmann::json out = nlohmann::json::array();
+    MemoryAsk ask;
+    ask.spill_bytes = parse_reference_spill(o->reference_spill);
+    ask.reference_group = parse_reference_group(o->reference_group);
+    ask.keep_inputs = o->keep_inputs == "auto";
+    ask.room = spill_room(o->max_spill_disk, 1).bytes;  // a threads launch: one process
     const int64_t host_flag = parse_bytes(o->max_host_mem, "--max-host-mem");
-    const int64_t available = host_flag >= 0 ? host_flag : host_memory_available();
-    const int64_t device_flag = parse_bytes(o->max_device_mem, "--max-device-mem");
-    const int64_t group_bytes = parse_head_group(o->head_group);
+    ask.available = host_flag >= 0 ? host_flag : host_memory_available();
+    ask.device_flag = parse_bytes(o->max_device_mem, "--max-device-mem");
+    ask.group_bytes = parse_head_group(o->head_group);
+    nlohmann::json out = nlohmann::json::array();
     for (const RowConfig* row : select_rows(set, o->row)) {
       PlanRequest req;
       req.device = !o->device.empty() ? o->device : !row->plan_device.empty() ? row->plan_device : "h200";
       req.sm_count = o->sm_count;
       req.world = o->world;
       req.forced_P = o->P;
-      SegmentPlan plan;
-      try {
-        plan = make_plan(*row, req);
-      } catch (const ConfigError& e) {
-        throw ConfigError(fmt::format("while planning row {} of {}: {}", row->name, set.file, e.what()));
-      }
-      // Memory of a threads launch (every rank a thread of one process) on the CPU twin; the form
-      // arrays are what each rank would hold in device memory on a GPU (without backend scratch).
-      MemoryRequest mreq;
-      mreq.plan = req;
-      mreq.forced_P = row->forms.forced_P;
-      mreq.reference_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      mreq.reference_spill_bytes = spill_bytes;
-      mreq.reference_group_bytes = reference_group;
-      const MemoryEstimate mem = choose_head_groups(*row, mreq, group_bytes, available, 0, keep_inputs, room).estimate;
-      mreq.device_is_host = false;
-      const int64_t device = device_flag >= 0 ? device_flag : class_device_memory(req.device);
-      const MemoryEstimate gpu =
-          choose_head_groups(*row, mreq, group_bytes, available, device, keep_inputs, room).estimate;
+      const SegmentPlan plan = plan_row(*row, req, set.file);
+      const auto [mem, gpu] = row_memory(*row, req, ask);
       if (o->json) {
         nlohmann::json j = plan_json(plan, o->segments);
-        j["memory"] = memory_json(mem, gpu, available, room);
+        j["memory"] = memory_json(mem, gpu, ask.available, ask.room);
         out.push_back(j);
       } else {
         std::fputs(describe(plan).c_str(), stdout);
-        std::fputs(describe_memory(mem, gpu, available, room).c_str(), stdout);
+        std::fputs(describe_memory(mem, gpu, ask.available, ask.room).c_str(), stdout);
       }
     }
     if (o->json) std::printf("%s\n", out.dump(2).c_str());
