@@ -238,6 +238,43 @@ void write_row_file(const std::string& file, const nlohmann::ordered_json& doc) 
     raise_api_error("I/O", "rename", errno, "cannot replace " + file, __FILE__, __LINE__);
 }
 
+// calibrate's options, into `o` (each explained by --help).
+void add_calibrate_options(CLI::App* sub, CalibrateCli& o) {
+  sub->add_option("--rows", o.rows, "Row set: a name or a path to a row file")->capture_default_str();
+  sub->add_option("--row", o.row, "Only these rows (names or globs); repeatable");
+  sub->add_option("--seeds", o.seeds,
+                  "Seeds the budgets are derived over (S, A:B inclusive, or a comma list); the worst error over "
+                  "them sets each budget, and the row file records them")
+      ->capture_default_str();
+  sub->add_option("--device", o.device,
+                  "Device class whose planned schedule is calibrated (rows with plan_device "
+                  "use theirs)")
+      ->capture_default_str();
+  sub->add_option("--k", o.k, "Multiplier of the twin's error in the budget formula")->capture_default_str();
+  sub->add_flag("--write", o.write, "Write the budgets into the row file (atomically, other fields kept)");
+  sub->add_flag("--check", o.check, "Exit 1 unless the row file holds exactly the budgets calibrate derives");
+  sub->add_option("--threads", o.threads, "CPU twin threads per rank (default: cores / ranks)")
+      ->check(CLI::Range(1, kMaxThreads));
+  sub->add_option("--cache", o.cache, "FP64 reference cache folder ('none' disables)");
+  sub->add_option("--inject", o.inject,
+                  "Run both twins with an engine fault (as run --inject) to see calibrate refuse a broken twin")
+      ->capture_default_str();
+  sub->add_option("--max-host-mem", o.max_host_mem,
+                  "Host memory this process may use (as run --max-host-mem): a row whose estimate (kcpbench plan) "
+                  "is larger is refused before anything runs (exit 2)")
+      ->capture_default_str();
+  sub->add_option("--head-group", o.head_group, head_group_help() + " (as run --head-group; both twins)")
+      ->capture_default_str();
+  sub->add_option("--reference-spill", o.reference_spill, reference_spill_help() + " (as run --reference-spill)")
+      ->capture_default_str();
+  sub->add_option("--max-spill-disk", o.max_spill_disk, max_spill_disk_help())->capture_default_str();
+  sub->add_option("--reference-group", o.reference_group, reference_group_help() + " (as run --reference-group)")
+      ->capture_default_str();
+  sub->add_option("--keep-inputs", o.keep_inputs, keep_inputs_help() + " (as run --keep-inputs)")
+      ->check(CLI::IsMember({"auto", "never"}))
+      ->capture_default_str();
+}
+
 }  // namespace
 
 std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
@@ -245,39 +282,7 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
                                  "Derive per-row budgets from the CPU twin's error against FP64 over several seeds "
                                  "at the planned schedule; print, --write them into the row file, or --check it");
   auto o = std::make_shared<CalibrateCli>();
-  sub->add_option("--rows", o->rows, "Row set: a name or a path to a row file")->capture_default_str();
-  sub->add_option("--row", o->row, "Only these rows (names or globs); repeatable");
-  sub->add_option("--seeds", o->seeds,
-                  "Seeds the budgets are derived over (S, A:B inclusive, or a comma list); the worst error over "
-                  "them sets each budget, and the row file records them")
-      ->capture_default_str();
-  sub->add_option("--device", o->device,
-                  "Device class whose planned schedule is calibrated (rows with plan_device "
-                  "use theirs)")
-      ->capture_default_str();
-  sub->add_option("--k", o->k, "Multiplier of the twin's error in the budget formula")->capture_default_str();
-  sub->add_flag("--write", o->write, "Write the budgets into the row file (atomically, other fields kept)");
-  sub->add_flag("--check", o->check, "Exit 1 unless the row file holds exactly the budgets calibrate derives");
-  sub->add_option("--threads", o->threads, "CPU twin threads per rank (default: cores / ranks)")
-      ->check(CLI::Range(1, kMaxThreads));
-  sub->add_option("--cache", o->cache, "FP64 reference cache folder ('none' disables)");
-  sub->add_option("--inject", o->inject,
-                  "Run both twins with an engine fault (as run --inject) to see calibrate refuse a broken twin")
-      ->capture_default_str();
-  sub->add_option("--max-host-mem", o->max_host_mem,
-                  "Host memory this process may use (as run --max-host-mem): a row whose estimate (kcpbench plan) "
-                  "is larger is refused before anything runs (exit 2)")
-      ->capture_default_str();
-  sub->add_option("--head-group", o->head_group, head_group_help() + " (as run --head-group; both twins)")
-      ->capture_default_str();
-  sub->add_option("--reference-spill", o->reference_spill, reference_spill_help() + " (as run --reference-spill)")
-      ->capture_default_str();
-  sub->add_option("--max-spill-disk", o->max_spill_disk, max_spill_disk_help())->capture_default_str();
-  sub->add_option("--reference-group", o->reference_group, reference_group_help() + " (as run --reference-group)")
-      ->capture_default_str();
-  sub->add_option("--keep-inputs", o->keep_inputs, keep_inputs_help() + " (as run --keep-inputs)")
-      ->check(CLI::IsMember({"auto", "never"}))
-      ->capture_default_str();
+  add_calibrate_options(sub, *o);
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     KCP_REQUIRE(!(o->write && o->check), "calibrate: --write and --check exclude each other");
