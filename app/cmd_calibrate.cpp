@@ -33,8 +33,8 @@ namespace {
 
 struct CalibrateCli {
   std::string rows = "int1", device = "h200", cache, seeds = "1:8", inject = "none", max_host_mem = "auto",
-              head_group = "auto", reference_spill = "auto", max_spill_disk = "auto", reference_group = "auto",
-              keep_inputs = "auto";
+              head_group = "auto";
+  MemoryFlags mem;
   std::vector<std::string> row;
   double k = 2.0;
   bool write = false, check = false;
@@ -265,14 +265,7 @@ void add_calibrate_options(CLI::App* sub, CalibrateCli& o) {
       ->capture_default_str();
   sub->add_option("--head-group", o.head_group, head_group_help() + " (as run --head-group; both twins)")
       ->capture_default_str();
-  sub->add_option("--reference-spill", o.reference_spill, reference_spill_help() + " (as run --reference-spill)")
-      ->capture_default_str();
-  sub->add_option("--max-spill-disk", o.max_spill_disk, max_spill_disk_help())->capture_default_str();
-  sub->add_option("--reference-group", o.reference_group, reference_group_help() + " (as run --reference-group)")
-      ->capture_default_str();
-  sub->add_option("--keep-inputs", o.keep_inputs, keep_inputs_help() + " (as run --keep-inputs)")
-      ->check(CLI::IsMember({"auto", "never"}))
-      ->capture_default_str();
+  add_memory_flags(sub, o.mem, true);
 }
 
 }  // namespace
@@ -305,13 +298,11 @@ std::function<int()> add_calibrate_command(CLI::App& app, Globals& g) {
                 "calibrate --inject: {} does not change the twin's numbers; give a fault that does", o->inject);
     opt.cache_dir = o->cache == "none" ? "" : o->cache.empty() ? default_cache_dir() : o->cache;
     opt.head_group_bytes = parse_head_group(o->head_group);
-    opt.reference_spill_bytes = parse_reference_spill(o->reference_spill);
-    opt.reference_group_bytes = parse_reference_group(o->reference_group);
-    opt.keep_inputs = o->keep_inputs == "auto";
+    apply_memory_flags(o->mem, opt);
     {  // the twins hold what run holds for the same forms (core/plan/memory_estimate.h)
       RunGuard guard;
       guard.max_host_mem = o->max_host_mem;
-      guard.max_spill_disk = o->max_spill_disk;
+      guard.max_spill_disk = o->mem.max_spill_disk;
       guard.threads = o->threads;
       check_memory(rows, opt, *kernels::make_cpu_backend(kernels::CpuStorage::Rounded), guard);
     }

@@ -176,8 +176,8 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
     int P = 0;
     bool json = false;
     bool segments = false;
-    std::string head_group = "auto", max_host_mem = "auto", max_device_mem = "auto", reference_spill = "auto",
-                max_spill_disk = "auto", reference_group = "auto", keep_inputs = "auto";
+    std::string head_group = "auto", max_host_mem = "auto", max_device_mem = "auto";
+    MemoryFlags mem;
   };
   auto o = std::make_shared<Opts>();
   sub->add_option("--rows", o->rows, "Row set: a name (int1 = <configs>/rows/int1.json) or a path to a row file")
@@ -201,22 +201,17 @@ std::function<int()> add_plan_command(CLI::App& app, Globals& g) {
                   "Device memory the GPU estimate's groups of heads are chosen for (BYTES, or auto: the device "
                   "class's, H100 78 GiB, H200 139 GiB; others no limit)")
       ->capture_default_str();
-  sub->add_option("--reference-spill", o->reference_spill, reference_spill_help() + " (as run --reference-spill)")
-      ->capture_default_str();
-  sub->add_option("--max-spill-disk", o->max_spill_disk, max_spill_disk_help())->capture_default_str();
-  sub->add_option("--reference-group", o->reference_group, reference_group_help() + " (as run --reference-group)")
-      ->capture_default_str();
-  sub->add_option("--keep-inputs", o->keep_inputs, keep_inputs_help() + " (as run --keep-inputs)")
-      ->check(CLI::IsMember({"auto", "never"}))
-      ->capture_default_str();
+  add_memory_flags(sub, o->mem, true);
   return [sub, o, &g]() -> int {
     if (!sub->parsed()) return -1;
     RowSet set = load_row_set(resolve_row_file(o->rows, g.configs_dir));
     MemoryAsk ask;
-    ask.spill_bytes = parse_reference_spill(o->reference_spill);
-    ask.reference_group = parse_reference_group(o->reference_group);
-    ask.keep_inputs = o->keep_inputs == "auto";
-    ask.room = spill_room(o->max_spill_disk, 1).bytes;  // a threads launch: one process
+    RunOptions flags;
+    apply_memory_flags(o->mem, flags);
+    ask.spill_bytes = flags.reference_spill_bytes;
+    ask.reference_group = flags.reference_group_bytes;
+    ask.keep_inputs = flags.keep_inputs;
+    ask.room = spill_room(o->mem.max_spill_disk, 1).bytes;  // a threads launch: one process
     const int64_t host_flag = parse_bytes(o->max_host_mem, "--max-host-mem");
     ask.available = host_flag >= 0 ? host_flag : host_memory_available();
     ask.device_flag = parse_bytes(o->max_device_mem, "--max-device-mem");

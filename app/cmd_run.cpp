@@ -119,8 +119,8 @@ struct RunCli {
   std::string rows = "int1";
   std::vector<std::string> row, package, saved, P, sweep_P;
   std::string backend = "auto", comm = "auto", device = "h200", json, inject = "none", cache, dump;
-  std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir, reference_spill = "auto",
-              max_spill_disk = "auto", reference_group = "auto", head_group = "auto", keep_inputs = "auto";
+  std::string max_host_mem = "auto", max_device_mem = "auto", seeds, external_dir, head_group = "auto";
+  MemoryFlags mem;
   int sm_count = 0, threads = 0, inject_rank = -1, warmup = 0, repeats = 1;
   double deadline = 3600;
   bool bench = false;
@@ -389,12 +389,7 @@ void add_timing_memory_options(CLI::App* sub, RunCli& o) {
                   "Device memory the ranks of one device may use (BYTES, or auto: the GPU's total memory; the CPU "
                   "twin keeps its arrays in host memory). A row that needs more is refused (exit 2); 0: no check")
       ->capture_default_str();
-  sub->add_option("--reference-spill", o.reference_spill, reference_spill_help())->capture_default_str();
-  sub->add_option("--max-spill-disk", o.max_spill_disk, max_spill_disk_help())->capture_default_str();
-  sub->add_option("--reference-group", o.reference_group, reference_group_help())->capture_default_str();
-  sub->add_option("--keep-inputs", o.keep_inputs, keep_inputs_help())
-      ->check(CLI::IsMember({"auto", "never"}))
-      ->capture_default_str();
+  add_memory_flags(sub, o.mem, false);
   sub->add_option("--head-group", o.head_group, head_group_help())->capture_default_str();
 }
 
@@ -445,9 +440,7 @@ void parse_run_flags(const RunCli& o, const CLI::App& sub, RunOptions& opt) {
   opt.repeats = o.bench && sub.count("--repeats") == 0 ? 20 : o.repeats;
   opt.phase_times = o.bench || o.phase_times;
   opt.cache_dir = o.cache == "none" ? "" : o.cache.empty() ? default_cache_dir() : o.cache;
-  opt.reference_spill_bytes = parse_reference_spill(o.reference_spill);
-  opt.reference_group_bytes = parse_reference_group(o.reference_group);
-  opt.keep_inputs = o.keep_inputs == "auto";
+  apply_memory_flags(o.mem, opt);
   opt.head_group_bytes = parse_head_group(o.head_group);
 }
 
@@ -583,7 +576,7 @@ std::function<int()> add_run_command(CLI::App& app, Globals& g) {
     const std::string comm_kind = o->comm == "auto" ? (launched ? "mpi" : "local") : o->comm;
     check_before_run(rows, opt, *backend,
                      {o->deadline, sub->count("--deadline") > 0, o->max_host_mem, o->max_device_mem, use_mpi,
-                      o->threads, o->json, o->dump, o->max_spill_disk});
+                      o->threads, o->json, o->dump, o->mem.max_spill_disk});
 
     RunContext ctx = run_context(g, *o, set, rows, use_mpi, comm_kind, *backend, ext_cmd);
     DeadlineWatchdog watchdog(o->deadline);

@@ -107,6 +107,24 @@ std::string keep_inputs_help() {
          "at hand (kcpbench plan shows it); never: each form draws it again. The values are the same either way";
 }
 
+void add_memory_flags(CLI::App* sub, MemoryFlags& f, bool as_run) {
+  auto as = [as_run](const char* flag) { return as_run ? fmt::format(" (as run {})", flag) : std::string(); };
+  sub->add_option("--reference-spill", f.reference_spill, reference_spill_help() + as("--reference-spill"))
+      ->capture_default_str();
+  sub->add_option("--max-spill-disk", f.max_spill_disk, max_spill_disk_help())->capture_default_str();
+  sub->add_option("--reference-group", f.reference_group, reference_group_help() + as("--reference-group"))
+      ->capture_default_str();
+  sub->add_option("--keep-inputs", f.keep_inputs, keep_inputs_help() + as("--keep-inputs"))
+      ->check(CLI::IsMember({"auto", "never"}))
+      ->capture_default_str();
+}
+
+void apply_memory_flags(const MemoryFlags& f, RunOptions& opt) {
+  opt.reference_spill_bytes = parse_reference_spill(f.reference_spill);
+  opt.reference_group_bytes = parse_reference_group(f.reference_group);
+  opt.keep_inputs = f.keep_inputs == "auto";
+}
+
 SpillRoom spill_room(const std::string& max_spill_disk, int procs) {
   const int64_t flag = parse_bytes(max_spill_disk, "--max-spill-disk");
   if (flag >= 0) return {flag, "--max-spill-disk"};

@@ -4,6 +4,7 @@
 // --max-device-mem say how much there is. --json and --dump must be writable before any row runs.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,6 +70,16 @@ std::string reference_group_help();
 
 // --keep-inputs of run, calibrate and plan ("auto" or "never"): its --help text.
 std::string keep_inputs_help();
+
+// The FP64 reference's and the inputs' memory flags that run, calibrate and plan share, in this
+// order: --reference-spill, --max-spill-disk, --reference-group, --keep-inputs.
+struct MemoryFlags {
+  std::string reference_spill = "auto", max_spill_disk = "auto", reference_group = "auto", keep_inputs = "auto";
+};
+// Registers them on `sub`; `as_run` is appended to their help texts (calibrate and plan: " (as run ...)").
+void add_memory_flags(CLI::App* sub, MemoryFlags& f, bool as_run);
+// Sets opt's reference_spill_bytes, reference_group_bytes and keep_inputs from them.
+void apply_memory_flags(const MemoryFlags& f, RunOptions& opt);
 
 // --max-spill-disk of run, calibrate and plan: the room for spilled reference slices (BYTES, auto:
 // the free space of the spill folder, shared by `procs` processes of this host; 0: no check) and
