@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <exception>
+#include <functional>
+#include <vector>
 
 #include "app/commands.h"
 #include "core/comm/mpi_communicator.h"
@@ -13,6 +15,74 @@
 #include "core/util/error.h"
 #include "core/util/log.h"
 #include "kcp/config.h"
+
+namespace {
+
+// kcpbench's own options; written before or after the subcommand.
+struct TopFlags {
+  bool version = false;
+  int quiet = 0, verbose = 0;
+};
+
+void add_top_options(CLI::App& cli, kcp::app::Globals& g, TopFlags& f) {
+  // Options of kcpbench itself (-q, -v, --configs) may also be written after the subcommand
+  // ("kcpbench run -q"): a subcommand hands options it does not know to kcpbench. Set before
+  // the subcommands are added (they inherit it).
+  cli.fallthrough();
+  cli.add_flag("--version", f.version, "Print the version, git sha, build options and CUDA/NCCL/MPI availability");
+  cli.add_option("--configs", g.configs_dir, "Folder holding rows/<set>.json (default: the source tree's configs/)");
+  // -q with -v is checked after parsing, not with CLI11's excludes(): CLI11 2.4 (Ubuntu 24.04)
+  // reports "--quiet excludes --verbose" for a lone -q of this fallthrough flag.
+  cli.add_flag("-q,--quiet", f.quiet,
+               "Print only the failing table lines (FAIL, CONTRACT BROKEN, a skip for an "
+               "error), the summary and errors (before or after the subcommand)");
+  cli.add_flag("-v,--verbose", f.verbose,
+               "Print debug lines (per-phase details; before or after the "
+               "subcommand)");
+}
+
+// Parses the command line. Returns the exit code when parsing ends the run (help: 0; a parse
+// error or -q with -v: 2, the message printed), else -1.
+int parse_command_line(CLI::App& cli, int argc, char** argv, const TopFlags& f) {
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return cli.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return cli.exit(e);
+  } catch (const CLI::ParseError& e) {
+    cli.exit(e);
+    return 2;
+  }
+  if (f.quiet > 0 && f.verbose > 0) {
+    std::fprintf(stderr,
+                 "--quiet excludes --verbose (give -q or -v, not both)\nRun with --help for more information.\n");
+    return 2;
+  }
+  return -1;
+}
+
+// The parsed command: --version, the help without a subcommand, or the one subcommand's action
+// (each action returns -1 unless its own subcommand was parsed). Returns the exit code.
+int run_parsed(CLI::App& cli, const TopFlags& f, const std::vector<std::function<int()>>& actions) {
+  kcp::log::set_level(f.quiet ? kcp::log::Level::Quiet : f.verbose ? kcp::log::Level::Debug : kcp::log::Level::Info);
+  if (f.version) {
+    std::fputs(kcp::app::version_text().c_str(), stdout);
+    return 0;
+  }
+  if (cli.get_subcommands().empty()) {
+    std::fputs(cli.help().c_str(), stdout);
+    return 0;
+  }
+  int code = 0;
+  for (const auto& act : actions) {
+    const int rc = act();
+    if (rc >= 0) code = rc;
+  }
+  return code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace kcp;
@@ -32,24 +102,8 @@ int main(int argc, char** argv) {
         "kcpbench: benchmark and validation harness for context-parallel (KCP) GDN and KDA training "
         "kernels.\nRows come from JSON row sets (configs/rows/*.json); see README.md."};
     cli.require_subcommand(0, 1);
-    // Options of kcpbench itself (-q, -v, --configs) may also be written after the subcommand
-    // ("kcpbench run -q"): a subcommand hands options it does not know to kcpbench. Set before
-    // the subcommands are added (they inherit it).
-    cli.fallthrough();
-    bool version = false;
-    cli.add_flag("--version", version, "Print the version, git sha, build options and CUDA/NCCL/MPI availability");
-    cli.add_option("--configs", g.configs_dir, "Folder holding rows/<set>.json (default: the source tree's configs/)");
-    int quiet = 0, verbose = 0;
-    auto* q = cli.add_flag("-q,--quiet", quiet,
-                           "Print only the failing table lines (FAIL, CONTRACT BROKEN, a skip for an "
-                           "error), the summary and errors (before or after the subcommand)");
-    auto* v = cli.add_flag("-v,--verbose", verbose,
-                           "Print debug lines (per-phase details; before or after the "
-                           "subcommand)");
-    // Checked after parsing, not with CLI11's excludes(): CLI11 2.4 (Ubuntu 24.04) reports
-    // "--quiet excludes --verbose" for a lone -q of this fallthrough flag.
-    (void)q;
-    (void)v;
+    TopFlags flags;
+    add_top_options(cli, g, flags);
     std::vector<std::function<int()>> actions;
     actions.push_back(app::add_list_command(cli, g));
     actions.push_back(app::add_plan_command(cli, g));
@@ -58,39 +112,8 @@ int main(int argc, char** argv) {
     actions.push_back(app::add_compare_command(cli, g));
     actions.push_back(app::add_merge_command(cli, g));
     actions.push_back(app::add_replay_command(cli, g));
-    try {
-      cli.parse(argc, argv);
-    } catch (const CLI::CallForHelp& e) {
-      code = cli.exit(e);
-      throw 0;
-    } catch (const CLI::CallForAllHelp& e) {
-      code = cli.exit(e);
-      throw 0;
-    } catch (const CLI::ParseError& e) {
-      cli.exit(e);
-      code = 2;
-      throw 0;
-    }
-    if (quiet > 0 && verbose > 0) {
-      std::fprintf(stderr,
-                   "--quiet excludes --verbose (give -q or -v, not both)\nRun with --help for more information.\n");
-      code = 2;
-      throw 0;
-    }
-    log::set_level(quiet ? log::Level::Quiet : verbose ? log::Level::Debug : log::Level::Info);
-    if (version) {
-      std::fputs(app::version_text().c_str(), stdout);
-    } else if (cli.get_subcommands().empty()) {
-      std::fputs(cli.help().c_str(), stdout);
-    } else {
-      // Each action returns -1 unless its own subcommand was parsed; exactly one runs.
-      for (auto& act : actions) {
-        int rc = act();
-        if (rc >= 0) code = rc;
-      }
-    }
-  } catch (int) {
-    // parse outcome already printed
+    code = parse_command_line(cli, argc, argv, flags);
+    if (code < 0) code = run_parsed(cli, flags, actions);
   } catch (const Error& e) {
     std::fprintf(stderr, "kcpbench: error: %s\n", e.what());
     code = e.exit_code();
