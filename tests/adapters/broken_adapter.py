@@ -9,6 +9,8 @@ adapter (scripts/adapters/numpy_ref.py) with one fault, chosen by --break:
   crash        exits with status 3 after a message -> fails naming the status and the log tail
   hang         sleeps far past any deadline    -> the row deadline kills it (exit 5)
   nothing      exits 0 without writing anything -> fails: no output file
+  nan-dq       one NaN in dq                    -> fails on dq, naming the non-finite value (exit 1)
+  zero-dbeta   dbeta written as zeros           -> fails on dbeta (exit 1)
 
     broken_adapter.py --break MODE FOLDER
 """
@@ -39,6 +41,11 @@ def main(argv):
         del out["dk"]
     elif mode == "wrong-shape":
         out["dv"] = out["dv"][:, :1]
+    elif mode == "nan-dq":
+        out["dq"] = out["dq"].copy()
+        out["dq"].flat[out["dq"].size // 2] = np.nan
+    elif mode == "zero-dbeta":
+        out["dbeta"] = np.zeros_like(out["dbeta"])
     elif mode == "float16":
         out["o"] = out["o"].astype(np.float16)
     else:

@@ -168,6 +168,8 @@ def test_broken(args):
         ("missing-dk", 1, ["dk: not provided (the adapter did not write outputs/dk.npy)"]),
         ("wrong-shape", 1, ["dv: outputs/dv.npy has shape [512, 1, 64], expected [512, 4, 64] ([T, HV, V])"]),
         ("float16", 1, ["o: outputs/o.npy has dtype '<f2', expected float32 ('<f4') or float64 ('<f8')"]),
+        ("nan-dq", 1, ["dq: 1 non-finite values"]),
+        ("zero-dbeta", 1, ["dbeta: ratio_max"]),
         ("crash", 1, ["the adapter failed: exit status 3", "simulated failure in the backward"]),
         ("nothing", 1, ["wrote no output file"]),
         ("hang", 5, ["deadline passed", "time limit of 3 s", "killed with its process group"]),
@@ -185,8 +187,10 @@ def test_broken(args):
             check(text in e.get("reason", ""), f"{mode}: reason lacks {text!r}: {e.get('reason')!r}")
         check(text.split(":")[0] in p.stdout + p.stderr, f"{mode}: the table line does not say why")
         ts = e.get("tensors", {})
-        if mode == "dk-sign":
-            check(not ts["dk"]["pass"] and ts["dq"]["pass"] and ts["o"]["pass"], f"{mode}: only dk must fail")
+        for bad, name in (("dk-sign", "dk"), ("nan-dq", "dq"), ("zero-dbeta", "dbeta")):
+            if mode == bad:
+                failing = sorted(t for t, m in ts.items() if not m["pass"])
+                check(failing == [name], f"{mode}: failing tensors {failing}, expected only {name}")
         if mode == "missing-dk":
             check("dk" not in ts and e["external"]["not_provided"] == ["dk"], f"{mode}: dk listed or judged")
             check(all(m["pass"] for m in ts.values()), f"{mode}: the tensors it wrote must pass")
