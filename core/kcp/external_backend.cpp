@@ -21,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kLogTailLines = 20;
+constexpr size_t kLogTailBytes = 4096;  // of the tail kept in the entry (a progress bar can be one long line)
 
 // A tensor of the protocol: its name and its dimensions by symbol (T, N, H, HV, K, V).
 struct Spec {
@@ -90,7 +91,8 @@ nlohmann::json gate_json(const RowConfig& row) {
     g["decay"] = "a = -exp(A_log[j]) * softplus(g + dt_bias), softplus(x) = max(x, 0) + log1p(exp(-|x|))";
   if (row.gate == GateForm::LowerBound) {
     g["lower_bound"] = row.lower_bound;
-    g["decay"] = "a = lower_bound * sigmoid(exp(A_log[j]) * (g + dt_bias)) (without A_log: sigmoid(g + dt_bias))";
+    g["decay"] =
+        "a = lower_bound * sigmoid(exp(A_log[j]) * (g + dt_bias)) (without A_log: lower_bound * sigmoid(g + dt_bias))";
   }
   if (!row.A_log) g["decay_note"] = "without A_log, exp(A_log) is 1; without dt_bias, dt_bias is 0";
   return g;
@@ -118,7 +120,8 @@ nlohmann::json external_manifest(const RowConfig& row, const std::string& row_di
   m["scale"] = row.scale > 0 ? row.scale : 1.0 / std::sqrt(double(row.K));
   m["qk_l2norm"] = row.qk_l2norm;
   m["qk_l2norm_formula"] = "x / sqrt(sum(x^2) + 1e-6) per (token, head) row of length K, before everything else";
-  m["gva"] = "value head j uses q/k head j / (HV / H)";
+  m["gva"] =
+      "value head j uses q/k head floor(j / (HV / H)); dq and dk of a q/k head sum over the value heads that use it";
   m["gate"] = gate_json(row);
   m["initial_state"] = row.initial_state;
   m["final_state"] = row.final_state;
@@ -139,8 +142,10 @@ nlohmann::json external_manifest(const RowConfig& row, const std::string& row_di
                             {"layout", layout_of(s)},
                             {"dtype", "float32 or float64"}};
   m["outputs_note"] =
-      "every output listed is required; dg is the gradient w.r.t. the gate input g as given; dA_log, ddt_bias "
-      "sum over all tokens; dh0 is dL/dh0; a missing or malformed file fails the entry";
+      "every output listed is required; dq and dk are the gradients w.r.t. the q and k inputs as given (before "
+      "the L2 norm when qk_l2norm is on); dg is the gradient w.r.t. the gate input g as given; dA_log and "
+      "ddt_bias sum over all tokens (dA_log of KDA also over the K channels); dh0 is dL/dh0; a missing or "
+      "malformed file fails the entry";
   return m;
 }
 
@@ -158,79 +163,119 @@ struct NpyFile {
   std::vector<double> data;
 };
 
-// The value of `key` in a .npy header dict ("'descr': '<f4', ..."), up to the next ',' or ')'.
+// The value of `key` in a .npy header dict ("'descr': '<f4', ..."): a tuple or list up to its
+// closing bracket, else up to the next ',' or '}'.
 std::string header_field(const std::string& h, const std::string& key) {
   const size_t k = h.find("'" + key + "'");
   if (k == std::string::npos) return "";
   size_t b = h.find(':', k) + 1;
   while (b < h.size() && h[b] == ' ') ++b;
-  const size_t e = h[b] == '(' ? h.find(')', b) + 1 : h.find_first_of(",}", b);
-  return h.substr(b, e - b);
+  if (b >= h.size()) return "";
+  const size_t e = h[b] == '(' ? h.find(')', b) : h[b] == '[' ? h.rfind(']') : h.find_first_of(",}", b) - 1;
+  return e == std::string::npos || e < b ? h.substr(b) : h.substr(b, e - b + 1);
 }
 
-std::vector<int64_t> parse_shape(const std::string& t) {
-  std::vector<int64_t> s;
+// The dimensions of a shape tuple "(512, 4, 64)"; false when a number is too long to be one.
+bool parse_shape(const std::string& t, std::vector<int64_t>& s) {
   std::string num;
-  for (char c : t) {
+  for (char c : t + ")") {
     if (c >= '0' && c <= '9') {
       num += c;
     } else if (!num.empty()) {
+      if (num.size() > 15) return false;
       s.push_back(std::stoll(num));
       num.clear();
     }
   }
-  return s;
-}
-
-// Reads a little-endian float32 / float64 .npy (format 1.0, 2.0 or 3.0).
-NpyFile read_npy(const std::string& path) {
-  NpyFile f;
-  std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) {
-    f.error = "is not a .npy file (no \\x93NUMPY magic)";
-    return f;
-  }
-  const int major = static_cast<unsigned char>(bytes[6]);
-  const size_t hl_bytes = major == 1 ? 2 : 4, head = 8 + hl_bytes;
-  size_t hl = 0;
-  for (size_t i = 0; i < hl_bytes && 8 + i < bytes.size(); ++i)
-    hl |= size_t(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
-  if (head + hl > bytes.size()) {
-    f.error = "has a header longer than the file";
-    return f;
-  }
-  const std::string h = bytes.substr(head, hl);
-  f.descr = header_field(h, "descr");
-  f.fortran = header_field(h, "fortran_order").find("True") != std::string::npos;
-  f.shape = parse_shape(header_field(h, "shape"));
-  const bool f4 = f.descr == "'<f4'", f8 = f.descr == "'<f8'";
-  if (!f4 && !f8) {
-    f.error = fmt::format("has dtype {}, expected float32 ('<f4') or float64 ('<f8')", f.descr);
-    return f;
-  }
-  int64_t n = 1;
-  for (int64_t d : f.shape) n *= d;
-  const size_t item = f4 ? 4 : 8, have = bytes.size() - head - hl;
-  if (have < size_t(n) * item) {
-    f.error = fmt::format("holds {} bytes of data, its shape needs {}", have, size_t(n) * item);
-    return f;
-  }
-  f.data.resize(size_t(n));
-  const char* p = bytes.data() + head + hl;
-  for (size_t i = 0; i < size_t(n); ++i) {
-    if (f4) {
-      float x;
-      std::memcpy(&x, p + 4 * i, 4);
-      f.data[i] = x;
-    } else {
-      std::memcpy(&f.data[i], p + 8 * i, 8);
-    }
-  }
-  return f;
+  return true;
 }
 
 std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+// Reads the first n bytes of `in` into out; false when the file is shorter.
+bool read_exactly(std::ifstream& in, size_t n, std::string& out) {
+  out.resize(n);
+  in.read(out.data(), std::streamsize(n));
+  return size_t(in.gcount()) == n;
+}
+
+// The header of a .npy file: dtype text, order, shape, and where the data starts; f.error says
+// why the file cannot be used.
+size_t read_npy_header(std::ifstream& in, NpyFile& f) {
+  std::string lead, h;
+  if (!read_exactly(in, 10, lead) || lead.compare(0, 6, "\x93NUMPY") != 0) {
+    f.error = "is not a .npy file (no \\x93NUMPY magic)";
+    return 0;
+  }
+  const int major = static_cast<unsigned char>(lead[6]);
+  size_t hl = static_cast<unsigned char>(lead[8]) | size_t(static_cast<unsigned char>(lead[9])) << 8, head = 10;
+  std::string more;
+  if (major >= 2) {  // a 4-byte header length
+    if (!read_exactly(in, 2, more)) more.assign(2, '\xff');
+    hl |= size_t(static_cast<unsigned char>(more[0])) << 16 | size_t(static_cast<unsigned char>(more[1])) << 24;
+    head = 12;
+  }
+  if (hl > (size_t(1) << 20) || !read_exactly(in, hl, h)) {
+    f.error = "has a header longer than the file";
+    return 0;
+  }
+  f.descr = header_field(h, "descr");
+  f.fortran = header_field(h, "fortran_order").find("True") != std::string::npos;
+  if (!parse_shape(header_field(h, "shape"), f.shape)) f.error = "has a shape with a dimension too large to read";
+  return head + hl;
+}
+
+// Reads a little-endian float32 / float64 .npy (format 1.0, 2.0 or 3.0) of shape `want`: the
+// header first, the data (exactly the bytes the shape needs) only when the file is a regular
+// file of the expected dtype, order and shape, so a wrong file costs no more than its header and
+// a directory, FIFO or device at the path is refused without being opened.
+NpyFile read_npy(const std::string& path, const std::vector<int64_t>& want, const std::string& layout) {
+  NpyFile f;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (ec || !fs::is_regular_file(st)) {
+    f.error = ec ? "cannot be read: " + ec.message() : "is not a regular file (a directory, FIFO or device)";
+    return f;
+  }
+  const uintmax_t size = fs::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (ec || !in) {
+    f.error = "cannot be opened";
+    return f;
+  }
+  const size_t data_at = read_npy_header(in, f);
+  const bool f4 = f.descr == "'<f4'", f8 = f.descr == "'<f8'";
+  if (f.error.empty() && !f4 && !f8)
+    f.error = fmt::format("has dtype {}, expected float32 ('<f4') or float64 ('<f8')", f.descr);
+  if (f.error.empty() && f.fortran) f.error = "is in Fortran order, expected C order";
+  if (f.error.empty() && f.shape != want)
+    f.error = fmt::format("has shape {}, expected {} ({})", shape_text(f.shape), shape_text(want), layout);
+  if (!f.error.empty()) return f;
+  size_t n = 1;
+  for (int64_t d : want) n *= size_t(d);
+  const size_t item = f4 ? 4 : 8, have = size - data_at;
+  std::string bytes;
+  if (have < n * item || !read_exactly(in, n * item, bytes)) {
+    f.error = fmt::format("holds {} bytes of data, its shape needs {}", have, n * item);
+    return f;
+  }
+  f.data.resize(n);
+  size_t beyond = 0;  // finite float64 values that float32 cannot hold
+  for (size_t i = 0; i < n; ++i) {
+    if (f4) {
+      float x;
+      std::memcpy(&x, bytes.data() + 4 * i, 4);
+      f.data[i] = x;
+    } else {
+      std::memcpy(&f.data[i], bytes.data() + 8 * i, 8);
+      beyond += std::isfinite(f.data[i]) && std::fabs(f.data[i]) > std::numeric_limits<float>::max();
+    }
+  }
+  if (beyond > 0)
+    f.error =
+        fmt::format("holds {} finite value(s) beyond the float32 range (the results are judged in float32)", beyond);
+  return f;
+}
 
 // The protocol's values of a tensor in the rank layout (State tensors: the sequences of the plan's
 // pieces, [pieces, HV, K, V]; the others as they are).
@@ -256,20 +301,17 @@ void read_outputs(const RowConfig& row, const RankPlan& rp, ExternalRun& run) {
   for (const Spec& s : output_specs(row)) {
     const std::string file = "outputs/" + s.name + ".npy";
     const std::vector<int64_t> want = shape_of(row, s);
-    if (!fs::exists(run.folder + "/" + file)) {
+    std::error_code ec;
+    if (!fs::exists(fs::symlink_status(run.folder + "/" + file, ec))) {
       run.not_provided.push_back(s.name);
       run.problems.push_back(fmt::format("{}: not provided (the adapter did not write {})", s.name, file));
       continue;
     }
     ++found;
-    const NpyFile f = read_npy(run.folder + "/" + file);
-    std::string bad = f.error;
-    if (bad.empty() && f.fortran) bad = "is in Fortran order, expected C order";
-    if (bad.empty() && f.shape != want)
-      bad = fmt::format("has shape {}, expected {} ({})", shape_text(f.shape), shape_text(want), layout_of(s));
-    if (!bad.empty()) {
+    const NpyFile f = read_npy(run.folder + "/" + file, want, layout_of(s));
+    if (!f.error.empty()) {
       run.not_provided.push_back(s.name);
-      run.problems.push_back(fmt::format("{}: {} {}", s.name, file, bad));
+      run.problems.push_back(fmt::format("{}: {} {}", s.name, file, f.error));
       continue;
     }
     for (int i = 0; i < kResultTensorCount; ++i)
@@ -318,7 +360,7 @@ ExternalRun run_external(const ExternalKernel& kernel, const RowConfig& row, con
   run.seconds = p.seconds;
   run.exit_status = p.exit_status;
   run.timed_out = p.timed_out;
-  run.log_tail = file_tail(run.log_file, kLogTailLines);
+  run.log_tail = file_tail(run.log_file, kLogTailLines, kLogTailBytes);
   const bool ok = p.started && !p.timed_out && !p.signaled && p.error.empty() && p.exit_status == 0;
   if (!ok) {
     run.failure = fmt::format("the adapter failed: {} (log: {})", describe(p, kernel.time_limit_s), run.log_file);

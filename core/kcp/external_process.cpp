@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -87,19 +88,34 @@ std::string describe(const ProcessOutcome& p, double limit_s) {
                        limit_s);
   if (p.signaled) return fmt::format("killed by signal {} ({})", p.signal, strsignal(p.signal));
   if (!p.error.empty()) return p.error;
+  // The command runs under /bin/sh -c, and a shell that does not exec it reports a child's fatal
+  // signal N as exit status 128 + N.
+  if (p.exit_status > 128 && p.exit_status < 128 + NSIG)
+    return fmt::format("exit status {} (a shell's report of signal {}, {}, unless the adapter chose that status)",
+                       p.exit_status, p.exit_status - 128, strsignal(p.exit_status - 128));
   return fmt::format("exit status {}", p.exit_status);
 }
 
-std::string file_tail(const std::string& path, int max_lines) {
-  std::ifstream in(path);
+std::string file_tail(const std::string& path, int max_lines, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - std::streamoff(kTailWindowBytes));
+  std::string window(size_t(size - from), '\0');
+  in.seekg(from);
+  in.read(window.data(), std::streamsize(window.size()));
+  window.resize(size_t(in.gcount()));
   std::deque<std::string> lines;
-  std::string l;
-  while (std::getline(in, l)) {
-    lines.push_back(l);
+  size_t a = 0;
+  for (size_t b = 0; b <= window.size(); ++b) {
+    if (b < window.size() && window[b] != '\n' && window[b] != '\r') continue;
+    if (b > a) lines.push_back(window.substr(a, b - a));
     if (static_cast<int>(lines.size()) > max_lines) lines.pop_front();
+    a = b + 1;
   }
   std::string out;
   for (const auto& x : lines) out += x + "\n";
+  if (out.size() > max_bytes) out = "..." + out.substr(out.size() - max_bytes);
   return out;
 }
 

@@ -26,7 +26,10 @@ ProcessOutcome run_process(const std::string& command, const std::string& arg, c
 // "exit status 3", "killed by signal 11 (SIGSEGV)", "killed at the time limit of 2 s", ...
 std::string describe(const ProcessOutcome& p, double limit_s);
 
-// The last `max_lines` lines of a text file ("" when it cannot be read).
-std::string file_tail(const std::string& path, int max_lines);
+// The last `max_lines` lines of a text file, at most `max_bytes` in all ("" when it cannot be
+// read). A carriage return ends a line too (a progress bar's redraws are lines), and only the
+// file's last kTailWindowBytes are read, so a log of any size costs the same.
+inline constexpr size_t kTailWindowBytes = 64 * 1024;
+std::string file_tail(const std::string& path, int max_lines, size_t max_bytes);
 
 }  // namespace kcp

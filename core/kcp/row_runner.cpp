@@ -107,8 +107,10 @@ struct Verdict {
 Verdict summarize(const std::vector<TensorMetrics>& ms) {
   Verdict v;
   for (const auto& m : ms) {
-    if (!v.worst_ratio || m.ratio_max > v.worst_ratio->ratio_max) v.worst_ratio = &m;
-    if (!v.worst_rms || m.rms_ratio > v.worst_rms->rms_ratio) v.worst_rms = &m;
+    // A tensor with no element compared (a boundary tensor where a form has none) is never the
+    // worst: an entry that judged nothing names no tensor (0 and "").
+    if (m.count > 0 && (!v.worst_ratio || m.ratio_max > v.worst_ratio->ratio_max)) v.worst_ratio = &m;
+    if (m.count > 0 && (!v.worst_rms || m.rms_ratio > v.worst_rms->rms_ratio)) v.worst_rms = &m;
     if (!m.pass) {
       v.pass = false;
       std::string why = !m.has_budget ? "no budget (run kcpbench calibrate)"

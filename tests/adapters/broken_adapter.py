@@ -11,6 +11,11 @@ adapter (scripts/adapters/numpy_ref.py) with one fault, chosen by --break:
   nothing      exits 0 without writing anything -> fails: no output file
   nan-dq       one NaN in dq                    -> fails on dq, naming the non-finite value (exit 1)
   zero-dbeta   dbeta written as zeros           -> fails on dbeta (exit 1)
+  dir-o        a directory at outputs/o.npy     -> fails naming o, the other rows still run (exit 1)
+  fifo-o       a FIFO at outputs/o.npy          -> fails naming o, without blocking on it (exit 1)
+  huge-f64     dq in float64 with one 1e40      -> fails on dq: beyond the float32 range (exit 1)
+  long-line    a 1 MB progress line (carriage returns, no newline), then exit 1
+                                                -> fails with a log tail of a few KB
 
     broken_adapter.py --break MODE FOLDER
 """
@@ -34,6 +39,9 @@ def main(argv):
         time.sleep(3600)
     if mode == "nothing":
         return
+    if mode == "long-line":
+        sys.stdout.write("".join(f"\r{i}/100000 |{'#' * 8}" for i in range(100000)))
+        sys.exit(1)
     out = numpy_ref.compute(folder)
     if mode == "dk-sign":
         out["dk"] = -out["dk"]
@@ -46,6 +54,11 @@ def main(argv):
         out["dq"].flat[out["dq"].size // 2] = np.nan
     elif mode == "zero-dbeta":
         out["dbeta"] = np.zeros_like(out["dbeta"])
+    elif mode == "huge-f64":
+        out["dq"] = out["dq"].astype(np.float64)
+        out["dq"].flat[0] = 1e40
+    elif mode in ("dir-o", "fifo-o"):
+        del out["o"]
     elif mode == "float16":
         out["o"] = out["o"].astype(np.float16)
     else:
@@ -53,6 +66,10 @@ def main(argv):
     os.makedirs(os.path.join(folder, "outputs"), exist_ok=True)
     for name, arr in out.items():
         np.save(os.path.join(folder, "outputs", name + ".npy"), np.ascontiguousarray(arr))
+    if mode == "dir-o":
+        os.makedirs(os.path.join(folder, "outputs", "o.npy"))
+    if mode == "fifo-o":
+        os.mkfifo(os.path.join(folder, "outputs", "o.npy"))
 
 
 if __name__ == "__main__":

@@ -170,6 +170,10 @@ def test_broken(args):
         ("float16", 1, ["o: outputs/o.npy has dtype '<f2', expected float32 ('<f4') or float64 ('<f8')"]),
         ("nan-dq", 1, ["dq: 1 non-finite values"]),
         ("zero-dbeta", 1, ["dbeta: ratio_max"]),
+        ("dir-o", 1, ["o: outputs/o.npy is not a regular file"]),
+        ("fifo-o", 1, ["o: outputs/o.npy is not a regular file"]),
+        ("huge-f64", 1, ["dq: outputs/dq.npy holds 1 finite value(s) beyond the float32 range"]),
+        ("long-line", 1, ["the adapter failed: exit status 1", "99999/100000 |"]),
         ("crash", 1, ["the adapter failed: exit status 3", "simulated failure in the backward"]),
         ("nothing", 1, ["wrote no output file"]),
         ("hang", 5, ["deadline passed", "time limit of 3 s", "killed with its process group"]),
@@ -187,13 +191,20 @@ def test_broken(args):
             check(text in e.get("reason", ""), f"{mode}: reason lacks {text!r}: {e.get('reason')!r}")
         check(text.split(":")[0] in p.stdout + p.stderr, f"{mode}: the table line does not say why")
         ts = e.get("tensors", {})
-        for bad, name in (("dk-sign", "dk"), ("nan-dq", "dq"), ("zero-dbeta", "dbeta")):
-            if mode == bad:
-                failing = sorted(t for t, m in ts.items() if not m["pass"])
-                check(failing == [name], f"{mode}: failing tensors {failing}, expected only {name}")
-        if mode == "missing-dk":
-            check("dk" not in ts and e["external"]["not_provided"] == ["dk"], f"{mode}: dk listed or judged")
-            check(all(m["pass"] for m in ts.values()), f"{mode}: the tensors it wrote must pass")
+        if mode == "long-line":
+            check(len(e["reason"]) < 6000 and len(e["external"]["log_tail"]) < 5000,
+                  f"{mode}: reason {len(e['reason'])} and log tail {len(e['external']['log_tail'])} characters")
+        if mode in ("crash", "nothing", "hang", "long-line"):
+            check(e["worst"]["ratio_max_tensor"] == "", f"{mode}: worst names {e['worst']['ratio_max_tensor']!r}")
+        judged_bad = {"dk-sign": "dk", "nan-dq": "dq", "zero-dbeta": "dbeta"}
+        if mode in judged_bad:  # judged, and fails alone
+            failing = sorted(t for t, m in ts.items() if not m["pass"])
+            check(failing == [judged_bad[mode]], f"{mode}: failing tensors {failing}, expected {judged_bad[mode]}")
+        refused = {"missing-dk": "dk", "dir-o": "o", "fifo-o": "o", "huge-f64": "dq"}
+        if mode in refused:  # not judged, named as not provided; the rest is judged and passes
+            name = refused[mode]
+            check(name not in ts and e["external"]["not_provided"] == [name], f"{mode}: {name} listed or judged")
+            check(ts and all(m["pass"] for m in ts.values()), f"{mode}: the tensors it wrote must pass")
         if mode in ("crash", "nothing", "hang"):
             check(ts == {}, f"{mode}: tensors judged after a failed command")
         if mode == "hang":
