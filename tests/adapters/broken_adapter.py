@@ -7,6 +7,7 @@ adapter (scripts/adapters/numpy_ref.py) with one fault, chosen by --break:
   wrong-shape  dv written with a head dimension cut -> fails naming expected and got (exit 1)
   float16      o written as float16             -> fails naming the dtype (exit 1)
   crash        exits with status 3 after a message -> fails naming the status and the log tail
+  sigkill      kills itself with SIGKILL        -> fails naming signal 9 (a shell may report 137)
   hang         sleeps far past any deadline    -> the row deadline kills it (exit 5)
   nothing      exits 0 without writing anything -> fails: no output file
   nan-dq       one NaN in dq                    -> fails on dq, naming the non-finite value (exit 1)
@@ -20,6 +21,7 @@ adapter (scripts/adapters/numpy_ref.py) with one fault, chosen by --break:
     broken_adapter.py --break MODE FOLDER
 """
 import os
+import signal
 import sys
 import time
 
@@ -34,6 +36,8 @@ def main(argv):
     if mode == "crash":
         print("broken_adapter: simulated failure in the backward", file=sys.stderr)
         sys.exit(3)
+    if mode == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
     if mode == "hang":
         print("broken_adapter: hanging", flush=True)
         time.sleep(3600)

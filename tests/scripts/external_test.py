@@ -175,6 +175,7 @@ def test_broken(args):
         ("huge-f64", 1, ["dq: outputs/dq.npy holds 1 finite value(s) beyond the float32 range"]),
         ("long-line", 1, ["the adapter failed: exit status 1", "99999/100000 |"]),
         ("crash", 1, ["the adapter failed: exit status 3", "simulated failure in the backward"]),
+        ("sigkill", 1, ["the adapter failed:", "signal 9"]),
         ("nothing", 1, ["wrote no output file"]),
         ("hang", 5, ["deadline passed", "time limit of 3 s", "killed with its process group"]),
     ]
@@ -194,7 +195,7 @@ def test_broken(args):
         if mode == "long-line":
             check(len(e["reason"]) < 6000 and len(e["external"]["log_tail"]) < 5000,
                   f"{mode}: reason {len(e['reason'])} and log tail {len(e['external']['log_tail'])} characters")
-        if mode in ("crash", "nothing", "hang", "long-line"):
+        if mode in ("crash", "nothing", "hang", "long-line", "sigkill"):
             check(e["worst"]["ratio_max_tensor"] == "", f"{mode}: worst names {e['worst']['ratio_max_tensor']!r}")
         judged_bad = {"dk-sign": "dk", "nan-dq": "dq", "zero-dbeta": "dbeta"}
         if mode in judged_bad:  # judged, and fails alone
