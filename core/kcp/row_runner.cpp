@@ -294,7 +294,7 @@ struct RowContext {
   int rank = 0;
   // The rank's input shard kept across the row's forms (SelectedRow::keep_inputs; made by the
   // first form that runs, dropped with the row).
-  mutable std::shared_ptr<const RowInputs> kept_shard;
+  mutable std::shared_ptr<const RowInputs> kept_shard{};
   std::shared_ptr<const RowInputs>* keep() const { return sel.keep_inputs && head_groups == 1 ? &kept_shard : nullptr; }
 };
 

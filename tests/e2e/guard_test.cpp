@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "e2e_json.h"
 #include "e2e_util.h"
 
 namespace {
-std::string tmp(const std::string& name) { return ::testing::TempDir() + "/" + name; }
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
@@ -36,9 +36,20 @@ std::vector<std::filesystem::path> cache_files(const std::string& dir) {
   std::sort(files.begin(), files.end());
   return files;
 }
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path);
-  return nlohmann::json::parse(f);
+// Two results files of the same rows judge alike: the same entries in the same order, each with
+// the same status, det checks and per-tensor metrics (bit for bit), and more than min_entries.
+void expect_same_judgement(const std::string& a, const std::string& b, size_t min_entries) {
+  const nlohmann::json ja = read_json(a), jb = read_json(b);
+  ASSERT_EQ(ja["entries"].size(), jb["entries"].size()) << a << " vs " << b;
+  ASSERT_GT(ja["entries"].size(), min_entries) << a;
+  const nlohmann::json none;
+  for (size_t i = 0; i < ja["entries"].size(); ++i) {
+    const nlohmann::json &ea = ja["entries"][i], &eb = jb["entries"][i];
+    EXPECT_EQ(ea["id"], eb["id"]);
+    EXPECT_EQ(ea["status"], eb["status"]) << ea["id"];
+    EXPECT_EQ(ea.value("determinism", none), eb.value("determinism", none)) << b << " " << ea["id"];
+    EXPECT_EQ(ea.value("tensors", none), eb.value("tensors", none)) << b << " " << ea["id"];
+  }
 }
 // Overwrites 8 bytes in the middle of a file (inside the payload), keeping its size.
 void corrupt(const std::filesystem::path& file) {
@@ -310,14 +321,7 @@ TEST(Guard, ASpilledReferenceSliceJudgesExactlyAsOneKeptInMemory) {
   ASSERT_EQ(a.code, 0) << a.out;
   const CmdResult b = run_command("TMPDIR=" + dir + " " + KCPBENCH_EXE + " " + rows + spilled + " --reference-spill 0");
   ASSERT_EQ(b.code, 0) << b.out;
-  const nlohmann::json ja = read_json(kept), jb = read_json(spilled);
-  ASSERT_EQ(ja["entries"].size(), jb["entries"].size());
-  ASSERT_GT(ja["entries"].size(), 4u);
-  for (size_t i = 0; i < ja["entries"].size(); ++i) {
-    EXPECT_EQ(ja["entries"][i]["id"], jb["entries"][i]["id"]);
-    EXPECT_EQ(ja["entries"][i]["status"], jb["entries"][i]["status"]);
-    EXPECT_EQ(ja["entries"][i]["tensors"], jb["entries"][i]["tensors"]) << ja["entries"][i]["id"];
-  }
+  expect_same_judgement(kept, spilled, 4);
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "the spill file has no name";
   const CmdResult bad = run_command(std::string("TMPDIR=/nonexistent/kcp ") + KCPBENCH_EXE +
                                     " -q run --rows int1 --row A1 --cache none --reference-spill 0");
@@ -342,17 +346,7 @@ TEST(Guard, TheReferenceByGroupsOfHeadsJudgesExactlyAsAllAtOnce) {
   ASSERT_EQ(b.code, 0) << b.out;
   const CmdResult c = run_kcpbench(rows + spilled + " --reference-group 0 --reference-spill 0");
   ASSERT_EQ(c.code, 0) << c.out;
-  const nlohmann::json ja = read_json(all);
-  ASSERT_GT(ja["entries"].size(), 8u);
-  for (const std::string& other : {kept, spilled}) {
-    const nlohmann::json jb = read_json(other);
-    ASSERT_EQ(ja["entries"].size(), jb["entries"].size());
-    for (size_t i = 0; i < ja["entries"].size(); ++i) {
-      EXPECT_EQ(ja["entries"][i]["id"], jb["entries"][i]["id"]);
-      EXPECT_EQ(ja["entries"][i]["status"], jb["entries"][i]["status"]);
-      EXPECT_EQ(ja["entries"][i]["tensors"], jb["entries"][i]["tensors"]) << other << " " << ja["entries"][i]["id"];
-    }
-  }
+  for (const std::string& other : {kept, spilled}) expect_same_judgement(all, other, 8);
   const CmdResult plan = run_kcpbench("plan --rows int3 --row A4");
   EXPECT_NE(plan.out.find("(one of 16 groups of heads at a time)"), std::string::npos) << plan.out;
   // plan and calibrate take run's --reference-group (plan shows the memory of the groups asked for).
@@ -388,17 +382,7 @@ TEST(Guard, AnInputShardKeptAcrossFormsJudgesExactlyAsOneDrawnPerForm) {
             std::string::npos)
       << b.out;
   EXPECT_EQ(b.out.find("keeps its input shard"), std::string::npos) << b.out;
-  const nlohmann::json ja = read_json(kept), jb = read_json(drawn);
-  ASSERT_EQ(ja["entries"].size(), jb["entries"].size());
-  ASSERT_GT(ja["entries"].size(), 15u);
-  for (size_t i = 0; i < ja["entries"].size(); ++i) {
-    EXPECT_EQ(ja["entries"][i]["id"], jb["entries"][i]["id"]);
-    EXPECT_EQ(ja["entries"][i]["status"], jb["entries"][i]["status"]);
-    EXPECT_EQ(ja["entries"][i].value("determinism", nlohmann::json()),
-              jb["entries"][i].value("determinism", nlohmann::json()));
-    EXPECT_EQ(ja["entries"][i].value("tensors", nlohmann::json()), jb["entries"][i].value("tensors", nlohmann::json()))
-        << ja["entries"][i]["id"];
-  }
+  expect_same_judgement(kept, drawn, 15);
   const CmdResult plan = run_kcpbench("plan --rows int1 --row A2");
   EXPECT_NE(plan.out.find("input shards kept across forms"), std::string::npos) << plan.out;
   const CmdResult small = run_kcpbench("plan --rows int1 --row A2 --max-host-mem 1K");
