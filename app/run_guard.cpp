@@ -88,17 +88,18 @@ std::string reference_spill_help() {
 }
 
 int64_t parse_reference_group(const std::string& text) {
-  if (text == "never") return -1;
-  if (text == "auto") return kReferenceGroupBytes;
+  if (text == "never") return kReferenceGroupNever;
+  if (text == "auto") return kReferenceGroupAuto;
   return parse_bytes(text, "--reference-group");
 }
 
 std::string reference_group_help() {
   return "How the FP64 reference of a large row runs: when the results of its sequences pass BYTES, one group of "
-         "heads at a time, each group's results freed once the ranks have their part (auto: 512MiB; 0: one q/k "
-         "head at a time; never: every head at once). Larger groups use more threads on rows of few sequences "
-         "(one head's recurrence keeps at most V/16 threads busy) and more memory (kcpbench plan shows it). The "
-         "values are the same either way";
+         "heads at a time, each group's results freed once the ranks have their part (0: one q/k head at a time; "
+         "never: every head at once; auto: 512MiB, with fewer, larger groups of up to 2GiB while a group would "
+         "leave threads of the reference idle). Larger groups use more threads on rows of few sequences (one "
+         "value head's recurrence keeps at most V/16 threads busy) and more memory (kcpbench plan shows it). "
+         "The values are the same either way";
 }
 
 std::string keep_inputs_help() {

@@ -422,7 +422,10 @@ std::shared_ptr<const RankPrepared> prepare_reference(const RowContext& c, const
   SliceSink sink{spill ? nullptr : std::make_shared<RankReference>(),
                  spill ? std::make_shared<ReferenceSpill>() : nullptr};
   std::vector<SequenceReference> pieces(my.pieces.size());
-  const int groups = reference_head_groups(row, opt.reference_group_bytes);
+  // One count for every rank (a barrier per group): hosts of an mpirun may differ in threads.
+  int64_t wanted = reference_head_groups(row, opt.reference_group_bytes, cache.threads());
+  comm.allreduce(&wanted, 1, ReduceOp::Max);
+  const int groups = static_cast<int>(wanted);
   if (groups > 1 && comm.rank() == 0)
     log::debug("row {}: the FP64 reference runs in {} groups of heads ({} q/k heads each)", row.name, groups,
                row.H / groups);

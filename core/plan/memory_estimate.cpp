@@ -324,13 +324,28 @@ void rank_host_bytes(const RowConfig& row, const RowConfig& part, const RowConfi
 
 }  // namespace
 
-int reference_head_groups(const RowConfig& row, int64_t group_bytes) {
-  if (group_bytes < 0 || row.seqlens.empty()) return 1;
+int reference_head_groups(const RowConfig& row, int64_t group_bytes, int threads) {
+  if (group_bytes == kReferenceGroupNever || row.seqlens.empty()) return 1;
+  KCP_CHECK(group_bytes >= 0 || group_bytes == kReferenceGroupAuto, "row {}: reference group bytes {}", row.name,
+            group_bytes);
   // A threads launch holds every sequence's results until its ranks have their part.
   const double whole = double(kDouble) * double(row.total_tokens()) * double(reference_per_token(row));
-  for (int n = 1; n < row.H; ++n)
-    if (row.H % n == 0 && whole / n <= double(group_bytes)) return n;
-  return row.H;
+  const double cap = double(group_bytes == kReferenceGroupAuto ? kReferenceGroupBytes : group_bytes);
+  int n = row.H;
+  for (int d = 1; d < row.H; ++d)
+    if (row.H % d == 0 && whole / d <= cap) {
+      n = d;
+      break;
+    }
+  if (group_bytes != kReferenceGroupAuto) return n;
+  // Work items of one sequence's computation: (value head, 16 columns) pairs of the group.
+  const auto items = [&](int groups) { return int64_t(row.HV / groups) * ((row.V + 15) / 16); };
+  for (int d = n - 1; d >= 1 && items(n) < threads; --d)
+    if (row.H % d == 0) {
+      if (whole / d > double(kReferenceGroupWideBytes)) break;
+      n = d;
+    }
+  return n;
 }
 
 int64_t spilled_reference_bytes(const MemoryEstimate& e) {
@@ -361,7 +376,7 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   const SavedKind kind = SavedKind::Full;
   // The FP64 reference runs one group of heads at a time: the sequences' results and its working
   // set are those of one group (head_range_row's shape); every rank's slice gets all of them.
-  e.reference_groups = reference_head_groups(row, req.reference_group_bytes);
+  e.reference_groups = reference_head_groups(row, req.reference_group_bytes, req.reference_threads);
   const RowConfig part = head_range_row(row, HeadRange{0, row.H / e.reference_groups});
   // The forms run one group of heads at a time: their shard, arrays and results are one group's.
   if (req.head_groups < 1 || row.H % req.head_groups != 0)

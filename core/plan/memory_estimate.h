@@ -74,6 +74,13 @@ inline constexpr int64_t kReferenceSpillAuto = -2;
 // reference_group_bytes): the sequences' results and the reference's working set then hold one
 // group's heads (heads are independent; the bits are the same).
 inline constexpr int64_t kReferenceGroupBytes = int64_t(512) << 20;
+// --reference-group auto: groups of at most kReferenceGroupBytes, widened (fewer groups) up to
+// kReferenceGroupWideBytes while a group gives a reference computation fewer work items than it
+// has threads (one value head keeps ceil(V / 16) threads busy: docs/algorithm.md 1.4); never:
+// every head at once.
+inline constexpr int64_t kReferenceGroupAuto = -2;
+inline constexpr int64_t kReferenceGroupNever = -1;
+inline constexpr int64_t kReferenceGroupWideBytes = 4 * kReferenceGroupBytes;
 
 // How the forms of a row are run by groups of q/k heads (core/kcp/head_group_run.h; RunOptions::
 // head_group_bytes, core/plan/head_groups.h): kHeadGroupAuto every head at once when the row fits
@@ -83,10 +90,12 @@ inline constexpr int64_t kReferenceGroupBytes = int64_t(512) << 20;
 inline constexpr int64_t kHeadGroupAuto = -2;
 inline constexpr int64_t kHeadGroupNever = -1;
 
-// Groups of q/k heads (each with its value heads) the FP64 reference of the row runs in: 1 when
-// group_bytes < 0 or the row's results take at most group_bytes, else the fewest groups, a
-// divisor of H, whose part of them takes at most that (H groups at most).
-int reference_head_groups(const RowConfig& row, int64_t group_bytes);
+// Groups of q/k heads (each with its value heads) the FP64 reference of the row runs in, a
+// divisor of H: 1 for kReferenceGroupNever or when the row's results take at most the cap, else
+// the fewest groups whose part takes at most it (H groups at most). The cap is group_bytes, or
+// for kReferenceGroupAuto kReferenceGroupBytes, then widened as that says for a computation of
+// `threads` threads.
+int reference_head_groups(const RowConfig& row, int64_t group_bytes, int threads);
 
 // Bytes of a rank's FP64 reference slice as the runner builds it (Token tensors, ht / dh0 per
 // piece, double): what it spills.
@@ -101,7 +110,7 @@ struct MemoryRequest {
   const kernels::Backend* backend = nullptr;             // for its private workspace scratch (null: none)
   bool spare_workspace = false;                          // the workspace-of-other-package fault allocates a second one
   int64_t reference_spill_bytes = kReferenceSpillBytes;  // RunOptions::reference_spill_bytes
-  int64_t reference_group_bytes = kReferenceGroupBytes;  // RunOptions::reference_group_bytes
+  int64_t reference_group_bytes = kReferenceGroupAuto;   // RunOptions::reference_group_bytes
   int head_groups = 1;                                   // groups of heads each form runs in (a divisor of H)
   bool keep_inputs = false;  // the rank's input shard stays across the row's forms (one group of heads only)
 };
