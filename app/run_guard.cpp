@@ -218,6 +218,7 @@ void check_memory(std::vector<SelectedRow>& rows, const RunOptions& opt, const k
     const MemoryEstimate& e = choice.estimate;
     sr.head_groups = choice.groups;
     sr.reference_spill_bytes = choice.reference_spill_bytes;
+    sr.reference_group_bytes = choice.reference_group_bytes;
     sr.keep_inputs = choice.keep_inputs;
     log::debug("row {}: FP64 reference slices {}; input shards {}", row.name,
                choice.reference_spill_bytes < 0 ? "kept in memory" : "spilled from 64 MiB",

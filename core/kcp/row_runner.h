@@ -130,6 +130,10 @@ struct SelectedRow {
   // the app from the memory estimate when --reference-spill is auto (choose_head_groups);
   // kReferenceSpillAuto: not chosen, the run's option holds (auto then spills as kReferenceSpillBytes).
   int64_t reference_spill_bytes = kReferenceSpillAuto;
+  // The FP64 reference's groups of heads (as RunOptions::reference_group_bytes), chosen by the app
+  // when --reference-group is auto and the host has room for groups wide enough for the
+  // reference's threads (choose_head_groups); kReferenceGroupAuto: the run's option holds.
+  int64_t reference_group_bytes = kReferenceGroupAuto;
   // The rank's input shard stays across the row's forms (one group of heads; chosen by the app
   // from the memory estimate, choose_head_groups): the inputs are drawn once a row.
   bool keep_inputs = false;

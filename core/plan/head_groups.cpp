@@ -60,7 +60,9 @@ HeadGroupChoice choose_groups_and_spill(const RowConfig& row, MemoryRequest req,
 
 }  // namespace
 
-HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
+namespace {
+
+HeadGroupChoice choose_with_inputs(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
                                    int64_t device_avail, bool may_keep_inputs, int64_t spill_room) {
   req.keep_inputs = false;
   HeadGroupChoice c = choose_groups_and_spill(row, req, group_bytes, host_avail, device_avail, spill_room);
@@ -73,6 +75,26 @@ HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int6
   c.estimate = std::move(e);
   c.keep_inputs = true;
   return c;
+}
+
+}  // namespace
+
+HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
+                                   int64_t device_avail, bool may_keep_inputs, int64_t spill_room) {
+  HeadGroupChoice base =
+      choose_with_inputs(row, req, group_bytes, host_avail, device_avail, may_keep_inputs, spill_room);
+  if (req.reference_group_bytes != kReferenceGroupAuto || host_avail <= 0) return base;
+  // The FP64 reference in groups wide enough for its threads, where the row keeps every other
+  // choice and fits 90% of the host memory that way.
+  const int wide = reference_groups_for_threads(row, req.reference_threads);
+  if (wide >= base.estimate.reference_groups) return base;
+  req.reference_group_bytes = reference_group_bytes_for(row, wide);
+  HeadGroupChoice w = choose_with_inputs(row, req, group_bytes, host_avail, device_avail, may_keep_inputs, spill_room);
+  if (!w.fits || !within(w.estimate, keep_room(host_avail), device_avail) || w.groups != base.groups ||
+      w.reference_spill_bytes != base.reference_spill_bytes || w.keep_inputs != base.keep_inputs)
+    return base;
+  w.reference_group_bytes = req.reference_group_bytes;
+  return w;
 }
 
 }  // namespace kcp

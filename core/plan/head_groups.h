@@ -18,6 +18,9 @@ struct HeadGroupChoice {
   // resolved: -1 kept in memory, or kReferenceSpillBytes).
   int64_t reference_spill_bytes = kReferenceSpillBytes;
   bool keep_inputs = false;  // the estimate keeps the rank's input shard across forms (MemoryRequest)
+  // The FP64 reference's groups of heads the estimate assumes (MemoryRequest::reference_group_bytes;
+  // a byte count where auto was widened for the reference's threads).
+  int64_t reference_group_bytes = kReferenceGroupAuto;
 };
 
 // group_bytes (RunOptions::head_group_bytes):
@@ -29,10 +32,12 @@ struct HeadGroupChoice {
 // req.reference_spill_bytes kReferenceSpillAuto: the slices are kept in memory when host_avail is
 // known (> 0) and the row fits 90% of it that way in no more groups than with spilled slices, or
 // when the spilled slices would pass spill_room (> 0: the disk's room) and the kept ones fit
-// host_avail in more groups; else they spill (kReferenceSpillBytes). may_keep_inputs: with one
-// group of heads and a known host_avail, the rank's input shard is kept across the row's forms
-// (drawn once, not once a form) when the row still fits 90% of host_avail that way. Throws
-// ConfigError as estimate_memory does.
+// host_avail in more groups; else they spill (kReferenceSpillBytes). req.reference_group_bytes
+// kReferenceGroupAuto with a known host_avail: the reference runs in reference_groups_for_threads
+// groups of heads where that needs more than auto gives and the row still fits 90% of host_avail
+// with the same groups, spill and inputs choice (reference_group_bytes says so), else as auto. may_keep_inputs: with
+// one group of heads and a known host_avail, the rank's input shard is kept across the row's forms (drawn once, not
+// once a form) when the row still fits 90% of host_avail that way. Throws ConfigError as estimate_memory does.
 HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
                                    int64_t device_avail, bool may_keep_inputs = false, int64_t spill_room = 0);
 

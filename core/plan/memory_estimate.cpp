@@ -324,12 +324,34 @@ void rank_host_bytes(const RowConfig& row, const RowConfig& part, const RowConfi
 
 }  // namespace
 
+namespace {
+
+// Bytes of every sequence's FP64 results: a threads launch holds them until its ranks have their part.
+double reference_results_bytes(const RowConfig& row) {
+  return double(kDouble) * double(row.total_tokens()) * double(reference_per_token(row));
+}
+
+// Work items of one sequence's reference computation in one of `groups` groups of heads:
+// (value head, 16 columns) pairs (reference/recurrence.cpp).
+int64_t reference_items(const RowConfig& row, int groups) { return int64_t(row.HV / groups) * ((row.V + 15) / 16); }
+
+}  // namespace
+
+int reference_groups_for_threads(const RowConfig& row, int threads) {
+  for (int n = row.H; n > 1; --n)
+    if (row.H % n == 0 && reference_items(row, n) >= threads) return n;
+  return 1;
+}
+
+int64_t reference_group_bytes_for(const RowConfig& row, int groups) {
+  return static_cast<int64_t>(std::ceil(reference_results_bytes(row) / groups));
+}
+
 int reference_head_groups(const RowConfig& row, int64_t group_bytes, int threads) {
   if (group_bytes == kReferenceGroupNever || row.seqlens.empty()) return 1;
   KCP_CHECK(group_bytes >= 0 || group_bytes == kReferenceGroupAuto, "row {}: reference group bytes {}", row.name,
             group_bytes);
-  // A threads launch holds every sequence's results until its ranks have their part.
-  const double whole = double(kDouble) * double(row.total_tokens()) * double(reference_per_token(row));
+  const double whole = reference_results_bytes(row);
   const double cap = double(group_bytes == kReferenceGroupAuto ? kReferenceGroupBytes : group_bytes);
   int n = row.H;
   for (int d = 1; d < row.H; ++d)
@@ -338,9 +360,7 @@ int reference_head_groups(const RowConfig& row, int64_t group_bytes, int threads
       break;
     }
   if (group_bytes != kReferenceGroupAuto) return n;
-  // Work items of one sequence's computation: (value head, 16 columns) pairs of the group.
-  const auto items = [&](int groups) { return int64_t(row.HV / groups) * ((row.V + 15) / 16); };
-  for (int d = n - 1; d >= 1 && items(n) < threads; --d)
+  for (int d = n - 1; d >= 1 && reference_items(row, n) < threads; --d)
     if (row.H % d == 0) {
       if (whole / d > double(kReferenceGroupWideBytes)) break;
       n = d;

@@ -96,6 +96,11 @@ inline constexpr int64_t kHeadGroupNever = -1;
 // for kReferenceGroupAuto kReferenceGroupBytes, then widened as that says for a computation of
 // `threads` threads.
 int reference_head_groups(const RowConfig& row, int64_t group_bytes, int threads);
+// The most groups of heads (a divisor of H) each of which gives a reference computation of
+// `threads` threads as many work items as threads (1 when even every head at once gives fewer).
+int reference_groups_for_threads(const RowConfig& row, int threads);
+// A group_bytes for reference_head_groups that gives exactly `groups` groups (a divisor of H).
+int64_t reference_group_bytes_for(const RowConfig& row, int groups);
 
 // Bytes of a rank's FP64 reference slice as the runner builds it (Token tensors, ht / dh0 per
 // piece, double): what it spills.

@@ -243,3 +243,43 @@ TEST(HeadGroups, TheInputShardIsKeptAcrossFormsOnlyWhereItFits) {
   keep_req.head_groups = 2;
   EXPECT_THROW(estimate_memory(row, keep_req), InvariantError);
 }
+
+// --reference-group auto where the reference has more threads than a group gives work items
+// (a q/k head of this row: 2 value heads x 8 column blocks): the groups are made as wide as the
+// threads need (reference_groups_for_threads) when the row still fits 90% of the host memory that
+// way with the same other choices; without known host memory, or without room, auto's own groups.
+TEST(HeadGroups, AutoReferenceGroupsWidenForThreadsWhereTheHostHasRoom) {
+  RowConfig row = kda_row();
+  row.seqlens = {262144};  // 8.6 GB of FP64 results: past kReferenceGroupWideBytes at two heads a group
+  EXPECT_EQ(reference_groups_for_threads(row, 16), 4);
+  EXPECT_EQ(reference_groups_for_threads(row, 32), 2);
+  EXPECT_EQ(reference_groups_for_threads(row, 1000), 1);
+  for (int n : {1, 2, 4}) EXPECT_EQ(reference_head_groups(row, reference_group_bytes_for(row, n), 1), n);
+  MemoryRequest req = cpu_request();
+  req.reference_threads = 32;
+  req.reference_spill_bytes = kReferenceSpillBytes;
+  req.device_is_host = false;  // on a GPU the reference's preparation sets the host peak
+  const MemoryEstimate four = estimate_memory(row, req);
+  ASSERT_EQ(four.reference_groups, 4) << "auto alone stops at kReferenceGroupWideBytes";
+  MemoryRequest two_req = req;
+  two_req.reference_group_bytes = reference_group_bytes_for(row, 2);
+  const MemoryEstimate two = estimate_memory(row, two_req);
+  ASSERT_EQ(two.reference_groups, 2);
+  ASSERT_GT(two.host_bytes, four.host_bytes);
+  const int64_t roomy = two.host_bytes / 9 * 10 + 100;
+  const HeadGroupChoice wide = choose_head_groups(row, req, kHeadGroupNever, roomy, 0);
+  EXPECT_EQ(wide.estimate.reference_groups, 2);
+  EXPECT_EQ(wide.reference_group_bytes, two_req.reference_group_bytes);
+  EXPECT_EQ(wide.estimate.host_bytes, two.host_bytes);
+  const HeadGroupChoice tight = choose_head_groups(row, req, kHeadGroupNever, two.host_bytes, 0);
+  EXPECT_EQ(tight.estimate.reference_groups, 4) << "fits, but not within 90% of the host";
+  EXPECT_EQ(tight.reference_group_bytes, kReferenceGroupAuto);
+  EXPECT_EQ(choose_head_groups(row, req, kHeadGroupNever, 0, 0).estimate.reference_groups, 4) << "host unknown";
+  req.reference_threads = 16;
+  EXPECT_EQ(choose_head_groups(row, req, kHeadGroupNever, roomy, 0).estimate.reference_groups, 4)
+      << "16 threads: four groups give every thread an item";
+  req.reference_threads = 32;
+  req.reference_group_bytes = reference_group_bytes_for(row, 4);
+  EXPECT_EQ(choose_head_groups(row, req, kHeadGroupNever, roomy, 0).estimate.reference_groups, 4)
+      << "a byte count is kept";
+}
