@@ -63,7 +63,8 @@ int64_t free_disk_bytes(const std::string& folder);
 int64_t parse_reference_spill(const std::string& text);
 std::string reference_spill_help();
 
-// --reference-group of run, calibrate and plan: "auto" -> kReferenceGroupBytes, "never" -> -1,
+// --reference-group of run, calibrate and plan: "auto" -> kReferenceGroupAuto, "never" ->
+// kReferenceGroupNever,
 // else a byte count (parse_bytes); reference_group_help() is its --help text.
 int64_t parse_reference_group(const std::string& text);
 std::string reference_group_help();

@@ -62,7 +62,8 @@ struct RunOptions {
   // kReferenceSpillAuto: as each row's SelectedRow says, else kReferenceSpillBytes).
   int64_t reference_spill_bytes = kReferenceSpillBytes;
   // The FP64 reference runs one group of heads at a time when the row's results pass this many
-  // bytes (core/plan/memory_estimate.h reference_head_groups; < 0 = never, every head at once).
+  // bytes (core/plan/memory_estimate.h reference_head_groups; kReferenceGroupNever: every head at
+  // once; kReferenceGroupAuto: auto, as each row's SelectedRow says).
   int64_t reference_group_bytes = kReferenceGroupAuto;
   // Whether a row's input shard may stay across its forms (drawn once a row, not once a form)
   // where the app's memory estimate allows it (SelectedRow::keep_inputs); false: never.

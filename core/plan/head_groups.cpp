@@ -81,20 +81,28 @@ HeadGroupChoice choose_with_inputs(const RowConfig& row, MemoryRequest req, int6
 
 HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,
                                    int64_t device_avail, bool may_keep_inputs, int64_t spill_room) {
-  HeadGroupChoice base =
-      choose_with_inputs(row, req, group_bytes, host_avail, device_avail, may_keep_inputs, spill_room);
-  if (req.reference_group_bytes != kReferenceGroupAuto || host_avail <= 0) return base;
-  // The FP64 reference in groups wide enough for its threads, where the row keeps every other
-  // choice and fits 90% of the host memory that way.
-  const int wide = reference_groups_for_threads(row, req.reference_threads);
-  if (wide >= base.estimate.reference_groups) return base;
-  req.reference_group_bytes = reference_group_bytes_for(row, wide);
-  HeadGroupChoice w = choose_with_inputs(row, req, group_bytes, host_avail, device_avail, may_keep_inputs, spill_room);
-  if (!w.fits || !within(w.estimate, keep_room(host_avail), device_avail) || w.groups != base.groups ||
-      w.reference_spill_bytes != base.reference_spill_bytes || w.keep_inputs != base.keep_inputs)
-    return base;
-  w.reference_group_bytes = req.reference_group_bytes;
-  return w;
+  const auto choose = [&](const MemoryRequest& r) {
+    return choose_with_inputs(row, r, group_bytes, host_avail, device_avail, may_keep_inputs, spill_room);
+  };
+  if (req.reference_group_bytes != kReferenceGroupAuto || host_avail <= 0) return choose(req);
+  // auto on a host of known memory: the FP64 reference in groups of kReferenceGroupBytes, unless
+  // wider ones (as wide as its threads need, else auto's own) keep every other choice and fit 90%
+  // of the host memory.
+  req.reference_group_bytes = kReferenceGroupBytes;
+  HeadGroupChoice narrow = choose(req);
+  narrow.reference_group_bytes = kReferenceGroupBytes;
+  const int for_threads = reference_groups_for_threads(row, req.reference_threads);
+  for (int64_t bytes : {reference_group_bytes_for(row, for_threads), kReferenceGroupAuto}) {
+    req.reference_group_bytes = bytes;
+    HeadGroupChoice w = choose(req);
+    if (w.estimate.reference_groups < narrow.estimate.reference_groups && w.fits &&
+        within(w.estimate, keep_room(host_avail), device_avail) && w.groups == narrow.groups &&
+        w.reference_spill_bytes == narrow.reference_spill_bytes && w.keep_inputs == narrow.keep_inputs) {
+      w.reference_group_bytes = bytes;
+      return w;
+    }
+  }
+  return narrow;
 }
 
 }  // namespace kcp

@@ -3,15 +3,14 @@
 //
 // What a process holds while it runs a row (core/kcp/row_runner.cpp), in two phases:
 //  A. preparing the row: the FP64 reference runs one group of heads at a time (reference_head_
-//     groups: one group unless the row's results pass kReferenceGroupBytes; heads are independent,
-//     so the bits are the same). Held at once: the FP64 results of one group of heads of every
-//     sequence the process's ranks touch as ReferenceCache holds them (core/compare/
-//     reference_data.h: o, dq, dk, dv, dg, dbeta, ht, dh0, probes in double), the working set of
-//     the sequences being computed at once (that group's inputs in float, the reference's
-//     prepared arrays and its checkpointed states), and per rank its pieces' probes and one
-//     group's part of one tensor of its slice on its way to the spill file (or its whole slice
-//     in memory); then the scales of dA_log / ddt_bias from the rank's gates and reference dg.
-//     A group's sequences go once every rank of the process has its part (a barrier per group).
+//     groups: one group unless the row's results pass kReferenceGroupBytes, or under auto fewer,
+//     wider groups for the reference's threads; heads are independent, so the bits are the same). Held at once: the
+//     FP64 results of one group of heads of every sequence the process's ranks touch as ReferenceCache holds them
+//     (core/compare/ reference_data.h: o, dq, dk, dv, dg, dbeta, ht, dh0, probes in double), the working set of the
+//     sequences being computed at once (that group's inputs in float, the reference's prepared arrays and its
+//     checkpointed states), and per rank its pieces' probes and one group's part of one tensor of its slice on its way
+//     to the spill file (or its whole slice in memory); then the scales of dA_log / ddt_bias from the rank's gates and
+//     reference dg. A group's sequences go once every rank of the process has its part (a barrier per group).
 //  B. running forms: per rank what it keeps for the row (the probes of its pieces, and its
 //     reference slice unless spilled) and the largest of three moments of one form:
 //       upload: the shard, made afresh for the form, and the form's inputs (run_form frees the

@@ -347,7 +347,8 @@ TEST(Guard, TheReferenceByGroupsOfHeadsJudgesExactlyAsAllAtOnce) {
   const CmdResult c = run_kcpbench(rows + spilled + " --reference-group 0 --reference-spill 0");
   ASSERT_EQ(c.code, 0) << c.out;
   for (const std::string& other : {kept, spilled}) expect_same_judgement(all, other, 8);
-  const CmdResult plan = run_kcpbench("plan --rows int3 --row A4");
+  // 512MiB: auto's own groups (auto widens them on a host with more threads than 16).
+  const CmdResult plan = run_kcpbench("plan --rows int3 --row A4 --reference-group 512MiB");
   EXPECT_NE(plan.out.find("(one of 16 groups of heads at a time)"), std::string::npos) << plan.out;
   // plan and calibrate take run's --reference-group (plan shows the memory of the groups asked for).
   const CmdResult plan4g = run_kcpbench("plan --rows int3 --row A4 --reference-group 2G");

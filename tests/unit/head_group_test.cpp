@@ -273,7 +273,7 @@ TEST(HeadGroups, AutoReferenceGroupsWidenForThreadsWhereTheHostHasRoom) {
   EXPECT_EQ(wide.estimate.host_bytes, two.host_bytes);
   const HeadGroupChoice tight = choose_head_groups(row, req, kHeadGroupNever, two.host_bytes, 0);
   EXPECT_EQ(tight.estimate.reference_groups, 4) << "fits, but not within 90% of the host";
-  EXPECT_EQ(tight.reference_group_bytes, kReferenceGroupAuto);
+  EXPECT_EQ(tight.reference_group_bytes, kReferenceGroupBytes) << "auto's own groups, as a byte count";
   EXPECT_EQ(choose_head_groups(row, req, kHeadGroupNever, 0, 0).estimate.reference_groups, 4) << "host unknown";
   req.reference_threads = 16;
   EXPECT_EQ(choose_head_groups(row, req, kHeadGroupNever, roomy, 0).estimate.reference_groups, 4)
@@ -282,4 +282,30 @@ TEST(HeadGroups, AutoReferenceGroupsWidenForThreadsWhereTheHostHasRoom) {
   req.reference_group_bytes = reference_group_bytes_for(row, 4);
   EXPECT_EQ(choose_head_groups(row, req, kHeadGroupNever, roomy, 0).estimate.reference_groups, 4)
       << "a byte count is kept";
+}
+
+// auto's own widening (up to kReferenceGroupWideBytes, blind to the host) is taken only where the
+// row then still fits: on a host that holds the row with groups of kReferenceGroupBytes but not
+// with auto's wider ones, the narrow groups are chosen (a byte count), not a refusal.
+TEST(HeadGroups, AutoReferenceGroupsNeverCostARowItsFit) {
+  RowConfig row = kda_row();
+  row.seqlens = {65536};  // 2.15 GB of results: four groups at 512 MiB, two by auto's own widening at 32 threads
+  MemoryRequest req = cpu_request();
+  req.reference_threads = 32;
+  req.reference_spill_bytes = kReferenceSpillBytes;
+  req.device_is_host = false;
+  ASSERT_EQ(reference_head_groups(row, kReferenceGroupAuto, 32), 2);
+  MemoryRequest narrow_req = req;
+  narrow_req.reference_group_bytes = kReferenceGroupBytes;
+  const MemoryEstimate narrow = estimate_memory(row, narrow_req), wide = estimate_memory(row, req);
+  ASSERT_EQ(narrow.reference_groups, 4);
+  ASSERT_GT(wide.host_bytes, narrow.host_bytes);
+  const HeadGroupChoice c = choose_head_groups(row, req, kHeadGroupAuto, wide.host_bytes - 1, 0);
+  EXPECT_TRUE(c.fits);
+  EXPECT_EQ(c.groups, 1);
+  EXPECT_EQ(c.estimate.reference_groups, 4);
+  EXPECT_EQ(c.reference_group_bytes, kReferenceGroupBytes);
+  const HeadGroupChoice roomy = choose_head_groups(row, req, kHeadGroupAuto, wide.host_bytes / 9 * 10 + 100, 0);
+  EXPECT_EQ(roomy.estimate.reference_groups, 2);
+  EXPECT_EQ(roomy.groups, 1);
 }
