@@ -440,12 +440,32 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are pending (groups complete in commit
+// order), so a kernel can start on the first groups' tiles while later ones are in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 template <class T, int ROWS, int COLS>
 __device__ __forceinline__ void cp_async_rows(T* dst, int ld, const T* src, int64_t src_stride, int rows_valid) {
   constexpr int E = 16 / int(sizeof(T)), V4 = COLS / E;  // elements per copy, copies per row
   static_assert(COLS % E == 0, "16-byte copies");
   for (int e = threadIdx.x; e < ROWS * V4; e += kThreads) {
     const int r = e / V4, c = (e % V4) * E;
+    const bool ok = r < rows_valid;
+    cp_async16(dst + r * ld + c, ok ? src + r * src_stride + c : src, ok);
+  }
+}
+// cp_async_rows unrolled at compile time, for tiles whose 16-byte copies are a whole number per
+// thread: every copy of the thread is issued straight, without the loop's trip count and
+// remainder code (about a hundred SASS instructions per tile in gdn_bwd_dqk_kernel).
+template <class T, int ROWS, int COLS>
+__device__ __forceinline__ void cp_async_tile(T* dst, int ld, const T* src, int64_t src_stride, int rows_valid) {
+  constexpr int E = 16 / int(sizeof(T)), V4 = COLS / E, ITERS = ROWS * V4 / kThreads;
+  static_assert(COLS % E == 0 && ROWS * V4 % kThreads == 0, "whole 16-byte copies per thread");
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int e = threadIdx.x + it * kThreads, r = e / V4, c = (e % V4) * E;
     const bool ok = r < rows_valid;
     cp_async16(dst + r * ld + c, ok ? src + r * src_stride + c : src, ok);
   }

@@ -6,7 +6,9 @@
 //   intra = P v_new (tensor cores, fp32 accumulation), o = dtype(inter exp2(g_r) scale +
 //   intra scale) ([G3] of the twin). Shared memory (16-bit): q, k 64 x (K+8); h K x (V+8);
 //   v_new 64 x (V+8); P 64 x 72; gates 64 fp32. Staging is one memory round trip: q, k, h, v_new
-//   by cp.async (raw bits, rows beyond the chunk zero-filled), the gates' loads in flight with them.
+//   by cp.async (raw bits, rows beyond the chunk zero-filled) in three groups in the order of first
+//   use ({q, k}, h, v_new: the scores and inter run while the later tiles land), the gates' loads
+//   in flight with them.
 //   o leaves through the v_new tile in 16-byte row stores.
 // gdn_local_dv_kernel: same grid. P' = dtype((q_r . k_s) exp2(g_r - g_s) scale) for s <= r,
 //   dv_local = dtype(P'^T dO) ([B4]), 16-bit storage. Shared memory: q, k 64 x (K+8); dO 64 x (V+8);
@@ -69,13 +71,17 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
   const int L = ch.len;
   const int64_t t0 = ch.begin;
 
-  // One memory round trip: q, k, h, v_new by cp.async, the gates meanwhile.
+  // One memory round trip: q, k, h, v_new by cp.async in three groups in the order of first use,
+  // the gates meanwhile. Each product waits only for its own group: the scores start once q and k
+  // have landed, inter once h has, while the later tiles are still in flight.
   stage_qk_gates_async<K>(p, t0, L, i, j, sq, sk, Sm::kKld, sG);
-  cp_async_rows<uint16_t, K, V>(sh, Sm::kVld, p.h + (n * HV + j) * int64_t(K) * V, V, K);
-  cp_async_rows<uint16_t, kC, V>(svn, Sm::kVld, p.v_new + (t0 * HV + j) * V, int64_t(HV) * V, L);
-  cp_async_commit();
-  cp_async_wait_all();
-  __syncthreads();
+  cp_async_commit();  // group 0: the scores q k^T
+  cp_async_tile<uint16_t, K, V>(sh, Sm::kVld, p.h + (n * HV + j) * int64_t(K) * V, V, K);
+  cp_async_commit();  // group 1: inter = q h
+  cp_async_tile<uint16_t, kC, V>(svn, Sm::kVld, p.v_new + (t0 * HV + j) * V, int64_t(HV) * V, L);
+  cp_async_commit();  // group 2: intra = P v_new
+  cp_async_wait_group<2>();
+  __syncthreads();  // q, k, gates
   {
     using T64 = Tiling<kC, kC>;
     float acc[T64::MT][T64::NT][4];
@@ -87,12 +93,15 @@ __global__ void __launch_bounds__(kThreads) gdn_output_kernel(ChunkParams p) {
       *reinterpret_cast<uint32_t*>(sP + r * Sm::kPld + s) = DT::pack(p0, p1);
     });
   }
-  __syncthreads();
+  cp_async_wait_group<1>();
+  __syncthreads();  // h, P
   using TO = Tiling<kC, V>;
   float inter[TO::MT][TO::NT][4], intra[TO::MT][TO::NT][4];
   TO::zero(inter);
   TO::zero(intra);
   TO::template mma<DT>(inter, AView<uint16_t, true>{sq, Sm::kKld}, BView<uint16_t, false>{sh, Sm::kVld}, 0, K);
+  cp_async_wait_all();
+  __syncthreads();  // v_new
   TO::template mma<DT>(intra, AView<uint16_t, true>{sP, Sm::kPld}, BView<uint16_t, false>{svn, Sm::kVld}, 0,
                        (L + 15) & ~15);
   const float scale = p.sh.scale;

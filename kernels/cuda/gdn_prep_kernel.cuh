@@ -13,8 +13,8 @@
 //   (16-bit storage) with zeros above the diagonal and beyond the chunk. Each Phi element sums
 //   the twin's terms in the twin's order, whichever thread computes it (the same bits).
 //   Shared memory: k 64 x (K+8) 16-bit (by cp.async, in flight with the gate loads: one memory
-//   round trip), Pi and Phi 64 x 65 fp32, merge scratch 3 x 16 x 16, activations / cumsum / beta
-//   64 fp32 each.
+//   round trip), Pi and Phi 64 x 65 fp32 (Phi over the k tile, which is dead by then), merge
+//   scratch 3 x 16 x 16, activations / cumsum / beta 64 fp32 each.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -104,11 +104,17 @@ __device__ __forceinline__ float gdn_activate(int gate, float graw, float A_log,
 
 inline constexpr int kPiLd = 65;  // row stride of the fp32 Pi / Phi tiles of the inverse
 
+// Phi (fp32) reuses the k tile's bytes: k is read only by K K^T, which every warp finishes before
+// the barrier ahead of Pi, and Phi is first written by chunk_inverse_64 after the next one. So the
+// block needs 37,888 bytes at K = 128 (54,528 with a tile of its own): six blocks per SM (with the
+// 1 KB each reserves, the SM's whole 228 KB; registers capped at 40 by the launch bounds), not four.
 template <int K>
 struct IntraSmem {
   static constexpr int kLd = K + 8;   // 16-bit k tile
   static constexpr int kPld = kPiLd;  // fp32 Pi / Phi
-  static constexpr size_t bytes = size_t(kC) * kLd * 2 + 2 * size_t(kC) * kPld * 4 + 3 * 256 * 4 + 3 * kC * 4;
+  static constexpr size_t kKBytes = size_t(kC) * kLd * 2, kPiBytes = size_t(kC) * kPld * 4;
+  static constexpr size_t bytes = (kKBytes > kPiBytes ? kKBytes : kPiBytes) + kPiBytes + 3 * 256 * 4 + 3 * kC * 4;
+  static_assert(kKBytes % 16 == 0 && kPiBytes % 16 == 0, "16-byte aligned regions");
 };
 
 // Rows {0, 8} x columns {0, 8} of a 16-deep product sum_x a[row][x] b[x][col] (fp32, x
@@ -211,16 +217,16 @@ __device__ __forceinline__ void store_phi(const float* sPhi, uint16_t* Phi, int6
 }
 
 template <class DT, int K>
-__global__ void __launch_bounds__(kThreads) gdn_intra_kernel(IntraParams p) {
+__global__ void __launch_bounds__(kThreads, 6) gdn_intra_kernel(IntraParams p) {
   using Sm = IntraSmem<K>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* sk = reinterpret_cast<uint16_t*>(smem_raw);
-  float* sPi = reinterpret_cast<float*>(sk + kC * Sm::kLd);
-  float* sPhi = sPi + kC * Sm::kPld;
-  float* sTmp = sPhi + kC * Sm::kPld;  // 3 x 16 x 16
-  float* sA = sTmp + 3 * 256;          // activations
-  float* sG = sA + kC;                 // cumsum, log2 units
-  float* sB = sG + kC;                 // beta
+  float* sPhi = reinterpret_cast<float*>(smem_raw);  // over sk once K K^T is done (IntraSmem)
+  float* sPi = reinterpret_cast<float*>(smem_raw + (Sm::kKBytes > Sm::kPiBytes ? Sm::kKBytes : Sm::kPiBytes));
+  float* sTmp = sPi + kC * Sm::kPld;  // 3 x 16 x 16
+  float* sA = sTmp + 3 * 256;         // activations
+  float* sG = sA + kC;                // cumsum, log2 units
+  float* sB = sG + kC;                // beta
 
   const int HV = p.sh.HV;
   const int64_t n = blockIdx.x / HV;

@@ -5,9 +5,12 @@
 //   dtype(v * beta); W = Phi xb, U = Phi ub on tensor cores (dtype Phi, fp32 accumulation),
 //   stored rounded to dtype for the chunk's L rows (through shared memory: coalesced 16-byte
 //   row stores instead of the fragments' 4-byte ones). Shared memory (16-bit): Phi 64 x 72,
-//   xb 64 x (K+8), ub 64 x (V+8); beta, exp2(g) 64 fp32 each. Staging is one memory round trip:
-//   Phi, k, v by cp.async (raw bits, rows beyond the chunk zero-filled), beta and g loaded with
-//   them; after the barrier the k and v tiles are rounded to xb, ub in place (scale_rows_in_place).
+//   xb 64 x (K+8), ub 64 x (V+8); beta, exp2(g) 64 fp32 each (44.5 KB at K = V = 128: four
+//   blocks per SM, registers capped by the launch bounds). Staging is one memory round trip:
+//   Phi, k, v by cp.async (raw bits, rows beyond the chunk zero-filled) in two groups in the order
+//   of first use, beta and g loaded with them; once Phi and k have landed, k is rounded to xb in
+//   place (scale_rows_in_place) and W's product runs while v lands; then v is rounded to ub,
+//   W's rows leave while U's product runs.
 #pragma once
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -32,36 +35,49 @@ struct WySmem {
   static constexpr size_t bytes = (size_t(kC) * kPld + size_t(kC) * kXld + size_t(kC) * kUld) * 2 + 2 * kC * 4;
 };
 
+// [W2] acc = Phi T for a 16-bit operand tile T (64 x N, row stride LD; Phi 64 x (64+8)) on tensor
+// cores, fp32 accumulation over Phi's columns [0, kend) (those beyond the chunk are zero).
+template <class DT, int N, int LD>
+__device__ __forceinline__ void wy_mma(typename Tiling<kC, N>::Acc& acc, const uint16_t* sPhi, const uint16_t* sT,
+                                       int kend) {
+  using TT = Tiling<kC, N>;
+  constexpr int kPld = kC + 8;  // Phi's row stride (WySmem::kPld)
+  TT::zero(acc);
+  TT::template mma<DT>(acc, AView<uint16_t, true>{sPhi, kPld}, BView<uint16_t, false>{sT, LD}, 0, kend);
+}
+
+// The dtype values of wy_mma's accumulator into a 16-bit tile (row stride LD): its own operand
+// tile, after a barrier (every warp has read it).
+template <class DT, int N, int LD>
+__device__ __forceinline__ void wy_pack(typename Tiling<kC, N>::Acc& acc, uint16_t* sT) {
+  Tiling<kC, N>::pairs(acc, [&](int r, int c, float& v0, float& v1) {
+    *reinterpret_cast<uint32_t*>(sT + r * LD + c) = DT::pack(v0, v1);
+  });
+}
+
 // [W2] W = Phi xb, U = Phi ub of one chunk on tensor cores, from the 16-bit tiles in shared memory
 // (Phi 64 x (64+8), xb 64 x (K+8), ub 64 x (V+8); rows beyond the chunk zero, as are Phi's entries
 // above the diagonal), stored rounded to dtype for the chunk's L rows: W row r at W + (th0 + r HV) K,
 // U likewise (th0 = t0 HV + j). Each product's dtype result replaces its own operand tile in shared
 // memory (after a barrier: every warp has read the operand) and leaves in 16-byte row stores.
-// Call after the barrier that publishes the tiles; shared by the GDN and KDA WY kernels.
+// Call after the barrier that publishes the tiles (the KDA WY kernel; gdn_wy_kernel runs the same
+// steps with its loads interleaved).
 template <class DT, int K, int V>
 __device__ __forceinline__ void wy_products(uint16_t* W, uint16_t* U, int64_t th0, int HV, const uint16_t* sPhi,
                                             uint16_t* sX, uint16_t* sU, int L) {
   using Sm = WySmem<K, V>;
   const int kend = (L + 15) & ~15;  // Phi columns beyond the chunk are zero
   {
-    using TW = Tiling<kC, K>;
-    float acc[TW::MT][TW::NT][4];
-    TW::zero(acc);
-    TW::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sX, Sm::kXld}, 0, kend);
+    typename Tiling<kC, K>::Acc acc;
+    wy_mma<DT, K, Sm::kXld>(acc, sPhi, sX, kend);
     __syncthreads();
-    TW::pairs(acc, [&](int r, int c, float& v0, float& v1) {
-      *reinterpret_cast<uint32_t*>(sX + r * Sm::kXld + c) = DT::pack(v0, v1);
-    });
+    wy_pack<DT, K, Sm::kXld>(acc, sX);
   }
   {
-    using TU = Tiling<kC, V>;
-    float acc[TU::MT][TU::NT][4];
-    TU::zero(acc);
-    TU::template mma<DT>(acc, AView<uint16_t, true>{sPhi, Sm::kPld}, BView<uint16_t, false>{sU, Sm::kUld}, 0, kend);
+    typename Tiling<kC, V>::Acc acc;
+    wy_mma<DT, V, Sm::kUld>(acc, sPhi, sU, kend);
     __syncthreads();
-    TU::pairs(acc, [&](int r, int c, float& v0, float& v1) {
-      *reinterpret_cast<uint32_t*>(sU + r * Sm::kUld + c) = DT::pack(v0, v1);
-    });
+    wy_pack<DT, V, Sm::kUld>(acc, sU);
   }
   __syncthreads();
   store_rows16<K>(W + th0 * K, int64_t(HV) * K, sX, Sm::kXld, L);
@@ -91,7 +107,7 @@ __device__ __forceinline__ void scale_rows_in_place(uint16_t* s, int ld, F&& f) 
 }
 
 template <class DT, int K, int V>
-__global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
+__global__ void __launch_bounds__(kThreads, 4) gdn_wy_kernel(WyParams p) {
   using Sm = WySmem<K, V>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   uint16_t* sPhi = reinterpret_cast<uint16_t*>(smem_raw);
@@ -106,27 +122,48 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_wy_kernel(WyParams p) {
   const ChunkDesc ch = p.chunks[n];
   const int L = ch.len;
   const int64_t t0 = ch.begin;
+  const int64_t th0 = t0 * HV + j;
   const int tid = threadIdx.x;
+  const int kend = (L + 15) & ~15;  // Phi columns beyond the chunk are zero
 
-  // One memory round trip: Phi, k, v by cp.async (raw bits, rows beyond the chunk zero-filled),
-  // beta and gcum loaded before the copies are issued.
+  // One memory round trip, in two cp.async groups in the order of first use (raw bits, rows
+  // beyond the chunk zero-filled): Phi and k (W's operands), then v (U's), which lands while W's
+  // product runs; beta and gcum loaded before the copies are issued.
   const bool in = tid < L;  // tid < kC
   const float b = in ? p.beta[(t0 + tid) * HV + j] : 0.0f;
   const float g = in ? p.gcum[(t0 + tid) * HV + j] : 0.0f;
-  cp_async_rows<uint16_t, kC, kC>(sPhi, Sm::kPld, p.Phi + (t0 * HV + j) * kC, int64_t(HV) * kC, L);
-  cp_async_rows<uint16_t, kC, K>(sX, Sm::kXld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
-  cp_async_rows<uint16_t, kC, V>(sU, Sm::kUld, p.v + (t0 * HV + j) * V, int64_t(HV) * V, L);
-  cp_async_commit();
+  cp_async_tile<uint16_t, kC, kC>(sPhi, Sm::kPld, p.Phi + th0 * kC, int64_t(HV) * kC, L);
+  cp_async_tile<uint16_t, kC, K>(sX, Sm::kXld, p.k + (t0 * p.sh.H + i) * K, int64_t(p.sh.H) * K, L);
+  cp_async_commit();  // group 0: W = Phi xb
+  cp_async_tile<uint16_t, kC, V>(sU, Sm::kUld, p.v + th0 * V, int64_t(HV) * V, L);
+  cp_async_commit();  // group 1: U = Phi ub
   if (tid < kC) {
     sB[tid] = b;
     sE[tid] = in ? exp2f(g) : 0.0f;
   }
-  cp_async_wait_all();
-  __syncthreads();  // tiles, beta, exp2(g)
+  cp_async_wait_group<1>();
+  __syncthreads();  // Phi, k, beta, exp2(g)
   scale_rows_in_place<DT, kC, K>(sX, Sm::kXld, [&](int r, float x) { return (x * sB[r]) * sE[r]; });  // [W1]
-  scale_rows_in_place<DT, kC, V>(sU, Sm::kUld, [&](int r, float x) { return x * sB[r]; });
   __syncthreads();
-  wy_products<DT, K, V>(p.W, p.U, t0 * HV + j, HV, sPhi, sX, sU, L);
+  {  // [W2] W = Phi xb, stored while U's product runs
+    typename Tiling<kC, K>::Acc acc;
+    wy_mma<DT, K, Sm::kXld>(acc, sPhi, sX, kend);
+    cp_async_wait_all();
+    __syncthreads();  // v; every warp has read xb
+    wy_pack<DT, K, Sm::kXld>(acc, sX);
+  }
+  // [W1] ub
+  scale_rows_in_place<DT, kC, V>(sU, Sm::kUld, [&](int r, float x) { return x * sB[r]; });
+  __syncthreads();  // W's dtype rows, ub
+  store_rows16<K>(p.W + th0 * K, int64_t(HV) * K, sX, Sm::kXld, L);
+  {  // [W2] U = Phi ub
+    typename Tiling<kC, V>::Acc acc;
+    wy_mma<DT, V, Sm::kUld>(acc, sPhi, sU, kend);
+    __syncthreads();  // every warp has read ub
+    wy_pack<DT, V, Sm::kUld>(acc, sU);
+  }
+  __syncthreads();
+  store_rows16<V>(p.U + th0 * V, int64_t(HV) * V, sU, Sm::kUld, L);
 }
 
 // The parameters from the phase's Args (host); the KDA WY kernel's extend them by kg.
