@@ -96,9 +96,8 @@ int64_t parse_reference_group(const std::string& text) {
 std::string reference_group_help() {
   return "How the FP64 reference of a large row runs: when the results of its sequences pass BYTES, one group of "
          "heads at a time, each group's results freed once the ranks have their part (0: one q/k head at a time; "
-         "never: every head at once; auto: 512MiB, with fewer, larger groups while a group would leave threads "
-         "of the reference idle: up to 2GiB each, and beyond that as far as the threads need where the row still "
-         "fits 90% of the host memory). Larger groups use more threads on rows of few sequences (one "
+         "never: every head at once; auto: 512MiB, or fewer, larger groups, as few as keep every thread of the "
+         "reference busy, where the row still fits 90% of the host memory that way). Larger groups use more threads on rows of few sequences (one "
          "value head's recurrence keeps at most V/16 threads busy) and more memory (kcpbench plan shows it). "
          "The values are the same either way";
 }

@@ -17,7 +17,6 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <tuple>
 
 #include "core/inputs/inputs.h"
@@ -367,10 +366,6 @@ ReferenceCache::~ReferenceCache() = default;
 double ReferenceCache::compute_seconds() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->seconds;
-}
-
-int ReferenceCache::threads() const {
-  return impl_->threads > 0 ? impl_->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 double ReferenceCache::inputs_seconds() const {

@@ -73,7 +73,6 @@ class ReferenceCache {
   void release(HeadRange heads);
   double compute_seconds() const;  // total time spent computing (not loading), summed over sequences
   double inputs_seconds() const;   // the part of it spent drawing the inputs (make_inputs)
-  int threads() const;             // threads of one computation (the constructor's; 0 -> the hardware's)
 
  private:
   struct Impl;

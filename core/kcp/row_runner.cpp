@@ -422,10 +422,11 @@ std::shared_ptr<const RankPrepared> prepare_reference(const RowContext& c, const
   SliceSink sink{spill ? nullptr : std::make_shared<RankReference>(),
                  spill ? std::make_shared<ReferenceSpill>() : nullptr};
   std::vector<SequenceReference> pieces(my.pieces.size());
-  // One count for every rank (a barrier per group): hosts of an mpirun may differ in threads.
+  // One count for every rank (a barrier per group): the hosts of an mpirun may have chosen
+  // differently (SelectedRow::reference_group_bytes, from each host's memory).
   const int64_t group_bytes =
       c.sel.reference_group_bytes != kReferenceGroupAuto ? c.sel.reference_group_bytes : opt.reference_group_bytes;
-  int64_t wanted = reference_head_groups(row, group_bytes, cache.threads());
+  int64_t wanted = reference_head_groups(row, group_bytes);
   comm.allreduce(&wanted, 1, ReduceOp::Max);
   const int groups = static_cast<int>(wanted);
   if (groups > 1 && comm.rank() == 0)

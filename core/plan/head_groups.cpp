@@ -84,21 +84,17 @@ HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int6
   const auto choose = [&](const MemoryRequest& r) {
     return choose_with_inputs(row, r, group_bytes, host_avail, device_avail, may_keep_inputs, spill_room);
   };
-  if (req.reference_group_bytes != kReferenceGroupAuto || host_avail <= 0) return choose(req);
-  // auto on a host of known memory: the FP64 reference in groups of kReferenceGroupBytes, unless
-  // wider ones (as wide as its threads need, else auto's own) keep every other choice and fit 90%
-  // of the host memory.
-  req.reference_group_bytes = kReferenceGroupBytes;
-  HeadGroupChoice narrow = choose(req);
-  narrow.reference_group_bytes = kReferenceGroupBytes;
-  const int for_threads = reference_groups_for_threads(row, req.reference_threads);
-  for (int64_t bytes : {reference_group_bytes_for(row, for_threads), kReferenceGroupAuto}) {
-    req.reference_group_bytes = bytes;
+  const HeadGroupChoice narrow = choose(req);
+  if (req.reference_group_bytes != kReferenceGroupAuto || host_avail <= 0) return narrow;
+  // auto on a host of known memory: the FP64 reference in the widest groups, from as wide as its
+  // threads need down to kReferenceGroupBytes, that keep every other choice and fit 90% of the host.
+  for (int n = reference_groups_for_threads(row, req.reference_threads); n < narrow.estimate.reference_groups; ++n) {
+    if (row.H % n != 0) continue;
+    req.reference_group_bytes = reference_group_bytes_for(row, n);
     HeadGroupChoice w = choose(req);
-    if (w.estimate.reference_groups < narrow.estimate.reference_groups && w.fits &&
-        within(w.estimate, keep_room(host_avail), device_avail) && w.groups == narrow.groups &&
+    if (w.fits && within(w.estimate, keep_room(host_avail), device_avail) && w.groups == narrow.groups &&
         w.reference_spill_bytes == narrow.reference_spill_bytes && w.keep_inputs == narrow.keep_inputs) {
-      w.reference_group_bytes = bytes;
+      w.reference_group_bytes = req.reference_group_bytes;
       return w;
     }
   }

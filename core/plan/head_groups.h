@@ -33,10 +33,10 @@ struct HeadGroupChoice {
 // known (> 0) and the row fits 90% of it that way in no more groups than with spilled slices, or
 // when the spilled slices would pass spill_room (> 0: the disk's room) and the kept ones fit
 // host_avail in more groups; else they spill (kReferenceSpillBytes). req.reference_group_bytes
-// kReferenceGroupAuto with a known host_avail: the reference runs in groups of heads of at most
-// kReferenceGroupBytes of results, or in fewer, wider ones (reference_groups_for_threads, else
-// auto's own up to kReferenceGroupWideBytes) where the row still fits 90% of host_avail that way
-// with the same groups, spill and inputs choice; reference_group_bytes says which. may_keep_inputs: with
+// kReferenceGroupAuto with a known host_avail: the reference runs in the fewest groups of heads,
+// from reference_groups_for_threads up to auto's (kReferenceGroupBytes of results each), with
+// which the row still fits 90% of host_avail with the same groups, spill and inputs choice;
+// reference_group_bytes says which (a byte count, or kReferenceGroupAuto for auto's own). may_keep_inputs: with
 // one group of heads and a known host_avail, the rank's input shard is kept across the row's forms (drawn once, not
 // once a form) when the row still fits 90% of host_avail that way. Throws ConfigError as estimate_memory does.
 HeadGroupChoice choose_head_groups(const RowConfig& row, MemoryRequest req, int64_t group_bytes, int64_t host_avail,

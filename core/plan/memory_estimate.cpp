@@ -347,25 +347,15 @@ int64_t reference_group_bytes_for(const RowConfig& row, int groups) {
   return static_cast<int64_t>(std::ceil(reference_results_bytes(row) / groups));
 }
 
-int reference_head_groups(const RowConfig& row, int64_t group_bytes, int threads) {
+int reference_head_groups(const RowConfig& row, int64_t group_bytes) {
   if (group_bytes == kReferenceGroupNever || row.seqlens.empty()) return 1;
   KCP_CHECK(group_bytes >= 0 || group_bytes == kReferenceGroupAuto, "row {}: reference group bytes {}", row.name,
             group_bytes);
   const double whole = reference_results_bytes(row);
   const double cap = double(group_bytes == kReferenceGroupAuto ? kReferenceGroupBytes : group_bytes);
-  int n = row.H;
-  for (int d = 1; d < row.H; ++d)
-    if (row.H % d == 0 && whole / d <= cap) {
-      n = d;
-      break;
-    }
-  if (group_bytes != kReferenceGroupAuto) return n;
-  for (int d = n - 1; d >= 1 && reference_items(row, n) < threads; --d)
-    if (row.H % d == 0) {
-      if (whole / d > double(kReferenceGroupWideBytes)) break;
-      n = d;
-    }
-  return n;
+  for (int n = 1; n < row.H; ++n)
+    if (row.H % n == 0 && whole / n <= cap) return n;
+  return row.H;
 }
 
 int64_t spilled_reference_bytes(const MemoryEstimate& e) {
@@ -396,7 +386,7 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   const SavedKind kind = SavedKind::Full;
   // The FP64 reference runs one group of heads at a time: the sequences' results and its working
   // set are those of one group (head_range_row's shape); every rank's slice gets all of them.
-  e.reference_groups = reference_head_groups(row, req.reference_group_bytes, req.reference_threads);
+  e.reference_groups = reference_head_groups(row, req.reference_group_bytes);
   const RowConfig part = head_range_row(row, HeadRange{0, row.H / e.reference_groups});
   // The forms run one group of heads at a time: their shard, arrays and results are one group's.
   if (req.head_groups < 1 || row.H % req.head_groups != 0)

@@ -3,8 +3,9 @@
 //
 // What a process holds while it runs a row (core/kcp/row_runner.cpp), in two phases:
 //  A. preparing the row: the FP64 reference runs one group of heads at a time (reference_head_
-//     groups: one group unless the row's results pass kReferenceGroupBytes, or under auto fewer,
-//     wider groups for the reference's threads; heads are independent, so the bits are the same). Held at once: the
+//     groups: one group unless the row's results pass kReferenceGroupBytes, or fewer, wider groups
+//     that choose_head_groups picked for the reference's threads; heads are independent, so the
+//     bits are the same). Held at once: the
 //     FP64 results of one group of heads of every sequence the process's ranks touch as ReferenceCache holds them
 //     (core/compare/ reference_data.h: o, dq, dk, dv, dg, dbeta, ht, dh0, probes in double), the working set of the
 //     sequences being computed at once (that group's inputs in float, the reference's prepared arrays and its
@@ -73,13 +74,11 @@ inline constexpr int64_t kReferenceSpillAuto = -2;
 // reference_group_bytes): the sequences' results and the reference's working set then hold one
 // group's heads (heads are independent; the bits are the same).
 inline constexpr int64_t kReferenceGroupBytes = int64_t(512) << 20;
-// --reference-group auto: groups of at most kReferenceGroupBytes, widened (fewer groups) up to
-// kReferenceGroupWideBytes while a group gives a reference computation fewer work items than it
-// has threads (one value head keeps ceil(V / 16) threads busy: docs/algorithm.md 1.4); never:
-// every head at once.
+// --reference-group auto: groups of at most kReferenceGroupBytes, unless `run` / `calibrate` /
+// `plan` chose wider ones for the reference's threads where the host has room
+// (choose_head_groups, core/plan/head_groups.h); never: every head at once.
 inline constexpr int64_t kReferenceGroupAuto = -2;
 inline constexpr int64_t kReferenceGroupNever = -1;
-inline constexpr int64_t kReferenceGroupWideBytes = 4 * kReferenceGroupBytes;
 
 // How the forms of a row are run by groups of q/k heads (core/kcp/head_group_run.h; RunOptions::
 // head_group_bytes, core/plan/head_groups.h): kHeadGroupAuto every head at once when the row fits
@@ -90,11 +89,10 @@ inline constexpr int64_t kHeadGroupAuto = -2;
 inline constexpr int64_t kHeadGroupNever = -1;
 
 // Groups of q/k heads (each with its value heads) the FP64 reference of the row runs in, a
-// divisor of H: 1 for kReferenceGroupNever or when the row's results take at most the cap, else
-// the fewest groups whose part takes at most it (H groups at most). The cap is group_bytes, or
-// for kReferenceGroupAuto kReferenceGroupBytes, then widened as that says for a computation of
-// `threads` threads.
-int reference_head_groups(const RowConfig& row, int64_t group_bytes, int threads);
+// divisor of H: 1 for kReferenceGroupNever or when the row's results take at most the cap
+// (group_bytes; kReferenceGroupBytes for kReferenceGroupAuto), else the fewest groups whose part
+// takes at most it (H groups at most).
+int reference_head_groups(const RowConfig& row, int64_t group_bytes);
 // The most groups of heads (a divisor of H) each of which gives a reference computation of
 // `threads` threads as many work items as threads (1 when even every head at once gives fewer).
 int reference_groups_for_threads(const RowConfig& row, int threads);

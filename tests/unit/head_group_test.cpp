@@ -250,17 +250,17 @@ TEST(HeadGroups, TheInputShardIsKeptAcrossFormsOnlyWhereItFits) {
 // way with the same other choices; without known host memory, or without room, auto's own groups.
 TEST(HeadGroups, AutoReferenceGroupsWidenForThreadsWhereTheHostHasRoom) {
   RowConfig row = kda_row();
-  row.seqlens = {262144};  // 8.6 GB of FP64 results: past kReferenceGroupWideBytes at two heads a group
+  row.seqlens = {262144};  // 8.6 GB of FP64 results, 2.2 GB a q/k head
   EXPECT_EQ(reference_groups_for_threads(row, 16), 4);
   EXPECT_EQ(reference_groups_for_threads(row, 32), 2);
   EXPECT_EQ(reference_groups_for_threads(row, 1000), 1);
-  for (int n : {1, 2, 4}) EXPECT_EQ(reference_head_groups(row, reference_group_bytes_for(row, n), 1), n);
+  for (int n : {1, 2, 4}) EXPECT_EQ(reference_head_groups(row, reference_group_bytes_for(row, n)), n);
   MemoryRequest req = cpu_request();
   req.reference_threads = 32;
   req.reference_spill_bytes = kReferenceSpillBytes;
   req.device_is_host = false;  // on a GPU the reference's preparation sets the host peak
   const MemoryEstimate four = estimate_memory(row, req);
-  ASSERT_EQ(four.reference_groups, 4) << "auto alone stops at kReferenceGroupWideBytes";
+  ASSERT_EQ(four.reference_groups, 4) << "auto alone: kReferenceGroupBytes";
   MemoryRequest two_req = req;
   two_req.reference_group_bytes = reference_group_bytes_for(row, 2);
   const MemoryEstimate two = estimate_memory(row, two_req);
@@ -273,7 +273,7 @@ TEST(HeadGroups, AutoReferenceGroupsWidenForThreadsWhereTheHostHasRoom) {
   EXPECT_EQ(wide.estimate.host_bytes, two.host_bytes);
   const HeadGroupChoice tight = choose_head_groups(row, req, kHeadGroupNever, two.host_bytes, 0);
   EXPECT_EQ(tight.estimate.reference_groups, 4) << "fits, but not within 90% of the host";
-  EXPECT_EQ(tight.reference_group_bytes, kReferenceGroupBytes) << "auto's own groups, as a byte count";
+  EXPECT_EQ(tight.reference_group_bytes, kReferenceGroupAuto) << "auto's own groups";
   EXPECT_EQ(choose_head_groups(row, req, kHeadGroupNever, 0, 0).estimate.reference_groups, 4) << "host unknown";
   req.reference_threads = 16;
   EXPECT_EQ(choose_head_groups(row, req, kHeadGroupNever, roomy, 0).estimate.reference_groups, 4)
@@ -284,28 +284,34 @@ TEST(HeadGroups, AutoReferenceGroupsWidenForThreadsWhereTheHostHasRoom) {
       << "a byte count is kept";
 }
 
-// auto's own widening (up to kReferenceGroupWideBytes, blind to the host) is taken only where the
-// row then still fits: on a host that holds the row with groups of kReferenceGroupBytes but not
-// with auto's wider ones, the narrow groups are chosen (a byte count), not a refusal.
-TEST(HeadGroups, AutoReferenceGroupsNeverCostARowItsFit) {
+// Between the groups the threads need and auto's: the widest with which the row still fits 90%
+// of the host (here two groups where one would not fit).
+TEST(HeadGroups, AutoReferenceGroupsTakeTheWidestThatFits) {
   RowConfig row = kda_row();
-  row.seqlens = {65536};  // 2.15 GB of results: four groups at 512 MiB, two by auto's own widening at 32 threads
+  row.seqlens = {65536};  // 2.15 GB of results: four groups at kReferenceGroupBytes
   MemoryRequest req = cpu_request();
-  req.reference_threads = 32;
+  req.reference_threads = 64;  // every head at once: 64 items
   req.reference_spill_bytes = kReferenceSpillBytes;
   req.device_is_host = false;
-  ASSERT_EQ(reference_head_groups(row, kReferenceGroupAuto, 32), 2);
-  MemoryRequest narrow_req = req;
-  narrow_req.reference_group_bytes = kReferenceGroupBytes;
-  const MemoryEstimate narrow = estimate_memory(row, narrow_req), wide = estimate_memory(row, req);
-  ASSERT_EQ(narrow.reference_groups, 4);
-  ASSERT_GT(wide.host_bytes, narrow.host_bytes);
-  const HeadGroupChoice c = choose_head_groups(row, req, kHeadGroupAuto, wide.host_bytes - 1, 0);
-  EXPECT_TRUE(c.fits);
-  EXPECT_EQ(c.groups, 1);
-  EXPECT_EQ(c.estimate.reference_groups, 4);
-  EXPECT_EQ(c.reference_group_bytes, kReferenceGroupBytes);
-  const HeadGroupChoice roomy = choose_head_groups(row, req, kHeadGroupAuto, wide.host_bytes / 9 * 10 + 100, 0);
-  EXPECT_EQ(roomy.estimate.reference_groups, 2);
-  EXPECT_EQ(roomy.groups, 1);
+  ASSERT_EQ(reference_groups_for_threads(row, 64), 1);
+  std::vector<MemoryEstimate> at;  // at[n]: the estimate with n reference groups
+  for (int n = 0; n <= 4; ++n) {
+    MemoryRequest r = req;
+    r.reference_group_bytes = n > 0 ? reference_group_bytes_for(row, n) : kReferenceGroupAuto;
+    at.push_back(estimate_memory(row, r));
+  }
+  ASSERT_EQ(at[0].reference_groups, 4);
+  ASSERT_GT(at[1].host_bytes, at[2].host_bytes);
+  ASSERT_GT(at[2].host_bytes, at[4].host_bytes);
+  const HeadGroupChoice two = choose_head_groups(row, req, kHeadGroupAuto, at[2].host_bytes / 9 * 10 + 100, 0);
+  EXPECT_TRUE(two.fits);
+  EXPECT_EQ(two.groups, 1);
+  EXPECT_EQ(two.estimate.reference_groups, 2);
+  EXPECT_EQ(two.reference_group_bytes, reference_group_bytes_for(row, 2));
+  const HeadGroupChoice four = choose_head_groups(row, req, kHeadGroupAuto, at[2].host_bytes - 1, 0);
+  EXPECT_TRUE(four.fits);
+  EXPECT_EQ(four.estimate.reference_groups, 4) << "no wider group fits: auto's own, not a refusal";
+  EXPECT_EQ(four.reference_group_bytes, kReferenceGroupAuto);
+  const HeadGroupChoice one = choose_head_groups(row, req, kHeadGroupAuto, at[1].host_bytes / 9 * 10 + 100, 0);
+  EXPECT_EQ(one.estimate.reference_groups, 1);
 }

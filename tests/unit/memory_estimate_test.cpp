@@ -240,12 +240,12 @@ TEST(MemoryEstimate, TheReferenceRunsOneGroupOfHeadsAtATime) {
   const MemoryEstimate whole = estimate_memory(row, req);
   EXPECT_EQ(whole.reference_groups, 1);
   // 16384 tokens x (o, dv: 8 x 128; dq, dk: 4 x 128; dg, dbeta: 8) doubles = 405 MB in all.
-  EXPECT_EQ(reference_head_groups(row, 500 << 20, 64), 1);
-  EXPECT_EQ(reference_head_groups(row, 250 << 20, 64), 2);
-  EXPECT_EQ(reference_head_groups(row, 120 << 20, 64), 4) << "a byte count is a cap, whatever the threads";
-  EXPECT_EQ(reference_head_groups(row, 1, 64), 4) << "one q/k head at the least";
-  EXPECT_EQ(reference_head_groups(row, kReferenceGroupNever, 64), 1);
-  EXPECT_EQ(reference_head_groups(row, kReferenceGroupAuto, 64), 1) << "405 MB: within kReferenceGroupBytes";
+  EXPECT_EQ(reference_head_groups(row, 500 << 20), 1);
+  EXPECT_EQ(reference_head_groups(row, 250 << 20), 2);
+  EXPECT_EQ(reference_head_groups(row, 120 << 20), 4);
+  EXPECT_EQ(reference_head_groups(row, 1), 4) << "one q/k head at the least";
+  EXPECT_EQ(reference_head_groups(row, kReferenceGroupNever), 1);
+  EXPECT_EQ(reference_head_groups(row, kReferenceGroupAuto), 1) << "405 MB: within kReferenceGroupBytes";
   req.reference_group_bytes = 120 << 20;
   const MemoryEstimate grouped = estimate_memory(row, req);
   EXPECT_EQ(grouped.reference_groups, 4);
@@ -256,23 +256,26 @@ TEST(MemoryEstimate, TheReferenceRunsOneGroupOfHeadsAtATime) {
   EXPECT_EQ(grouped.phase_forms, whole.phase_forms) << "the forms do not depend on how the reference ran";
 }
 
-// auto: groups of at most kReferenceGroupBytes, made fewer while a group has fewer work items
-// ((value head, 16 columns) pairs) than the computation has threads, as long as a group's results
-// stay within kReferenceGroupWideBytes; the estimate counts the groups the runner will use.
-TEST(MemoryEstimate, AutoReferenceGroupsGiveEveryThreadWorkWithinTheirCap) {
+// The groups a reference computation of `threads` threads needs (one value head of V = 128 keeps
+// 8 busy) and the byte count that asks for exactly that many; auto alone is kReferenceGroupBytes
+// whatever the threads (choose_head_groups widens it where the host has room).
+TEST(MemoryEstimate, ReferenceGroupsForThreadsAndTheirByteCount) {
   RowConfig row = gdn_row({65536}, 2);
   row.H = 4;
   row.HV = 8;
   row.K = row.V = 128;  // 1.62 GB of results in all, 405 MB a q/k head; a q/k head has 2 x 8 items
-  EXPECT_EQ(reference_head_groups(row, kReferenceGroupAuto, 2), 4);
-  EXPECT_EQ(reference_head_groups(row, kReferenceGroupAuto, 16), 4) << "16 items for 16 threads";
-  EXPECT_EQ(reference_head_groups(row, kReferenceGroupAuto, 17), 2) << "H = 4: no group of 3 heads";
-  EXPECT_EQ(reference_head_groups(row, kReferenceGroupAuto, 64), 1) << "1.62 GB <= kReferenceGroupWideBytes";
+  EXPECT_EQ(reference_groups_for_threads(row, 2), 4);
+  EXPECT_EQ(reference_groups_for_threads(row, 16), 4) << "16 items for 16 threads";
+  EXPECT_EQ(reference_groups_for_threads(row, 17), 2) << "H = 4: no group of 3 heads";
+  EXPECT_EQ(reference_groups_for_threads(row, 64), 1);
+  EXPECT_EQ(reference_groups_for_threads(row, 1000), 1) << "every head at once is the most there is";
+  for (int n : {1, 2, 4}) EXPECT_EQ(reference_head_groups(row, reference_group_bytes_for(row, n)), n);
+  EXPECT_EQ(reference_head_groups(row, kReferenceGroupAuto), 4);
   MemoryRequest req = request(row);
-  req.reference_threads = 32;
+  req.reference_threads = 64;
+  EXPECT_EQ(estimate_memory(row, req).reference_groups, 4) << "the estimate counts what it is asked";
+  req.reference_group_bytes = reference_group_bytes_for(row, 2);
   EXPECT_EQ(estimate_memory(row, req).reference_groups, 2);
-  row.seqlens = {262144};  // 6.5 GB in all: two heads (3.2 GB) pass kReferenceGroupWideBytes
-  EXPECT_EQ(reference_head_groups(row, kReferenceGroupAuto, 64), 4);
 }
 
 // The CPU twin's floats of the 16-bit caller tensors while a phase runs (three [T, HV, V] in the
