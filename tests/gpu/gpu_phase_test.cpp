@@ -110,6 +110,8 @@ void PrintTo(const Param& p, std::ostream* os) { *os << p.c.name << " P=" << p.P
 
 class GpuPhase : public ::testing::TestWithParam<Param> {
  protected:
+  // Every phase once on this case, each compared with the twin (prep to bwd_finalize).
+  void every_phase_matches_the_twin();
   void SetUp() override {
     if (kk::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     gpu_ = kk::make_cuda_backend(0);
@@ -420,7 +422,7 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
   kk::InputTensors din_;
 };
 
-TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
+void GpuPhase::every_phase_matches_the_twin() {
   const int64_t T = c_.T(), N = L_.n_pieces;
   const int64_t HV = c_.HV, K = c_.K, V = c_.V, H = c_.H;
   const int64_t S = HV * K * V, SK = HV * K * K;
@@ -658,6 +660,23 @@ TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) {
     if (c_.A_log) expect_close("bwd_finalize", "dA_log", dA.get(), h_dA_.data(), HV);
     if (c_.dt_bias) expect_close("bwd_finalize", "ddt_bias", ddt.get(), h_ddt_.data(), HV * gw);
   }
+}
+
+TEST_P(GpuPhase, EveryPhaseMatchesTheTwin) { every_phase_matches_the_twin(); }
+
+// The same with both walk choices on Mma (walk_select.h): on an sm_90 device the default runs the
+// wgmma kernels that follow those choices, so this is where their mma.sync twins are judged at
+// every phase of every case.
+TEST_P(GpuPhase, EveryPhaseMatchesTheTwinOnMmaSync) {
+  struct Restore {
+    ~Restore() {
+      kk::cuda::set_fwd_walk_choice(kk::cuda::WalkChoice::Auto);
+      kk::cuda::set_bwd_walk_choice(kk::cuda::WalkChoice::Auto);
+    }
+  } restore;
+  kk::cuda::set_fwd_walk_choice(kk::cuda::WalkChoice::Mma);
+  kk::cuda::set_bwd_walk_choice(kk::cuda::WalkChoice::Mma);
+  every_phase_matches_the_twin();
 }
 
 INSTANTIATE_TEST_SUITE_P(
