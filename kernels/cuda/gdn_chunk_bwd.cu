@@ -1,20 +1,45 @@
-// Launcher of the GDN backward gradients per (chunk, value head): B4, then B5 (two kernels).
+// Launcher of the GDN backward gradients per (chunk, value head): B4, then B5 (two kernels). B4
+// runs on wgmma (gdn_bwd_dqk_wgmma.cuh) where bwd_grads_use_wgmma() (walk_select.h), else gdn_bwd_dqk_kernel; B5 on
+// wgmma (gdn_bwd_wy_wgmma.cuh) where launch_bwd_wy_wgmma runs it, else gdn_bwd_wy_kernel.
+#include "kernels/cuda/gdn_bwd_dqk_wgmma.cuh"
+#include "kernels/cuda/gdn_bwd_wy_wgmma.cuh"
 #include "kernels/cuda/gdn_chunk_bwd_kernel.cuh"
+#include "kernels/cuda/walk_select.h"
 
 namespace kcp::kernels::cuda {
 
 namespace {
 template <class DT, int K, int V>
+void run_dqk(const GradParams& p, unsigned blocks, cudaStream_t st) {
+  if (bwd_grads_use_wgmma()) {  // every K, V and dtype
+    const size_t smem = dqk_wg::Smem<V>::bytes;
+    allow_smem(gdn_bwd_dqk_wgmma_kernel<DT, K, V>, smem);
+    gdn_bwd_dqk_wgmma_kernel<DT, K, V><<<blocks, kThreads, smem, st>>>(p);
+  } else {
+    const size_t smem = DqkSmem<V>::bytes;
+    allow_smem(gdn_bwd_dqk_kernel<DT, K, V>, smem);
+    gdn_bwd_dqk_kernel<DT, K, V><<<blocks, kThreads, smem, st>>>(p);
+  }
+  KCP_CUDA_LAUNCH_CHECK(st);
+}
+
+// B5 over `grid` blocks: the wgmma kernel (gdn_bwd_wy_wgmma.cuh) where launch_bwd_wy_wgmma runs it,
+// else the mma.sync kernel.
+template <class DT, int K, int V>
+void run_wy(const GradParams& p, unsigned grid, cudaStream_t st) {
+  if (launch_bwd_wy_wgmma<DT, K, V>(p, grid, st)) return;
+  const size_t smem = WyBwdSmem<K, V>::bytes;
+  allow_smem(gdn_bwd_wy_kernel<DT, K, V>, smem);
+  gdn_bwd_wy_kernel<DT, K, V><<<grid, kThreads, smem, st>>>(p);
+  KCP_CUDA_LAUNCH_CHECK(st);
+}
+
+template <class DT, int K, int V>
 void run_grads(const GradParams& p, cudaStream_t st) {
   if (p.sh.NT == 0) return;
   const unsigned grid = unsigned(p.sh.NT * p.sh.HV);
-  const size_t smem1 = DqkSmem<V>::bytes, smem2 = WyBwdSmem<K, V>::bytes;
-  allow_smem(gdn_bwd_dqk_kernel<DT, K, V>, smem1);
-  allow_smem(gdn_bwd_wy_kernel<DT, K, V>, smem2);
-  gdn_bwd_dqk_kernel<DT, K, V><<<grid* unsigned(K / kKS), kThreads, smem1, st>>>(p);
-  KCP_CUDA_LAUNCH_CHECK(st);
-  gdn_bwd_wy_kernel<DT, K, V><<<grid, kThreads, smem2, st>>>(p);
-  KCP_CUDA_LAUNCH_CHECK(st);
+  run_dqk<DT, K, V>(p, grid * unsigned(K / kKS), st);
+  run_wy<DT, K, V>(p, grid, st);
 }
 }  // namespace
 

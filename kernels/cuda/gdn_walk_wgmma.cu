@@ -133,6 +133,14 @@ bool fwd_walk_uses_wgmma(const Problem& p) { return fwd_walk_choice() != WalkCho
 
 bool bwd_walk_uses_wgmma(const Problem& p) { return bwd_walk_choice() != WalkChoice::Mma && wgmma_walk_runs(p); }
 
+bool bwd_grads_use_wgmma() {
+#if defined(KCP_HAVE_SM90A)
+  return bwd_walk_choice() != WalkChoice::Mma && device_is_sm90();
+#else
+  return false;
+#endif
+}
+
 bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st) {
   const bool kda = pb.op == Op::Kda;
   if (!fwd_walk_uses_wgmma(pb) ||

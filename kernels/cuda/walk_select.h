@@ -14,7 +14,8 @@ enum class WalkChoice {
           // walk of GDN and KDA (KDA's backward walks since session 18, with qs from the prepass,
           // kda_qs.cu: H100, T = 32768, bwd_states 1.08 vs 1.64 ms, bwd_summaries 0.77 vs 1.29 ms,
           // same output bits; docs/perf-notes.md)
-  Mma,    // always the mma.sync walk
+  Mma,    // always the mma.sync walk (the backward choice: also the mma.sync kernels of B4 and B5
+          // instead of their wgmma twins, bwd_grads_use_wgmma)
   Wgmma,  // the wgmma walk wherever supported (today the same as Auto; the tests name it when
           // they judge both kernels)
 };
@@ -33,5 +34,10 @@ WalkChoice bwd_walk_choice();
 // dO of the backward walks where the caller's allocation is).
 bool fwd_walk_uses_wgmma(const Problem& p);
 bool bwd_walk_uses_wgmma(const Problem& p);
+
+// Whether the GDN backward gradients (B4 gdn_bwd_dqk, B5 gdn_bwd_wy) may run their wgmma twins on
+// the current device under the current backward choice: an sm_90 device, an sm_90a build, the
+// choice not Mma. The shapes and dtypes each twin takes are its launcher's (gdn_chunk_bwd.cu).
+bool bwd_grads_use_wgmma();
 
 }  // namespace kcp::kernels::cuda
