@@ -91,24 +91,6 @@ __device__ __forceinline__ void mma_n32(float (&d)[1][4][4], uint64_t da, uint64
 #undef KCP_WY_N32
 }
 
-// D (64 x 64) = [D +] A B.
-template <bool FP16, int kTransA, int kTransB>
-__device__ __forceinline__ void mma_n64(float (&d)[1][8][4], uint64_t da, uint64_t db, int accumulate) {
-#define KCP_WY_N64(TY)                                                                                                 \
-  asm volatile(                                                                                                        \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                                     \
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY                                                          \
-      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                       \
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                              \
-      "%32, %33, p, 1, 1, %35, %36;\n}\n"                                                                              \
-      : KCP_WY_F4(0), KCP_WY_F4(1), KCP_WY_F4(2), KCP_WY_F4(3), KCP_WY_F4(4), KCP_WY_F4(5), KCP_WY_F4(6), KCP_WY_F4(7) \
-      : "l"(da), "l"(db), "r"(accumulate), "n"(kTransA), "n"(kTransB))
-  if constexpr (FP16)
-    KCP_WY_N64("f16");
-  else
-    KCP_WY_N64("bf16");
-#undef KCP_WY_N64
-}
 #undef KCP_WY_F4
 
 template <bool FP16, int kTransA, int kTransB, int NT>
@@ -116,8 +98,8 @@ __device__ __forceinline__ void mma_acc(float (&d)[1][NT][4], uint64_t da, uint6
   static_assert(NT == 4 || NT == 8, "m64n32 or m64n64");
   if constexpr (NT == 4)
     mma_n32<FP16, kTransA, kTransB>(d, da, db, accumulate);
-  else
-    mma_n64<FP16, kTransA, kTransB>(d, da, db, accumulate);
+  else  // hopper's m64n64k16: its 32 registers are d's fragments in order
+    wgmma_64x64x16<FP16, kTransA, kTransB>(reinterpret_cast<float(&)[32]>(d), da, db, accumulate);
 }
 
 // Keeps the compiler from moving accumulator reads / writes across a wgmma boundary.
