@@ -2,7 +2,7 @@
 // products, epilogues, rounding points ([D5]-[D7] of the CPU twin, kernels/cpu/gdn_chunk_bwd.cpp)
 // and row-sum order, with every product an m64nNk16 wgmma from shared-memory descriptors instead
 // of m16n8k16 mma.sync fed by ldmatrix. Included by gdn_chunk_bwd.cu, which launches it through
-// launch_bwd_wy_wgmma where it runs (K = V = 128, bf16, an sm_90 device, an sm_90a build, the backward
+// launch_bwd_wy_wgmma where it runs (K = V = 128, an sm_90 device, an sm_90a build, the backward
 // walk choice of walk_select.h not Mma) and the mma.sync kernel otherwise.
 //
 // Why: the mma.sync kernel is instruction / latency bound (~5000 dynamic instructions per warp,
@@ -194,10 +194,6 @@ __device__ __forceinline__ void ld_f32x2(const float* src, float& lo, float& hi)
   asm volatile("ld.global.v2.f32 {%0, %1}, [%2];\n" : "=f"(lo), "=f"(hi) : "l"(src));
 }
 
-// Row h of the thread's two accumulator rows (r0 + 8 h) of a Row2: r0 % 16 < 8, so Row2::add's
-// test of bit 3 is h, known here at compile time.
-__device__ __forceinline__ float& row_of(Row2& q, int h) { return h ? q.hi : q.lo; }
-
 // A 64 x COLS tile loaded by Tile16 into the atoms at dst (128-byte swizzle): each 16-byte load
 // is one 16-byte chunk of the tile, f(i, x) -> the value stored for element x of the thread's
 // i-th load (rounded to dtype by the store); Raw: the bits as loaded.
@@ -304,76 +300,6 @@ __device__ __forceinline__ void dy_out(const float (&a)[1][TV::NT][4], const uin
   }
 }
 
-// wy_dx_out of gdn_chunk_bwd_kernel.cuh (dX = Phi^T dW epilogue: dK += dX beta exp2(g), dbeta +=
-// dX k exp2(g), gate += dX (k beta) exp2(g)) with k's pairs kw from the swizzled tile.
-template <class DT, class TK>
-__device__ __forceinline__ void dx_out(const float (&a)[1][TK::NT][4], float (&dK)[1][TK::NT][4],
-                                       const uint32_t (&kw)[TK::NT * 2], const float* sG, const float (&bh)[2], int r0,
-                                       int L, Row2& rdb, Row2& rwy) {
-  const float egh[2] = {exp2f(sG[r0]), exp2f(sG[r0 + 8])};
-#pragma unroll
-  for (int nt = 0; nt < TK::NT; ++nt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + 8 * h;
-      if (r >= L) continue;
-      const float b = bh[h], eg = egh[h], d0 = a[0][nt][2 * h], d1 = a[0][nt][2 * h + 1];
-      const float kx0 = DT::from_raw(uint16_t(kw[2 * nt + h] & 0xffffu));
-      const float kx1 = DT::from_raw(uint16_t(kw[2 * nt + h] >> 16));
-      dK[0][nt][2 * h] += d0 * (b * eg);
-      dK[0][nt][2 * h + 1] += d1 * (b * eg);
-      row_of(rdb, h) += d0 * (kx0 * eg) + d1 * (kx1 * eg);
-      row_of(rwy, h) += d0 * ((kx0 * b) * eg) + d1 * ((kx1 * b) * eg);
-    }
-}
-
-// [D6] The dPi epilogue of gdn_bwd_wy_kernel: dPi' = dPi exp2(g_r - g_s) (a = Phi^T T1, negated
-// here), dtype(dPi') -> the swizzled tile dpi, the gate term dPi' beta_r (k_r . k_s) into the
-// row partials rgl and the column partials sCol (per warp row), in the mma.sync kernel's order.
-template <class DT, class T64>
-__device__ __forceinline__ void dpi_out(const float (&a)[1][T64::NT][4], const float (&kk)[1][T64::NT][4],
-                                        unsigned char* dpi, const float* sG, float* sCol, const float (&bh)[2], int L,
-                                        Row2& rgl) {
-  const int g8 = lane_id() >> 2, t4 = lane_id() & 3, rb = T64::m0(), cb = T64::n0();
-  // The gates of the thread's rows and columns, read before the loop (its dPi' stores would hold
-  // back each later read).
-  const float gr[2] = {sG[rb + g8], sG[rb + g8 + 8]};
-  float gs[T64::NT][2];
-#pragma unroll
-  for (int nt = 0; nt < T64::NT; ++nt) {
-    gs[nt][0] = sG[cb + nt * 8 + 2 * t4];
-    gs[nt][1] = sG[cb + nt * 8 + 2 * t4 + 1];
-  }
-#pragma unroll
-  for (int nt = 0; nt < T64::NT; ++nt) {
-    float col0 = 0.0f, col1 = 0.0f;
-#pragma unroll
-    for (int h2 = 0; h2 < 2; ++h2) {
-      const int r = rb + g8 + 8 * h2, s = cb + nt * 8 + 2 * t4;
-      const float br = bh[h2];
-      float z[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f};
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        if (s + u < r && r < L) {
-          const float dpig = -a[0][nt][2 * h2 + u] * exp2f(gr[h2] - gs[nt][u]);
-          pb[u] = DT::rnd(dpig);
-          z[u] = dpig * (br * kk[0][nt][2 * h2 + u]);
-        }
-      }
-      *word_at(dpi, r, s) = DT::pack(pb[0], pb[1]);
-      row_of(rgl, h2) += z[0] + z[1];
-      col0 += z[0];
-      col1 += z[1];
-    }
-    col0 = column_sum(col0);
-    col1 = column_sum(col1);
-    if (g8 == 0) {
-      sCol[(warp_id() % 4) * kC + cb + nt * 8 + 2 * t4] = col0;
-      sCol[(warp_id() % 4) * kC + cb + nt * 8 + 2 * t4 + 1] = col1;
-    }
-  }
-}
-
 // ---- the kernel ----
 template <class DT, int K, int V>
 __device__ __forceinline__ void wy_block(const GradParams& p) {
@@ -474,7 +400,7 @@ __device__ __forceinline__ void wy_block(const GradParams& p) {
     // live across it cost one spilled register at the 128-register cap (ptxas, nvcc 13.0).
     uint32_t kw[TK::NT * 2];
     swz_pairs<TK>(kw, sb + Sm::k);
-    dx_out<DT, TK>(a, dK, kw, sG, bh, r0, L, rdb, rwy);
+    wy_dx_update<DT, TK>(a, dK, kw, sG, bh, r0, L, rdb, rwy);
   }
   {  // dY = Phi^T dv2: dv, dbeta
     float a[1][TV::NT][4];
@@ -505,7 +431,8 @@ __device__ __forceinline__ void wy_block(const GradParams& p) {
     issue<F16, 1, 0, S64>(a, ds.mnmaj(Sm::Phi), ds.kmaj(Sm::T1t + half64));
     issue<F16, 0, 0, SK>(kk, ds.kmaj(Sm::k), ds.kmaj(Sm::k + half64));
     finish(a, kk);
-    dpi_out<DT, T64>(a, kk, sb + Sm::dPi, sG, sCol, bh, L, rgl);
+    unsigned char* dpi = sb + Sm::dPi;
+    dpi_epilogue<DT, T64>(a, kk, sG, sCol, bh, L, rgl, [&](int r, int s, uint32_t w) { *word_at(dpi, r, s) = w; });
   }
   fence_proxy_async();  // dPi'
   __syncthreads();      // dPi' visible
@@ -566,15 +493,15 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_wgmma_kernel(GradParam
 }  // namespace wy_wg
 
 // Launches gdn_bwd_wy_wgmma_kernel over `grid` blocks (NT HV) and returns true where it runs: K = V
-// = 128 (the only shapes whose warpgroup halves of MN-major operands are whole atoms), bf16 (fp16
-// at K = V = 128 has not run on a GPU yet: the GPU phase case raw_K128_fp16 decides it), and
+// = 128 (the only shapes whose warpgroup halves of MN-major operands are whole atoms), bf16 and
+// fp16 (fp16 judged by the GPU phase case raw_K128_fp16), and
 // bwd_grads_use_wgmma() (walk_select.h: an sm_90a build, an sm_90 device, the backward choice not
 // WalkChoice::Mma, the tests' and gpu_bench's switch to the mma.sync kernels); returns false
 // having launched nothing otherwise (the caller runs gdn_bwd_wy_kernel).
 template <class DT, int K, int V>
 bool launch_bwd_wy_wgmma(const GradParams& p, unsigned grid, cudaStream_t st) {
 #if defined(KCP_HAVE_SM90A)
-  if constexpr (K == 128 && V == 128 && std::is_same_v<DT, Bf16>) {
+  if constexpr (K == 128 && V == 128) {
     if (!bwd_grads_use_wgmma()) return false;
     constexpr size_t smem = wy_wg::Smem<K, V>::bytes;
     allow_smem(wy_wg::gdn_bwd_wy_wgmma_kernel<DT, K, V>, smem);

@@ -62,6 +62,10 @@ struct Row2 {
   __device__ __forceinline__ float get(int h) const { return h ? hi : lo; }
 };
 
+// Row h of the thread's two accumulator rows (r0 + 8 h) of a Row2: r0 % 16 < 8, so Row2::add's
+// test of bit 3 is h, known here at compile time.
+__device__ __forceinline__ float& row_of(Row2& q, int h) { return h ? q.hi : q.lo; }
+
 // Row totals of NQ per-thread quantities over a 64-row tiling with WM = 4, WN = 2: quad sums,
 // then the two warp columns added in order. Result for row r, quantity u: out[r * NQ + u].
 template <int NQ>
@@ -309,18 +313,15 @@ __device__ __forceinline__ void scale_rows_batched(uint16_t* dst, const uint16_t
   }
 }
 
-// gdn_bwd_wy_kernel's dX = Phi^T dW epilogue over the thread's accumulator a (Tiling TK, 64 x K:
-// rows r0 + 8 h with beta bh[h]; rows >= L skipped), in TK::zip_pairs' order: dK += dX beta
-// exp2(g), dbeta += dX k exp2(g), gate += dX (k beta) exp2(g). Its shared-memory operands
-// (exp2(g) of the two rows, the k pairs) are read before the first update, not pair by pair
-// behind the row test.
+// [D5] The dX = Phi^T dW epilogue of both B5 kernels over the thread's accumulator a (Tiling TK,
+// 64 x K: rows r0 + 8 h with beta bh[h]; rows >= L skipped), in TK::zip_pairs' order, with k's
+// pairs kw at the thread's accumulator positions (TK::zip_pairs' order): dK += dX beta exp2(g),
+// dbeta += dX k exp2(g), gate += dX (k beta) exp2(g).
 template <class DT, class TK>
-__device__ __forceinline__ void wy_dx_out(const float (&a)[1][TK::NT][4], float (&dK)[1][TK::NT][4], const uint16_t* sk,
-                                          int ld, const float* sG, const float (&bh)[2], int r0, int L, Row2& rdb,
-                                          Row2& rwy) {
+__device__ __forceinline__ void wy_dx_update(const float (&a)[1][TK::NT][4], float (&dK)[1][TK::NT][4],
+                                             const uint32_t (&kw)[TK::NT * 2], const float* sG, const float (&bh)[2],
+                                             int r0, int L, Row2& rdb, Row2& rwy) {
   const float egh[2] = {exp2f(sG[r0]), exp2f(sG[r0 + 8])};
-  uint32_t kw[TK::NT * 2];
-  smem_pairs<TK>(kw, sk, ld);
 #pragma unroll
   for (int nt = 0; nt < TK::NT; ++nt)
 #pragma unroll
@@ -332,9 +333,20 @@ __device__ __forceinline__ void wy_dx_out(const float (&a)[1][TK::NT][4], float 
       const float kx1 = DT::from_raw(uint16_t(kw[2 * nt + h] >> 16));
       dK[0][nt][2 * h] += d0 * (b * eg);
       dK[0][nt][2 * h + 1] += d1 * (b * eg);
-      rdb.add(r, d0 * (kx0 * eg) + d1 * (kx1 * eg));
-      rwy.add(r, d0 * ((kx0 * b) * eg) + d1 * ((kx1 * b) * eg));
+      row_of(rdb, h) += d0 * (kx0 * eg) + d1 * (kx1 * eg);
+      row_of(rwy, h) += d0 * ((kx0 * b) * eg) + d1 * ((kx1 * b) * eg);
     }
+}
+
+// gdn_bwd_wy_kernel's dX epilogue: k's pairs from the padded tile sk (row stride ld), all read
+// before the first update (not pair by pair behind the row test), then wy_dx_update.
+template <class DT, class TK>
+__device__ __forceinline__ void wy_dx_out(const float (&a)[1][TK::NT][4], float (&dK)[1][TK::NT][4], const uint16_t* sk,
+                                          int ld, const float* sG, const float (&bh)[2], int r0, int L, Row2& rdb,
+                                          Row2& rwy) {
+  uint32_t kw[TK::NT * 2];
+  smem_pairs<TK>(kw, sk, ld);
+  wy_dx_update<DT, TK>(a, dK, kw, sG, bh, r0, L, rdb, rwy);
 }
 
 // gdn_bwd_wy_kernel's dY = Phi^T dv2 epilogue over the thread's accumulator a (Tiling TV, 64 x V:
@@ -365,6 +377,54 @@ __device__ __forceinline__ void wy_dy_out(const float (&a)[1][TV::NT][4], const 
       st16x2<DT>(dv + int64_t(r) * stride + TV::n0() + nt * 8 + 2 * t4, b * d0, b * d1);
       rdb.add(r, d0 * DT::from_raw(uint16_t(w & 0xffffu)) + d1 * DT::from_raw(uint16_t(w >> 16)));
     }
+}
+
+// [D6] dPi's epilogue of both B5 kernels (gdn_bwd_wy_kernel, gdn_bwd_wy_wgmma.cuh) over a 64 x 64
+// accumulator of Tiling<kC, kC> (WM = 4, MT = 1): dPi' = dPi exp2(g_r - g_s) (a = Phi^T T1, negated
+// here), put(r, s, w) stores w, the pair dtype(dPi') at (r, s), (r, s + 1), in the kernel's layout;
+// the gate term dPi' beta_r (k_r . k_s) goes into the row partials rgl and the column partials sCol
+// (per warp row). The gates of the thread's rows and columns are read before the loop (its dPi'
+// stores would hold back each later read).
+template <class DT, class T64, class Put>
+__device__ __forceinline__ void dpi_epilogue(const float (&a)[1][T64::NT][4], const float (&kk)[1][T64::NT][4],
+                                             const float* sG, float* sCol, const float (&bh)[2], int L, Row2& rgl,
+                                             Put&& put) {
+  const int g8 = lane_id() >> 2, t4 = lane_id() & 3, rb = T64::m0(), cb = T64::n0();
+  const float gr[2] = {sG[rb + g8], sG[rb + g8 + 8]};
+  float gs[T64::NT][2];
+#pragma unroll
+  for (int nt = 0; nt < T64::NT; ++nt) {
+    gs[nt][0] = sG[cb + nt * 8 + 2 * t4];
+    gs[nt][1] = sG[cb + nt * 8 + 2 * t4 + 1];
+  }
+#pragma unroll
+  for (int nt = 0; nt < T64::NT; ++nt) {
+    float col0 = 0.0f, col1 = 0.0f;
+#pragma unroll
+    for (int h2 = 0; h2 < 2; ++h2) {
+      const int r = rb + g8 + 8 * h2, s = cb + nt * 8 + 2 * t4;
+      const float br = bh[h2];
+      float z[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f};
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if (s + u < r && r < L) {
+          const float dpig = -a[0][nt][2 * h2 + u] * exp2f(gr[h2] - gs[nt][u]);
+          pb[u] = DT::rnd(dpig);
+          z[u] = dpig * (br * kk[0][nt][2 * h2 + u]);
+        }
+      }
+      put(r, s, DT::pack(pb[0], pb[1]));
+      row_of(rgl, h2) += z[0] + z[1];
+      col0 += z[0];
+      col1 += z[1];
+    }
+    col0 = column_sum(col0);
+    col1 = column_sum(col1);
+    if (g8 == 0) {
+      sCol[(warp_id() % 4) * kC + cb + nt * 8 + 2 * t4] = col0;
+      sCol[(warp_id() % 4) * kC + cb + nt * 8 + 2 * t4 + 1] = col1;
+    }
+  }
 }
 
 template <int K, int V>
@@ -508,45 +568,8 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
     T64::zero(kk);
     T64::template mma<DT>(a, AView<uint16_t, false>{sPhi, Sm::kPld}, BView<uint16_t, false>{sT1, Sm::kPld}, 0, kend);
     T64::template mma<DT>(kk, AView<uint16_t, true>{sk, Sm::kKld}, BView<uint16_t, true>{sk, Sm::kKld}, 0, K);
-    // Epilogue by explicit fragment loops (the column partials need the fragment index).
-    // The gates of the thread's rows and columns are read before the loop (its dPi' stores
-    // would hold back each later read).
-    const int t4 = lane_id() & 3, rb = T64::m0(), cb = T64::n0();
-    const float gr[2] = {sG[r0], sG[r0 + 8]};
-    float gs[T64::NT][2];
-#pragma unroll
-    for (int nt = 0; nt < T64::NT; ++nt) {
-      gs[nt][0] = sG[cb + nt * 8 + 2 * t4];
-      gs[nt][1] = sG[cb + nt * 8 + 2 * t4 + 1];
-    }
-#pragma unroll
-    for (int nt = 0; nt < T64::NT; ++nt) {
-      float col0 = 0.0f, col1 = 0.0f;
-#pragma unroll
-      for (int h2 = 0; h2 < 2; ++h2) {
-        const int r = rb + g8 + 8 * h2, s = cb + nt * 8 + 2 * t4;
-        const float br = bh[h2];
-        float z[2] = {0.f, 0.f}, pb[2] = {0.f, 0.f};
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          if (s + u < r && r < L) {
-            const float dpig = -a[0][nt][2 * h2 + u] * exp2f(gr[h2] - gs[nt][u]);
-            pb[u] = DT::rnd(dpig);
-            z[u] = dpig * (br * kk[0][nt][2 * h2 + u]);
-          }
-        }
-        *reinterpret_cast<uint32_t*>(sdPi + r * Sm::kPld + s) = DT::pack(pb[0], pb[1]);
-        rgl.add(r, z[0] + z[1]);
-        col0 += z[0];
-        col1 += z[1];
-      }
-      col0 = column_sum(col0);
-      col1 = column_sum(col1);
-      if (g8 == 0) {
-        sCol[(warp_id() % 4) * kC + cb + nt * 8 + 2 * t4] = col0;
-        sCol[(warp_id() % 4) * kC + cb + nt * 8 + 2 * t4 + 1] = col1;
-      }
-    }
+    dpi_epilogue<DT, T64>(a, kk, sG, sCol, bh, L, rgl,
+                          [&](int r, int s, uint32_t w) { *reinterpret_cast<uint32_t*>(sdPi + r * Sm::kPld + s) = w; });
   }
   __syncthreads();  // dPi' visible
   {                 // dK += beta_r (dPi' k) + dPi'^T Kb; dbeta += (dPi' k) . k_r

@@ -685,8 +685,7 @@ INSTANTIATE_TEST_SUITE_P(
         Param{phase_case("raw_K64_bf16", 64, kk::DType::BF16, true), 3},
         Param{phase_case("raw_K128_bf16", 128, kk::DType::BF16, true), 3},
         Param{phase_case("raw_K64_fp16", 64, kk::DType::FP16, true), 2},
-        // fp16 at K = V = 128 (the wgmma walks and B4's wgmma twin at V = 128 in fp16; B5's twin is
-        // bf16-only until this case has judged it, gdn_bwd_wy_wgmma.cuh).
+        // fp16 at K = V = 128: the wgmma walks, B4 and B5 twins in fp16 at the production shape.
         Param{phase_case("raw_K128_fp16", 128, kk::DType::FP16, true), 2},
         Param{phase_case("gva_direct_K128", 128, kk::DType::BF16, false), 2}, Param{multiwave_case(), 4},
         Param{kda_case("kda_softplus_K64_bf16", 64, kk::DType::BF16, kk::GateForm::Softplus, false, true, 501), 3},
