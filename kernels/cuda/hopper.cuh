@@ -129,6 +129,31 @@ __device__ __forceinline__ void wgmma_64x64x16(float (&d)[32], uint64_t da, uint
     KCP_WGMMA_64x64x16("bf16");
 #undef KCP_WGMMA_64x64x16
 }
+// D (64 x 64 fp32) = [D +] A B with A from registers: the thread's four 32-bit words of the
+// 64 x 16 A slice in the accumulator's fragment order (a[0]: row frag_row(t, 0), cols 2 (t % 4)
+// +0/1; a[1]: that row + 8; a[2], a[3]: the same rows, cols + 8; the lower column in the lower
+// half), so an m64nN accumulator's k16 column slice converts to it element by element (the
+// registers must not change until the wgmma has completed). B from shared memory as above.
+template <bool FP16, int kTransB>
+__device__ __forceinline__ void wgmma_64x64x16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int accumulate) {
+#define KCP_WGMMA_64x64x16_RS(TY)                                                                                   \
+  asm volatile(                                                                                                     \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                                  \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY                                                       \
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                    \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "                           \
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"                                                               \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                   \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(kTransB))
+  if constexpr (FP16)
+    KCP_WGMMA_64x64x16_RS("f16");
+  else
+    KCP_WGMMA_64x64x16_RS("bf16");
+#undef KCP_WGMMA_64x64x16_RS
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
@@ -136,6 +161,22 @@ __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sy
 // Byte offset of element (r, c), c < 64, in a tile of 128-byte rows with the 128-byte swizzle.
 __device__ __forceinline__ uint32_t swz(int r, int c) {
   return uint32_t(r * 128 + ((((c >> 3) ^ (r & 7))) << 4) + (c & 7) * 2);
+}
+
+// Four 8 x 8 16-bit matrices, transposed, between shared memory and the fragment order: lanes
+// 8 i .. 8 i + 7 give the 16-byte row addresses of stored matrix i; register i of lane l holds
+// the stored (rows 2 (l % 4) and +1, column l / 4), the lower row in the lower half, i.e. the
+// transposed matrix's (row l / 4, columns 2 (l % 4), +1): an accumulator pair of the transpose.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void stsm_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // Accumulator fragment of m64nN (thread t of the warpgroup): element e sits at (row, col).
@@ -158,15 +199,17 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // A 16-bit tensor of dims {d0 (contiguous), d1, d2} (no padding) and a box {b0, b1, b2}, with the
-// 128-byte swizzle (b0 = 64). Returns the driver's result; the map is written on success.
+// 128-byte swizzle (b0 = 64) or another (SWIZZLE_NONE: the box packed row after row). Returns the driver's result; the
+// map is written on success.
 inline CUresult make_map_16bit(CUtensorMap* m, CUtensorMapDataType dt, void* ptr, uint64_t d0, uint64_t d1, uint64_t d2,
-                               uint32_t b0, uint32_t b1, uint32_t b2) {
+                               uint32_t b0, uint32_t b1, uint32_t b2,
+                               CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (!encode) return CUDA_ERROR_NOT_SUPPORTED;
   const cuuint64_t dims[3] = {d0, d1, d2};
   const cuuint64_t strides[2] = {d0 * 2, d0 * d1 * 2};
   const cuuint32_t box[3] = {b0, b1, b2}, es[3] = {1, 1, 1};
-  return encode(m, dt, 3, ptr, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+  return encode(m, dt, 3, ptr, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 

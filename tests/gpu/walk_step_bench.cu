@@ -20,6 +20,16 @@
 // stores cost), and P = 2, 4 segments per head (each block walks NT / P chunks from the same entry
 // state: the KCP split's throughput when more blocks fill the 132 SMs).
 //
+// Register-A variant (walk_step_rs_kernel, the rows marked "rs"): the consumers hold the
+// transposed tile S^T (64 value columns x K keys, two m64n64 accumulators) so that both products
+// take their A operand from registers, the way an accumulator becomes the next product's A in
+// FlashAttention-3: v^T = Sb^T W^T (A = bf16(S^T) converted in registers, B = W K-major) and
+// S^T = Gam S^T + vs^T k (A = vs^T from v^T's accumulator, B = k MN-major). No operand of the
+// recurrence goes through shared memory, so a step has no proxy fence and no consumer barrier on
+// its chain; U^T arrives by ldmatrix.trans from the stage, and h, v_new leave through per-warp
+// stmatrix.trans staging and per-warp TMA stores (unswizzled 16-value boxes) off the chain. Same
+// values and rounding points as walk_step_kernel.
+//
 // Layouts: W, U, v_new [T, HV, 128] bf16; k [T, H, 128] bf16 (GVA: head j reads qk head j / G);
 // g [HV, T] fp32 log2 cumsum within each chunk (head-major so a chunk's 64 gates are one 256-byte
 // bulk copy); h [NT, HV, K, V] bf16; S0 / S_out [HV, K, V] fp32.
@@ -66,6 +76,10 @@ constexpr int kSVn = kSV + kTile;           // v_new staging for its TMA store
 constexpr int kBar = kSVn + kTile;          // full[2], empty[2]
 constexpr int kSmemBytes = kBar + 64 + 1024;
 constexpr uint32_t kStageTx = 5 * kTile + kC * 4;
+// walk_step_rs_kernel: the stages, then per consumer warp an h staging tile (K keys x 16 values,
+// 32-byte rows: 4 KiB) and a v_new staging tile (64 tokens x 16 values: 2 KiB), then the barriers.
+constexpr int kRsH = kStages * kStageBytes, kRsV = kRsH + 4 * 4096, kRsBar = kRsV + 4 * 2048;
+constexpr int kRsSmemBytes = kRsBar + 64 + 1024;
 
 // PTX wrappers, wgmma and the fragment map: kernels/cuda/hopper.cuh (shared with the product's
 // wgmma walk, kernels/cuda/gdn_walk_wgmma.cuh).
@@ -85,6 +99,51 @@ struct Params {
   float* S_out;     // [HV, K, V]
 };
 
+// The producer lane: every chunk's W, k, U tiles (TMA) and 64 gates (bulk copy) into the ring.
+__device__ __forceinline__ void produce(const CUtensorMap& tmW, const CUtensorMap& tmK, const CUtensorMap& tmU,
+                                        const Params& p, uint32_t base, uint32_t full0, uint32_t empty0, int j, int i,
+                                        int c0, int n0) {
+  for (int m = 0; m < p.seg_chunks; ++m) {
+    const int s = m % kStages, n = n0 + m;
+    if (m >= kStages) mbar_wait(empty0 + 8 * s, uint32_t((m / kStages - 1) & 1));
+    const uint32_t st = base + s * kStageBytes, full = full0 + 8 * s;
+    mbar_arrive_expect_tx(full, kStageTx);
+    tma_load_3d(st + kStageW0, &tmW, full, 0, j, n * kC);
+    tma_load_3d(st + kStageW1, &tmW, full, 64, j, n * kC);
+    tma_load_3d(st + kStageK0, &tmK, full, 0, i, n * kC);
+    tma_load_3d(st + kStageK1, &tmK, full, 64, i, n * kC);
+    tma_load_3d(st + kStageU, &tmU, full, c0, j, n * kC);
+    bulk_load(st + kStageG, p.g + (int64_t(j) * p.NT + n) * kC, kC * 4, full);
+  }
+}
+
+// What a block walks, and its ring: block b -> (segment, value head j, column tile); the ring's
+// barriers at `bar` (full[kStages], then empty[kStages]) are initialised here (a block barrier).
+struct Blk {
+  int j, i, c0, n0;
+  uint32_t full0, empty0;
+};
+__device__ __forceinline__ Blk block_setup(const Params& p, uint32_t bar) {
+  constexpr int kTiles = kV / kBV;
+  Blk b;
+  const int tile = int(blockIdx.x) % kTiles;
+  b.j = (int(blockIdx.x) / kTiles) % kHV;
+  b.i = b.j / p.G;
+  b.c0 = tile * kBV;
+  b.n0 = (int(blockIdx.x) / (kTiles * kHV)) * p.seg_chunks;
+  b.full0 = bar;
+  b.empty0 = bar + 8 * kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(b.full0 + 8 * s, 1);
+      mbar_init(b.empty0 + 8 * s, kConsumers / 32);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  return b;
+}
+
 // kStores: write h and v_new (false: the timing variant that leaves both TMA stores out).
 template <bool kStores>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -95,33 +154,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   unsigned char* sbase = smem_raw + (base - smem_u32(smem_raw));
   const int tid = int(threadIdx.x);
-  constexpr int kTiles = kV / kBV;
-  const int tile = int(blockIdx.x) % kTiles, j = (int(blockIdx.x) / kTiles) % kHV, i = j / p.G;
-  const int c0 = tile * kBV, n0 = (int(blockIdx.x) / (kTiles * kHV)) * p.seg_chunks;
-  const uint32_t full0 = base + kBar, empty0 = base + kBar + 16;
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(full0 + 8 * s, 1);
-      mbar_init(empty0 + 8 * s, kConsumers / 32);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
+  const Blk b = block_setup(p, base + kBar);
+  const int j = b.j, i = b.i, c0 = b.c0, n0 = b.n0;
+  const uint32_t full0 = b.full0, empty0 = b.empty0;
 
   if (tid >= kConsumers) {  // producer warp: one lane issues every copy
-    if (tid != kConsumers) return;
-    for (int m = 0; m < p.seg_chunks; ++m) {
-      const int s = m % kStages, n = n0 + m;
-      if (m >= kStages) mbar_wait(empty0 + 8 * s, uint32_t((m / kStages - 1) & 1));
-      const uint32_t st = base + s * kStageBytes, full = full0 + 8 * s;
-      mbar_arrive_expect_tx(full, kStageTx);
-      tma_load_3d(st + kStageW0, &tmW, full, 0, j, n * kC);
-      tma_load_3d(st + kStageW1, &tmW, full, 64, j, n * kC);
-      tma_load_3d(st + kStageK0, &tmK, full, 0, i, n * kC);
-      tma_load_3d(st + kStageK1, &tmK, full, 64, i, n * kC);
-      tma_load_3d(st + kStageU, &tmU, full, c0, j, n * kC);
-      bulk_load(st + kStageG, p.g + (int64_t(j) * p.NT + n) * kC, kC * 4, full);
-    }
+    if (tid == kConsumers) produce(tmW, tmK, tmU, p, base, full0, empty0, j, i, c0, n0);
     return;
   }
 
@@ -206,11 +244,155 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// ---- register-A variant -----------------------------------------------------------------------
+// The k16 slices of a 64 x 64 accumulator as wgmma A words (wgmma_64x64x16_rs's order): slice kk
+// of d goes to a[kk0 + kk]. The pairs are rounded to bf16 here (Sb = bf16(S)).
+__device__ __forceinline__ void acc_to_a(const float (&d)[32], uint32_t (&a)[8][4], int kk0) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) a[kk0 + kk][q] = pack_bf16(d[8 * kk + 2 * q], d[8 * kk + 2 * q + 1]);
+}
+
+// The shared address lane `lane` gives to an x4 ldmatrix / stmatrix of fragment words {4 q .. 4 q
+// + 3} of a 64-column tile (rows = columns of the transposed fragment): matrix m = lane / 8 covers
+// column block nt = 2 q + m / 2 (8 columns of the fragment = 8 stored rows) and row half m % 2 of
+// the warp's 16 fragment rows (8 stored columns); `row_at(stored_row, stored_col)` is the layout.
+template <class RowAt>
+__device__ __forceinline__ uint32_t x4_addr(int q, int lane, int w, RowAt row_at) {
+  const int m = lane >> 3, i = lane & 7;
+  return row_at(8 * (2 * q + (m >> 1)) + i, 16 * w + 8 * (m & 1));
+}
+
+template <bool kStores>
+__global__ void __launch_bounds__(kThreads, 1)
+    walk_step_rs_kernel(const __grid_constant__ CUtensorMap tmW, const __grid_constant__ CUtensorMap tmK,
+                        const __grid_constant__ CUtensorMap tmU, const __grid_constant__ CUtensorMap tmHs,
+                        const __grid_constant__ CUtensorMap tmVns, Params p) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  unsigned char* sbase = smem_raw + (base - smem_u32(smem_raw));
+  const int tid = int(threadIdx.x);
+  const Blk b = block_setup(p, base + kRsBar);
+  const int j = b.j, i = b.i, c0 = b.c0, n0 = b.n0;
+  const uint32_t full0 = b.full0, empty0 = b.empty0;
+  if (tid >= kConsumers) {
+    if (tid == kConsumers) produce(tmW, tmK, tmU, p, base, full0, empty0, j, i, c0, n0);
+    return;
+  }
+
+  // Consumers: S^T (rows: the tile's 64 value columns; columns: keys 0-63 in sT0, 64-127 in sT1).
+  const int w = tid / 32, lane = tid % 32, t4 = lane & 3;
+  float sT0[32], sT1[32], v[32] = {};
+  const float* S0 = p.S0 + int64_t(j) * kK * kV + c0;
+#pragma unroll
+  for (int e = 0; e < 32; ++e) {
+    sT0[e] = S0[frag_col(tid, e) * kV + frag_row(tid, e)];
+    sT1[e] = S0[(64 + frag_col(tid, e)) * kV + frag_row(tid, e)];
+  }
+  const uint32_t hst = base + kRsH + w * 4096, vst = base + kRsV + w * 2048;  // this warp's staging
+  auto staged = [](uint32_t t) { return [t](int r, int c) { return t + uint32_t(r * 32 + (c & 15) * 2); }; };
+  for (int m = 0; m < p.seg_chunks; ++m) {
+    const int s = m % kStages, n = n0 + m;
+    const uint32_t st = base + s * kStageBytes;
+    uint32_t a[8][4];  // Sb^T as A words: k16 slices of keys
+    acc_to_a(sT0, a, 0);
+    acc_to_a(sT1, a, 4);
+    if (kStores) {  // h[n] = Sb: stored rows = keys, 16 values of this warp each
+      if (lane == 0) bulk_wait_read();
+      __syncwarp();
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) stsm_x4_trans(x4_addr(0, lane, 0, staged(hst)) + kk * 16 * 32, a[kk]);
+      fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) tma_store_3d(&tmHs, hst, c0 + 16 * w, 0, n * kHV + j);
+    }
+    mbar_wait(full0 + 8 * s, uint32_t((m / kStages) & 1));
+    // v^T = Sb^T W^T
+    fence_acc(v);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk)
+      wgmma_64x64x16_rs<false, 0>(v, a[kk], desc_k(st + (kk < 4 ? kStageW0 : kStageW1), kk % 4), kk > 0);
+    wgmma_commit();
+    // While it runs: U^T (ldmatrix.trans from the stage's U tile, rows = tokens) and the gates.
+    uint32_t u[16];
+    auto u_at = [st](int r, int c) { return st + kStageU + swz(r, c); };
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      uint32_t r4[4];
+      ldsm_x4_trans(r4, x4_addr(q, lane, w, u_at));
+#pragma unroll
+      for (int x = 0; x < 4; ++x) u[4 * q + x] = r4[x];
+    }
+    const float* g = reinterpret_cast<const float*>(sbase + s * kStageBytes + kStageG);
+    const float gL = g[kC - 1];
+    float f[8][2];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      f[nt][0] = exp2f(gL - g[8 * nt + 2 * t4]);
+      f[nt][1] = exp2f(gL - g[8 * nt + 2 * t4 + 1]);
+    }
+    wgmma_wait();
+    fence_acc(v);
+    // vr = U - v; v_new = bf16(vr) (words vn); vs = bf16(vr f) as the update's A words (vs).
+    uint32_t vn[16], vs[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int e = 4 * nt + 2 * h, x = 2 * nt + h;
+        const __nv_bfloat162 ub = *reinterpret_cast<const __nv_bfloat162*>(&u[x]);
+        const float vr0 = __low2float(ub) - v[e], vr1 = __high2float(ub) - v[e + 1];
+        vn[x] = pack_bf16(vr0, vr1);
+        vs[x / 4][x % 4] = pack_bf16(vr0 * f[nt][0], vr1 * f[nt][1]);
+      }
+    if (kStores) {  // v_new: stored rows = tokens, 16 values of this warp each
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t r4[4] = {vn[4 * q], vn[4 * q + 1], vn[4 * q + 2], vn[4 * q + 3]};
+        stsm_x4_trans(x4_addr(q, lane, 0, staged(vst)), r4);
+      }
+      fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) tma_store_3d(&tmVns, vst, c0 + 16 * w, j, n * kC);
+    }
+    // S^T = exp2(gL) S^T + vs^T k
+    const float gam = exp2f(gL);
+#pragma unroll
+    for (int e = 0; e < 32; ++e) {
+      sT0[e] *= gam;
+      sT1[e] *= gam;
+    }
+    fence_acc(sT0);
+    fence_acc(sT1);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kC / 16; ++kk) wgmma_64x64x16_rs<false, 1>(sT0, vs[kk], desc_mn(st + kStageK0, kk), 1);
+#pragma unroll
+    for (int kk = 0; kk < kC / 16; ++kk) wgmma_64x64x16_rs<false, 1>(sT1, vs[kk], desc_mn(st + kStageK1, kk), 1);
+    wgmma_commit();
+    wgmma_wait();
+    fence_acc(sT0);
+    fence_acc(sT1);
+    if (lane == 0) mbar_arrive(empty0 + 8 * s);
+  }
+  if (lane == 0) bulk_wait_all();  // this warp's stores have read its staging before the block ends
+  if (n0 + p.seg_chunks != p.NT) return;
+  float* So = p.S_out + int64_t(j) * kK * kV + c0;
+#pragma unroll
+  for (int e = 0; e < 32; ++e) {
+    So[frag_col(tid, e) * kV + frag_row(tid, e)] = sT0[e];
+    So[(64 + frag_col(tid, e)) * kV + frag_row(tid, e)] = sT1[e];
+  }
+}
+
 // ---- host -----------------------------------------------------------------------------------
 // A bf16 tensor of dims {d0 (contiguous), d1, d2} and a box {b0, b1, b2}, 128-byte swizzle.
-CUtensorMap make_map(void* ptr, uint64_t d0, uint64_t d1, uint64_t d2, uint32_t b0, uint32_t b1, uint32_t b2) {
+CUtensorMap make_map(void* ptr, uint64_t d0, uint64_t d1, uint64_t d2, uint32_t b0, uint32_t b1, uint32_t b2,
+                     CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_128B) {
   CUtensorMap m{};
-  const CUresult r = make_map_16bit(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, d0, d1, d2, b0, b1, b2);
+  const CUresult r = make_map_16bit(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ptr, d0, d1, d2, b0, b1, b2, sw);
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", int(r));
     std::exit(1);
@@ -263,8 +445,10 @@ Host make_inputs(int T, uint64_t seed) {
   return h;
 }
 
-// The fp32 CPU walk of head j, columns [c0, c0 + 64): the final S and every v_new.
-void cpu_walk(const Host& h, int j, int c0, std::vector<float>& S, std::vector<float>& vnew) {
+// The fp32 CPU walk of head j, columns [c0, c0 + 64): the final S, every v_new and the last
+// chunk's h (Sb, K x 64).
+void cpu_walk(const Host& h, int j, int c0, std::vector<float>& S, std::vector<float>& vnew,
+              std::vector<float>& hlast) {
   const int i = j / (kHV / kH);
   S.assign(size_t(kK) * kBV, 0.0f);
   for (int a = 0; a < kK; ++a)
@@ -273,6 +457,7 @@ void cpu_walk(const Host& h, int j, int c0, std::vector<float>& S, std::vector<f
   std::vector<float> Sb(size_t(kK) * kBV), vs(size_t(kC) * kBV);
   for (int n = 0; n < h.NT; ++n) {
     for (size_t e = 0; e < Sb.size(); ++e) Sb[e] = bf(S[e]);
+    if (n == h.NT - 1) hlast = Sb;
     const float* g = &h.g[size_t(j) * h.T + size_t(n) * kC];
     const float gL = g[kC - 1];
     for (int r = 0; r < kC; ++r) {
@@ -314,63 +499,94 @@ T* upload(const std::vector<T>& v) {
   return d;
 }
 
-void run(int T) {
+// The two kernels: walk_step_kernel (operands through shared memory) and walk_step_rs_kernel.
+enum class Kind { Smem, Rs };
+
+struct Check {
+  double S, v, h;  // worst rel-RMS of the final state, v_new and the last chunk's h
+  bool ok() const { return S < 1e-2 && v < 1e-2 && h < 1e-2; }
+};
+
+// Two heads (one per GVA group parity) and both column tiles against the CPU walk, after a P = 1
+// launch with stores (v_new and h poisoned before).
+Check check(const Host& h, const float* dS, const uint16_t* dvn, const uint16_t* dh) {
+  const int T = h.T;
+  std::vector<float> S(h.S0.size());
+  std::vector<uint16_t> vn_bits(size_t(T) * kHV * kV), h_bits(size_t(kHV) * kK * kV);
+  CHECK_CUDA(cudaMemcpy(S.data(), dS, S.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(vn_bits.data(), dvn, vn_bits.size() * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(
+      cudaMemcpy(h_bits.data(), dh + size_t(h.NT - 1) * kHV * kK * kV, h_bits.size() * 2, cudaMemcpyDeviceToHost));
+  Check c{0.0, 0.0, 0.0};
+  for (int j : {0, kHV - 1})
+    for (int c0 : {0, 64}) {
+      std::vector<float> Sw, vw, hw, Sg(size_t(kK) * kBV), vg(size_t(T) * kBV), hg(size_t(kK) * kBV);
+      cpu_walk(h, j, c0, Sw, vw, hw);
+      for (int a = 0; a < kK; ++a)
+        for (int x = 0; x < kBV; ++x) {
+          Sg[size_t(a) * kBV + x] = S[(size_t(j) * kK + a) * kV + c0 + x];
+          hg[size_t(a) * kBV + x] = from_bits(h_bits[(size_t(j) * kK + a) * kV + c0 + x]);
+        }
+      for (size_t t = 0; t < size_t(T); ++t)
+        for (int x = 0; x < kBV; ++x) vg[t * kBV + x] = from_bits(vn_bits[(t * kHV + j) * kV + c0 + x]);
+      c.S = std::max(c.S, rel_rms(Sg, Sw));
+      c.v = std::max(c.v, rel_rms(vg, vw));
+      c.h = std::max(c.h, rel_rms(hg, hw));
+    }
+  return c;
+}
+
+// Prints the variants' lines; false where a kernel's check failed.
+bool run(int T) {
   const Host h = make_inputs(T, 1234 + T);
   uint16_t *dW = upload(h.W), *dk = upload(h.k), *dU = upload(h.U), *dh = nullptr, *dvn = nullptr;
   float *dg = upload(h.g), *dS0 = upload(h.S0), *dS = nullptr;
-  CHECK_CUDA(cudaMalloc(&dh, size_t(h.NT) * kHV * kK * kV * 2));
-  CHECK_CUDA(cudaMalloc(&dvn, size_t(T) * kHV * kV * 2));
+  const size_t h_bytes = size_t(h.NT) * kHV * kK * kV * 2, vn_bytes = size_t(T) * kHV * kV * 2;
+  CHECK_CUDA(cudaMalloc(&dh, h_bytes));
+  CHECK_CUDA(cudaMalloc(&dvn, vn_bytes));
   CHECK_CUDA(cudaMalloc(&dS, h.S0.size() * 4));
-  CHECK_CUDA(cudaMemset(dvn, 0xFF, size_t(T) * kHV * kV * 2));  // NaN poison
   const CUtensorMap mW = make_map(dW, kK, kHV, T, 64, 1, kC), mK = make_map(dk, kK, kH, T, 64, 1, kC),
                     mU = make_map(dU, kV, kHV, T, 64, 1, kC), mVn = make_map(dvn, kV, kHV, T, 64, 1, kC),
-                    mH = make_map(dh, kV, kK, uint64_t(h.NT) * kHV, 64, kK, 1);
+                    mH = make_map(dh, kV, kK, uint64_t(h.NT) * kHV, 64, kK, 1),
+                    mVns = make_map(dvn, kV, kHV, T, 16, 1, kC, CU_TENSOR_MAP_SWIZZLE_NONE),
+                    mHs = make_map(dh, kV, kK, uint64_t(h.NT) * kHV, 16, kK, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
   Params p{h.NT, kHV / kH, h.NT, dg, dS0, dS};
   for (auto* f : {walk_step_kernel<true>, walk_step_kernel<false>})
     CHECK_CUDA(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  // One launch of a variant: stores on or off, P segments per (head, tile), each walking NT / P chunks.
-  auto launch = [&](bool stores, int P) {
+  for (auto* f : {walk_step_rs_kernel<true>, walk_step_rs_kernel<false>})
+    CHECK_CUDA(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kRsSmemBytes));
+  // One launch of a variant: kernel, stores on or off, P segments per (head, tile), each walking NT / P chunks.
+  auto launch = [&](Kind kind, bool stores, int P) {
     Params q = p;
     q.seg_chunks = h.NT / P;
     const dim3 grid(unsigned(P * kHV * (kV / kBV)));
-    if (stores)
-      walk_step_kernel<true><<<grid, kThreads, kSmemBytes>>>(mW, mK, mU, mH, mVn, q);
+    if (kind == Kind::Smem)
+      (stores ? walk_step_kernel<true> : walk_step_kernel<false>)<<<grid, kThreads, kSmemBytes>>>(mW, mK, mU, mH, mVn,
+                                                                                                  q);
     else
-      walk_step_kernel<false><<<grid, kThreads, kSmemBytes>>>(mW, mK, mU, mH, mVn, q);
+      (stores ? walk_step_rs_kernel<true> : walk_step_rs_kernel<false>)<<<grid, kThreads, kRsSmemBytes>>>(mW, mK, mU,
+                                                                                                          mHs, mVns, q);
     CHECK_CUDA(cudaGetLastError());
   };
-  launch(true, 1);
-  CHECK_CUDA(cudaDeviceSynchronize());
-
-  // Check two heads (one per GVA group parity) and both column tiles against the CPU walk.
-  std::vector<float> S(h.S0.size());
-  std::vector<uint16_t> vn_bits(size_t(T) * kHV * kV);
-  CHECK_CUDA(cudaMemcpy(S.data(), dS, S.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(vn_bits.data(), dvn, vn_bits.size() * 2, cudaMemcpyDeviceToHost));
-  double worst_S = 0.0, worst_v = 0.0;
-  for (int j : {0, kHV - 1})
-    for (int c0 : {0, 64}) {
-      std::vector<float> Sw, vw, Sg(size_t(kK) * kBV), vg(size_t(T) * kBV);
-      cpu_walk(h, j, c0, Sw, vw);
-      for (int a = 0; a < kK; ++a)
-        for (int c = 0; c < kBV; ++c) Sg[size_t(a) * kBV + c] = S[(size_t(j) * kK + a) * kV + c0 + c];
-      for (size_t t = 0; t < size_t(T); ++t)
-        for (int c = 0; c < kBV; ++c) vg[t * kBV + c] = from_bits(vn_bits[(t * kHV + j) * kV + c0 + c]);
-      worst_S = std::max(worst_S, rel_rms(Sg, Sw));
-      worst_v = std::max(worst_v, rel_rms(vg, vw));
-    }
-  const bool ok = worst_S < 1e-2 && worst_v < 1e-2;
+  Check checks[2];
+  for (Kind kind : {Kind::Smem, Kind::Rs}) {
+    CHECK_CUDA(cudaMemset(dvn, 0xFF, vn_bytes));  // NaN poison
+    CHECK_CUDA(cudaMemset(dh, 0xFF, h_bytes));
+    launch(kind, true, 1);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    checks[int(kind)] = check(h, dS, dvn, dh);
+  }
 
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
   // Median of 20 launches after 3 warm-ups; the step time is the kernel time over NT / P steps.
-  auto median_ms = [&](bool stores, int P) {
-    for (int w = 0; w < 3; ++w) launch(stores, P);
+  auto median_ms = [&](Kind kind, bool stores, int P) {
+    for (int w = 0; w < 3; ++w) launch(kind, stores, P);
     std::vector<float> ms;
     for (int r = 0; r < 20; ++r) {
       CHECK_CUDA(cudaEventRecord(e0));
-      launch(stores, P);
+      launch(kind, stores, P);
       CHECK_CUDA(cudaEventRecord(e1));
       CHECK_CUDA(cudaEventSynchronize(e1));
       float t = 0.0f;
@@ -381,20 +597,26 @@ void run(int T) {
     return double(ms[ms.size() / 2]);
   };
   struct Variant {
+    Kind kind;
     bool stores;
     int P;
     const char* what;
   };
-  for (const Variant& v : {Variant{true, 1, "h, v_new stored"}, Variant{false, 1, "no stores"},
-                           Variant{true, 2, "h, v_new stored"}, Variant{true, 4, "h, v_new stored"}}) {
+  for (const Variant& v :
+       {Variant{Kind::Smem, true, 1, "h, v_new stored"}, Variant{Kind::Smem, false, 1, "no stores"},
+        Variant{Kind::Smem, true, 2, "h, v_new stored"}, Variant{Kind::Smem, true, 4, "h, v_new stored"},
+        Variant{Kind::Rs, true, 1, "rs: h, v_new stored"}, Variant{Kind::Rs, false, 1, "rs: no stores"},
+        Variant{Kind::Rs, true, 2, "rs: h, v_new stored"}}) {
     if (h.NT % v.P) continue;
-    const double med = median_ms(v.stores, v.P);
-    std::printf("%-6d %5d %2d %5d %10.4f %10.3f %12.3e %12.3e %-6s %s\n", T, h.NT, v.P, v.P * kHV * (kV / kBV), med,
-                med * 1e3 / (h.NT / v.P), worst_S, worst_v, ok ? "ok" : "WRONG", v.what);
+    const double med = median_ms(v.kind, v.stores, v.P);
+    const Check& c = checks[int(v.kind)];
+    std::printf("%-6d %5d %2d %5d %10.4f %10.3f %12.3e %12.3e %12.3e %-6s %s\n", T, h.NT, v.P, v.P * kHV * (kV / kBV),
+                med, med * 1e3 / (h.NT / v.P), c.S, c.v, c.h, c.ok() ? "ok" : "WRONG", v.what);
   }
   for (void* q : {static_cast<void*>(dW), static_cast<void*>(dk), static_cast<void*>(dU), static_cast<void*>(dh),
                   static_cast<void*>(dvn), static_cast<void*>(dg), static_cast<void*>(dS0), static_cast<void*>(dS)})
     CHECK_CUDA(cudaFree(q));
+  return checks[0].ok() && checks[1].ok();
 }
 
 }  // namespace
@@ -409,14 +631,15 @@ int main(int argc, char** argv) {
       "walk step: GDN forward, H=%d HV=%d K=V=%d, bf16, one segment per head, %d blocks of %d threads, "
       "%d B shared, on %s\n",
       kH, kHV, kK, kHV * (kV / kBV), kThreads, kSmemBytes, prop.name);
-  std::printf("%-6s %5s %2s %5s %10s %10s %12s %12s %-6s %s\n", "T", "NT", "P", "blks", "ms(med20)", "us/step",
-              "S rel-RMS", "v_new rel-RMS", "check", "variant");
+  std::printf("%-6s %5s %2s %5s %10s %10s %12s %12s %12s %-6s %s\n", "T", "NT", "P", "blks", "ms(med20)", "us/step",
+              "S rel-RMS", "v_new rel-RMS", "h rel-RMS", "check", "variant");
+  bool ok = true;
   for (int T : Ts) {
     if (T <= 0 || T % kC) {
       std::fprintf(stderr, "T must be a positive multiple of %d (got %d)\n", kC, T);
       return 2;
     }
-    run(T);
+    if (!run(T)) ok = false;
   }
-  return 0;
+  return ok ? 0 : 1;
 }
