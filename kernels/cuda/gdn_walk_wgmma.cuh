@@ -176,6 +176,7 @@ struct ChunkHdr {
 // kg [T, HV, K] (KDA), h [NT * HV, K, V].
 struct Maps {
   CUtensorMap W, k, U, h, vn;
+  CUtensorMap hs, vns;  // h and v_new in boxes of 16 values, unswizzled (the state tiles' per-warp stores)
 };
 
 // TMA descriptors of the backward walk: k, q [T, H, K] (KDA: k is kg, q is qs, both [T, HV, K]);
@@ -646,6 +647,12 @@ __device__ __forceinline__ void consume(const Maps& maps, const FwdWalkParams& p
   store_result<K, STATES>(acc, p, b);
 }
 
+}  // namespace kcp::kernels::cuda::walk_wg
+
+#include "kernels/cuda/gdn_walk_rs.cuh"
+
+namespace kcp::kernels::cuda::walk_wg {
+
 template <class DT, int K, bool STATES, bool KDA>
 __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams& p) {
   using Sm = Smem<K>;
@@ -659,12 +666,12 @@ __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams
   if (threadIdx.x >= kConsumers) {
     produce<K, KDA>(maps, p, b, base, sb);
   } else if constexpr (STATES) {
-    consume<DT, K, true, false, KDA>(maps, p, b, base, sb);
+    consume_rs<DT, K, true, KDA>(maps, p, b, base, sb);
   } else {
     if (b.mtile)
       consume<DT, K, false, true, KDA>(maps, p, b, base, sb);
     else
-      consume<DT, K, false, false, KDA>(maps, p, b, base, sb);
+      consume_rs<DT, K, false, KDA>(maps, p, b, base, sb);
   }
 }
 
