@@ -59,31 +59,32 @@ __device__ __forceinline__ void store_h_rs(const uint32_t (&a)[K / 16][4], uint3
   if (lane == 0) tma_store_3d(hs, hst, b.c0 + 16 * w, 0, int(n * HV + b.j));
 }
 
-// v_new of a chunk (words vn: x = 2 nt + h, v_new^T pairs of tokens 8 nt + 2 (lane % 4), +1): a
-// full chunk through the warp's staging tile at vst and one TMA store, a partial one by plain
-// stores of its tokens < L.
+// A chunk's 16-bit output rows (v_new or dv2; words w: x = 2 nt + h, transposed pairs of tokens 8
+// nt + 2 (lane % 4), +1): a full chunk through the warp's staging tile at vst and one TMA store
+// (map: boxes of 16 values), a partial one by plain stores of its tokens < L into dst ([T, HV, K]
+// of value head j, K = V).
 template <int K>
-__device__ __forceinline__ void store_vnew_rs(const uint32_t (&vn)[16], uint32_t vst, const CUtensorMap* vns,
-                                              const FwdWalkParams& p, const Blk& b, const ChunkHdr& hd) {
-  const int t = int(threadIdx.x), lane = t & 31, w = t >> 5;
+__device__ __forceinline__ void store_rows_rs(const uint32_t (&w)[16], uint32_t vst, const CUtensorMap* map,
+                                              uint16_t* dst, int HV, const Blk& b, const ChunkHdr& hd) {
+  const int t = int(threadIdx.x), lane = t & 31, wp = t >> 5;
   if (hd.len == kC) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const uint32_t r4[4] = {vn[4 * q], vn[4 * q + 1], vn[4 * q + 2], vn[4 * q + 3]};
+      const uint32_t r4[4] = {w[4 * q], w[4 * q + 1], w[4 * q + 2], w[4 * q + 3]};
       stsm_x4_trans(x4_addr(q, 0, staged(vst)), r4);
     }
     fence_proxy_async();
     __syncwarp();
-    if (lane == 0) tma_store_3d(vns, vst, b.c0 + 16 * w, b.j, int(hd.begin));
+    if (lane == 0) tma_store_3d(map, vst, b.c0 + 16 * wp, b.j, int(hd.begin));
     return;
   }
-  uint16_t* o = p.v_new + (hd.begin * p.sh.HV + b.j) * K + b.c0;
-  const int64_t ts = int64_t(p.sh.HV) * K;
+  uint16_t* o = dst + (hd.begin * HV + b.j) * K + b.c0;
+  const int64_t ts = int64_t(HV) * K;
 #pragma unroll
   for (int x = 0; x < 16; ++x) {
     const int nt = x >> 1, h = x & 1, c = 8 * nt + 2 * (lane & 3), r = frag_row(t, 4 * nt + 2 * h);
-    if (c < hd.len) o[c * ts + r] = uint16_t(vn[x] & 0xffffu);
-    if (c + 1 < hd.len) o[(c + 1) * ts + r] = uint16_t(vn[x] >> 16);
+    if (c < hd.len) o[c * ts + r] = uint16_t(w[x] & 0xffffu);
+    if (c + 1 < hd.len) o[(c + 1) * ts + r] = uint16_t(w[x] >> 16);
   }
 }
 
@@ -136,8 +137,7 @@ __device__ __forceinline__ void update_rs(float (&sT)[K / 64][32], const uint32_
   for (int a = 0; a < K / 64; ++a) fence_acc(sT[a]);
 }
 
-// The transposed tile at the start (STATES: from seg_entry; else zeros) and after the walk (ht /
-// seg_h_ext as store_result: o[key * K + c0 + column]).
+// The transposed tile at the start: from e (a K x K fp32 matrix), or zeros for e null.
 template <int K>
 __device__ __forceinline__ void init_rs(float (&sT)[K / 64][32], const float* e, int c0) {
   const int t = int(threadIdx.x);
@@ -147,27 +147,22 @@ __device__ __forceinline__ void init_rs(float (&sT)[K / 64][32], const float* e,
     for (int x = 0; x < 32; ++x)
       sT[a][x] = e ? e[int64_t(64 * a + frag_col(t, x)) * K + c0 + frag_row(t, x)] : 0.0f;
 }
-template <int K, bool STATES>
-__device__ __forceinline__ void store_result_rs(const float (&sT)[K / 64][32], const FwdWalkParams& p, const Blk& b) {
-  float* o = nullptr;
-  const int64_t KK = int64_t(K) * K;
-  if constexpr (STATES) {
-    if (p.ht && b.s + 1 == p.pieces[b.seg.piece].seg_end) o = p.ht + (int64_t(b.seg.piece) * p.sh.HV + b.j) * KK;
-  } else {
-    o = p.seg_h_ext + (int64_t(b.s) * p.sh.HV + b.j) * KK;
-  }
+// The transposed tile into o (a K x K fp32 matrix: o[key * K + c0 + column]); nothing for o null.
+template <int K>
+__device__ __forceinline__ void store_tile_rs(const float (&sT)[K / 64][32], float* o, int c0) {
   if (!o) return;
   const int t = int(threadIdx.x);
 #pragma unroll
   for (int a = 0; a < K / 64; ++a)
 #pragma unroll
-    for (int x = 0; x < 32; ++x) o[int64_t(64 * a + frag_col(t, x)) * K + b.c0 + frag_row(t, x)] = sT[a][x];
+    for (int x = 0; x < 32; ++x) o[int64_t(64 * a + frag_col(t, x)) * K + c0 + frag_row(t, x)] = sT[a][x];
 }
 
-// U^T words of the warp's 16 value columns (rows of v^T) from the stage's U tile at `ut`.
-__device__ __forceinline__ void load_ut(uint32_t (&u)[16], uint32_t ut) {
+// The transposed words (x = 2 nt + h, as store_rows_rs) of a 64 x 64 stage tile at `tile` (rows =
+// tokens, swizzled; U, dv_local) for the warp's 16 columns.
+__device__ __forceinline__ void load_t_words(uint32_t (&u)[16], uint32_t tile) {
   const int w = int(threadIdx.x) >> 5;
-  auto at = [ut](int r, int c) { return ut + swz(r, c); };
+  auto at = [tile](int r, int c) { return tile + swz(r, c); };
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     uint32_t r4[4];
@@ -208,7 +203,7 @@ __device__ __forceinline__ void consume_rs(const Maps& maps, const FwdWalkParams
       wgmma_64x64x16_rs<F16, 0>(v, a[kk], desc_k(st + Sm::W + (kk / 4) * kAtom, kk % 4), kk > 0);
     wgmma_commit();
     uint32_t u[16], vn[16], vs[4][4];
-    load_ut(u, st + Sm::U);
+    load_t_words(u, st + Sm::U);
     if (hd.len < kC) {  // a partial chunk: the k rows >= L to zero before the update reads them
       prep_k_rows<DT, K, false, KDA>(sst + Sm::Kt, hd.len, gL, g);
       fence_proxy_async();
@@ -216,12 +211,19 @@ __device__ __forceinline__ void consume_rs(const Maps& maps, const FwdWalkParams
     }
     wait_acc(v);
     epilogue_rs<DT, KDA>(v, u, g, gL, hd.len, vn, vs);
-    if constexpr (STATES) store_vnew_rs<K>(vn, vst, &maps.vns, p, b, hd);
+    if constexpr (STATES) store_rows_rs<K>(vn, vst, &maps.vns, p.v_new, p.sh.HV, b, hd);
     update_rs<F16, K, KDA>(sT, vs, st + Sm::Kt, KDA ? 1.0f : exp2f(gL), g);
     mbar_arrive(empty_bar(bars, s));
   }
   if ((t & 31) == 0) bulk_wait_all();  // this warp's stores have read its staging before the block ends
-  store_result_rs<K, STATES>(sT, p, b);
+  float* o = nullptr;  // as store_result: ht (the piece's last segment) or seg_h_ext
+  const int64_t KK = int64_t(K) * K;
+  if constexpr (STATES) {
+    if (p.ht && b.s + 1 == p.pieces[b.seg.piece].seg_end) o = p.ht + (int64_t(b.seg.piece) * p.sh.HV + b.j) * KK;
+  } else {
+    o = p.seg_h_ext + (int64_t(b.s) * p.sh.HV + b.j) * KK;
+  }
+  store_tile_rs<K>(sT, o, b.c0);
 }
 
 }  // namespace kcp::kernels::cuda::walk_wg

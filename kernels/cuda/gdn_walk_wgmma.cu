@@ -86,6 +86,8 @@ walk_wg::BwdMaps make_bwd_maps(const BwdWalkParams& p, bool states, bool kda) {
   if (states) {
     m.dh = map16("dh", s.fp16, p.dh, s.V, s.K, s.NT * s.HV, s.K, 1);
     m.dv2 = map16("dv2", s.fp16, p.dv2, s.V, s.HV, s.T, 1, kC);
+    m.dhs = map16_narrow("dh", s.fp16, p.dh, s.V, s.K, s.NT * s.HV, s.K, 1);
+    m.dv2s = map16_narrow("dv2", s.fp16, p.dv2, s.V, s.HV, s.T, 1, kC);
   }
   return m;
 }

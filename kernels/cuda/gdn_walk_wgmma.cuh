@@ -183,6 +183,7 @@ struct Maps {
 // W [T, HV, K]; dO, dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
 struct BwdMaps {
   CUtensorMap k, q, W, dO, dl, dh, dv2;
+  CUtensorMap dhs, dv2s;  // dh and dv2 in boxes of 16 values, unswizzled (per-warp stores, gdn_walk_bwd_rs.cuh)
 };
 
 // What a block walks.
@@ -809,6 +810,12 @@ __device__ __forceinline__ void consume_bwd(const BwdMaps& maps, const BwdWalkPa
   store_rows<K>(acc, o, b.c0);
 }
 
+}  // namespace kcp::kernels::cuda::walk_wg
+
+#include "kernels/cuda/gdn_walk_bwd_rs.cuh"
+
+namespace kcp::kernels::cuda::walk_wg {
+
 template <class DT, int K, bool STATES, bool KDA>
 __device__ __forceinline__ void bwd_walk_block(const BwdMaps& maps, const BwdWalkParams& p) {
   using Sm = BwdSmem<K>;
@@ -822,7 +829,7 @@ __device__ __forceinline__ void bwd_walk_block(const BwdMaps& maps, const BwdWal
   if (threadIdx.x >= kConsumers)
     produce_bwd<K, KDA>(maps, p, b, base, sb);
   else
-    consume_bwd<DT, K, STATES, KDA>(maps, p, b, base, sb);
+    consume_bwd_rs<DT, K, STATES, KDA>(maps, p, b, base, sb);
 }
 
 // sm_90a only, as the forward kernel.
