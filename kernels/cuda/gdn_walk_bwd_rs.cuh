@@ -41,36 +41,10 @@ __device__ __forceinline__ void epilogue_dv2_rs(const float (&v)[32], const uint
   }
 }
 
-// dS^T <- Gam dS^T + dO^T qs + Y0^T W, per 64-key block a, the terms in this order.
-template <bool F16, int K, bool KDA>
-__device__ __forceinline__ void update_bwd_rs(float (&sT)[K / 64][32], const uint32_t (&y0)[4][4], uint32_t dO,
-                                              uint32_t qs, uint32_t w, float gam, const float* gk) {
-  const int t = int(threadIdx.x);
-#pragma unroll
-  for (int a = 0; a < K / 64; ++a) {
-#pragma unroll
-    for (int x = 0; x < 32; ++x) sT[a][x] *= KDA ? gk[64 * a + frag_col(t, x)] : gam;
-    fence_acc(sT[a]);
-  }
-  wgmma_fence();
-#pragma unroll
-  for (int a = 0; a < K / 64; ++a) {
-#pragma unroll
-    for (int kk = 0; kk < kC / 16; ++kk)
-      wgmma_64x64x16<F16, 1, 1>(sT[a], desc_mn(dO, kk), desc_mn(qs + a * kAtom, kk), 1);
-#pragma unroll
-    for (int kk = 0; kk < kC / 16; ++kk) wgmma_64x64x16_rs<F16, 1>(sT[a], y0[kk], desc_mn(w + a * kAtom, kk), 1);
-  }
-  wgmma_commit();
-  wgmma_wait();
-#pragma unroll
-  for (int a = 0; a < K / 64; ++a) fence_acc(sT[a]);
-}
-
 // The consumer warpgroup's backward walk over the segment's chunks, last to first.
 template <class DT, int K, bool STATES, bool KDA>
-__device__ __forceinline__ void consume_bwd_rs(const BwdMaps& maps, const BwdWalkParams& p, const Blk& b,
-                                               uint32_t base, unsigned char* sb) {
+__device__ __forceinline__ void consume_bwd_rs(const BwdMaps& maps, const BwdWalkParams& p, const Blk& b, uint32_t base,
+                                               unsigned char* sb) {
   using Sm = BwdSmem<K>;
   constexpr bool F16 = std::is_same_v<DT, Fp16>;
   const int t = int(threadIdx.x), w = t >> 5;
@@ -85,21 +59,13 @@ __device__ __forceinline__ void consume_bwd_rs(const BwdMaps& maps, const BwdWal
     const int s = int(m % kStages);
     const uint32_t st = base + s * Sm::kStage;
     unsigned char* sst = sb + s * Sm::kStage;
-    uint32_t a[K / 16][4];  // dSb^T
-#pragma unroll
-    for (int kb = 0; kb < K / 64; ++kb) acc_to_a<DT>(sT[kb], a, 4 * kb);
-    if constexpr (STATES) store_h_rs<K>(a, hst, &maps.dhs, b, n, p.sh.HV);
-    mbar_wait(full_bar(bars, s), uint32_t((m / kStages) & 1));
+    uint32_t a[K / 16][4];  // dSb^T; v^T = dSb^T k^T in flight after this
+    start_chunk_rs<DT, K, STATES>(sT, a, v, hst, &maps.dhs, b, n, p.sh.HV, full_bar(bars, s),
+                                  uint32_t((m / kStages) & 1), st + Sm::Kt);
     const ChunkHdr hd = *reinterpret_cast<const ChunkHdr*>(sst + Sm::Hdr);
     const float* g = reinterpret_cast<const float*>(sst + Sm::G);
     const int L = hd.len;
     const float gL = KDA ? 0.0f : g[L - 1];  // KDA: g holds Gam per channel
-    fence_acc(v);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < K / 16; ++kk)
-      wgmma_64x64x16_rs<F16, 0>(v, a[kk], desc_k(st + Sm::Kt + (kk / 4) * kAtom, kk % 4), kk > 0);
-    wgmma_commit();
     uint32_t dl[16], dv2[16], y0[4][4];
     load_t_words(dl, st + Sm::Dl);
     if (!KDA || L < kC) {  // the update's stage operands (GDN: qs; rows >= L zero)
@@ -110,11 +76,11 @@ __device__ __forceinline__ void consume_bwd_rs(const BwdMaps& maps, const BwdWal
     wait_acc(v);
     epilogue_dv2_rs<DT, KDA>(v, dl, g, gL, L, dv2, y0);
     if constexpr (STATES) store_rows_rs<K>(dv2, vst, &maps.dv2s, p.dv2, p.sh.HV, b, hd);
-    update_bwd_rs<F16, K, KDA>(sT, y0, st + Sm::dO, st + Sm::Q, st + Sm::W, KDA ? 1.0f : exp2f(gL), g);
+    update_rs<F16, K, KDA, true>(sT, y0, st + Sm::W, st + Sm::dO, st + Sm::Q, KDA ? 1.0f : exp2f(gL), g);
     mbar_arrive(empty_bar(bars, s));
   }
   if ((t & 31) == 0) bulk_wait_all();  // this warp's stores have read its staging before the block ends
-  float* o = nullptr;  // as consume_bwd: dh0 (the piece's first segment) or seg_dh_ext
+  float* o = nullptr;                  // as consume_bwd: dh0 (the piece's first segment) or seg_dh_ext
   if constexpr (STATES) {
     if (p.dh0 && b.seg.index_in_piece == 0) o = p.dh0 + (int64_t(b.seg.piece) * p.sh.HV + b.j) * KK;
   } else {

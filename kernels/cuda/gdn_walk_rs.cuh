@@ -114,11 +114,14 @@ __device__ __forceinline__ void epilogue_rs(const float (&v)[32], const uint32_t
   }
 }
 
-// S^T <- Gam S^T + vs^T k, per 64-key block a (B: the stage's k tile a, MN-major). Gam: `gam`
-// (GDN) or per key gk[64 a + column] (KDA).
-template <bool F16, int K, bool KDA>
-__device__ __forceinline__ void update_rs(float (&sT)[K / 64][32], const uint32_t (&vs)[4][4], uint32_t kt, float gam,
-                                          const float* gk) {
+// S^T <- Gam S^T [+ A0 B0] + Y^T B1 per 64-key block a, the terms in this order: A0 (64 x 64 at a0,
+// MN-major: dO^T) and B0, B1 (the stage's 64 tokens x K tiles at b0, b1, MN-major; block a at + a
+// kAtom) from shared memory, Y^T (64 x 64 tokens) as A words. Forward: Y = vs, B1 = k (KDA: kg);
+// backward (SMEM_TERM): A0 = dO^T, B0 = qs, Y = -dv2, B1 = W. Gam: `gam` (GDN) or per key gk[64 a
+// + column] (KDA).
+template <bool F16, int K, bool KDA, bool SMEM_TERM>
+__device__ __forceinline__ void update_rs(float (&sT)[K / 64][32], const uint32_t (&y)[4][4], uint32_t b1, uint32_t a0,
+                                          uint32_t b0, float gam, const float* gk) {
   const int t = int(threadIdx.x);
 #pragma unroll
   for (int a = 0; a < K / 64; ++a) {
@@ -128,13 +131,39 @@ __device__ __forceinline__ void update_rs(float (&sT)[K / 64][32], const uint32_
   }
   wgmma_fence();
 #pragma unroll
-  for (int a = 0; a < K / 64; ++a)
+  for (int a = 0; a < K / 64; ++a) {
+    if constexpr (SMEM_TERM) {
 #pragma unroll
-    for (int kk = 0; kk < kC / 16; ++kk) wgmma_64x64x16_rs<F16, 1>(sT[a], vs[kk], desc_mn(kt + a * kAtom, kk), 1);
+      for (int kk = 0; kk < kC / 16; ++kk)
+        wgmma_64x64x16<F16, 1, 1>(sT[a], desc_mn(a0, kk), desc_mn(b0 + a * kAtom, kk), 1);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kC / 16; ++kk) wgmma_64x64x16_rs<F16, 1>(sT[a], y[kk], desc_mn(b1 + a * kAtom, kk), 1);
+  }
   wgmma_commit();
   wgmma_wait();
 #pragma unroll
   for (int a = 0; a < K / 64; ++a) fence_acc(sT[a]);
+}
+
+// A chunk's start: X^T = dtype(S^T) as A words (the K / 16 key slices), with STORE also the
+// 16-bit state of chunk n (h / dh) through the warp's staging tile at hst (map: boxes of 16
+// values); then v^T = X^T A^T issued (B: the stage's 64 tokens x K tile at `tile`, K-major: W,
+// or the backward's k); wait_acc completes it.
+template <class DT, int K, bool STORE>
+__device__ __forceinline__ void start_chunk_rs(const float (&sT)[K / 64][32], uint32_t (&a)[K / 16][4], float (&v)[32],
+                                               uint32_t hst, const CUtensorMap* map, const Blk& b, int64_t n, int HV,
+                                               uint32_t full, uint32_t parity, uint32_t tile) {
+#pragma unroll
+  for (int kb = 0; kb < K / 64; ++kb) acc_to_a<DT>(sT[kb], a, 4 * kb);
+  if constexpr (STORE) store_h_rs<K>(a, hst, map, b, n, HV);
+  mbar_wait(full, parity);
+  fence_acc(v);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    wgmma_64x64x16_rs<std::is_same_v<DT, Fp16>, 0>(v, a[kk], desc_k(tile + (kk / 4) * kAtom, kk % 4), kk > 0);
+  wgmma_commit();
 }
 
 // The transposed tile at the start: from e (a K x K fp32 matrix), or zeros for e null.
@@ -144,8 +173,7 @@ __device__ __forceinline__ void init_rs(float (&sT)[K / 64][32], const float* e,
 #pragma unroll
   for (int a = 0; a < K / 64; ++a)
 #pragma unroll
-    for (int x = 0; x < 32; ++x)
-      sT[a][x] = e ? e[int64_t(64 * a + frag_col(t, x)) * K + c0 + frag_row(t, x)] : 0.0f;
+    for (int x = 0; x < 32; ++x) sT[a][x] = e ? e[int64_t(64 * a + frag_col(t, x)) * K + c0 + frag_row(t, x)] : 0.0f;
 }
 // The transposed tile into o (a K x K fp32 matrix: o[key * K + c0 + column]); nothing for o null.
 template <int K>
@@ -188,20 +216,12 @@ __device__ __forceinline__ void consume_rs(const Maps& maps, const FwdWalkParams
     const int s = m % kStages;
     const uint32_t st = base + s * Sm::kStage;
     unsigned char* sst = sb + s * Sm::kStage;
-    uint32_t a[K / 16][4];  // Sb^T
-#pragma unroll
-    for (int kb = 0; kb < K / 64; ++kb) acc_to_a<DT>(sT[kb], a, 4 * kb);
-    if constexpr (STATES) store_h_rs<K>(a, hst, &maps.hs, b, n, p.sh.HV);
-    mbar_wait(full_bar(bars, s), uint32_t((m / kStages) & 1));
+    uint32_t a[K / 16][4];  // Sb^T; v^T = Sb^T W^T in flight after this
+    start_chunk_rs<DT, K, STATES>(sT, a, v, hst, &maps.hs, b, n, p.sh.HV, full_bar(bars, s),
+                                  uint32_t((m / kStages) & 1), st + Sm::W);
     const ChunkHdr hd = *reinterpret_cast<const ChunkHdr*>(sst + Sm::Hdr);
     const float* g = reinterpret_cast<const float*>(sst + Sm::G);
     const float gL = KDA ? 0.0f : g[hd.len - 1];  // KDA: g holds Gam per channel
-    fence_acc(v);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < K / 16; ++kk)
-      wgmma_64x64x16_rs<F16, 0>(v, a[kk], desc_k(st + Sm::W + (kk / 4) * kAtom, kk % 4), kk > 0);
-    wgmma_commit();
     uint32_t u[16], vn[16], vs[4][4];
     load_t_words(u, st + Sm::U);
     if (hd.len < kC) {  // a partial chunk: the k rows >= L to zero before the update reads them
@@ -212,11 +232,11 @@ __device__ __forceinline__ void consume_rs(const Maps& maps, const FwdWalkParams
     wait_acc(v);
     epilogue_rs<DT, KDA>(v, u, g, gL, hd.len, vn, vs);
     if constexpr (STATES) store_rows_rs<K>(vn, vst, &maps.vns, p.v_new, p.sh.HV, b, hd);
-    update_rs<F16, K, KDA>(sT, vs, st + Sm::Kt, KDA ? 1.0f : exp2f(gL), g);
+    update_rs<F16, K, KDA, false>(sT, vs, st + Sm::Kt, 0u, 0u, KDA ? 1.0f : exp2f(gL), g);
     mbar_arrive(empty_bar(bars, s));
   }
   if ((t & 31) == 0) bulk_wait_all();  // this warp's stores have read its staging before the block ends
-  float* o = nullptr;  // as store_result: ht (the piece's last segment) or seg_h_ext
+  float* o = nullptr;                  // as store_result: ht (the piece's last segment) or seg_h_ext
   const int64_t KK = int64_t(K) * K;
   if constexpr (STATES) {
     if (p.ht && b.s + 1 == p.pieces[b.seg.piece].seg_end) o = p.ht + (int64_t(b.seg.piece) * p.sh.HV + b.j) * KK;
