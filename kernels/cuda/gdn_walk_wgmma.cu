@@ -42,8 +42,22 @@ CUtensorMap map16(const char* what, bool fp16, const uint16_t* ptr, int64_t d0, 
   return m;
 }
 
+// A map of a 16-bit tensor {d0 (contiguous), d1, d2}, box {16, b1, b2}, unswizzled (a warp's 16
+// columns of a state tile's h or v_new, gdn_walk_rs.cuh).
+CUtensorMap map16_narrow(const char* what, bool fp16, const uint16_t* ptr, int64_t d0, int64_t d1, int64_t d2, int b1,
+                         int b2) {
+  CUtensorMap m{};
+  const CUresult r = hopper::make_map_16bit(
+      &m, fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, const_cast<uint16_t*>(ptr),
+      uint64_t(d0), uint64_t(d1), uint64_t(d2), 16u, uint32_t(b1), uint32_t(b2), CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error(std::string("kcp kernels: cuda: cuTensorMapEncodeTiled failed for ") + what +
+                             " (CUresult " + std::to_string(int(r)) + ")");
+  return m;
+}
+
 // W, U, v_new [T, HV, K]; k [T, H, K] (GDN) or kg [T, HV, K] (KDA); h [NT * HV, K, V]: boxes of
-// 64 tokens (64 keys for h).
+// 64 tokens (64 keys for h); hs, vns: h and v_new in boxes of 16 values (all K keys, 64 tokens).
 walk_wg::Maps make_maps(const FwdWalkParams& p, bool states, bool kda) {
   const Shape& s = p.sh;
   walk_wg::Maps m{};
@@ -53,6 +67,8 @@ walk_wg::Maps make_maps(const FwdWalkParams& p, bool states, bool kda) {
   if (states) {
     m.h = map16("h", s.fp16, p.h, s.V, s.K, s.NT * s.HV, s.K, 1);
     m.vn = map16("v_new", s.fp16, p.v_new, s.V, s.HV, s.T, 1, kC);
+    m.hs = map16_narrow("h", s.fp16, p.h, s.V, s.K, s.NT * s.HV, s.K, 1);
+    m.vns = map16_narrow("v_new", s.fp16, p.v_new, s.V, s.HV, s.T, 1, kC);
   }
   return m;
 }
@@ -70,6 +86,8 @@ walk_wg::BwdMaps make_bwd_maps(const BwdWalkParams& p, bool states, bool kda) {
   if (states) {
     m.dh = map16("dh", s.fp16, p.dh, s.V, s.K, s.NT * s.HV, s.K, 1);
     m.dv2 = map16("dv2", s.fp16, p.dv2, s.V, s.HV, s.T, 1, kC);
+    m.dhs = map16_narrow("dh", s.fp16, p.dh, s.V, s.K, s.NT * s.HV, s.K, 1);
+    m.dv2s = map16_narrow("dv2", s.fp16, p.dv2, s.V, s.HV, s.T, 1, kC);
   }
   return m;
 }

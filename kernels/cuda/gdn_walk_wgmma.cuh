@@ -176,12 +176,14 @@ struct ChunkHdr {
 // kg [T, HV, K] (KDA), h [NT * HV, K, V].
 struct Maps {
   CUtensorMap W, k, U, h, vn;
+  CUtensorMap hs, vns;  // h and v_new in boxes of 16 values, unswizzled (the state tiles' per-warp stores)
 };
 
 // TMA descriptors of the backward walk: k, q [T, H, K] (KDA: k is kg, q is qs, both [T, HV, K]);
 // W [T, HV, K]; dO, dv_local, dv2 [T, HV, V]; dh [NT * HV, K, V].
 struct BwdMaps {
   CUtensorMap k, q, W, dO, dl, dh, dv2;
+  CUtensorMap dhs, dv2s;  // dh and dv2 in boxes of 16 values, unswizzled (per-warp stores, gdn_walk_bwd_rs.cuh)
 };
 
 // What a block walks.
@@ -646,6 +648,12 @@ __device__ __forceinline__ void consume(const Maps& maps, const FwdWalkParams& p
   store_result<K, STATES>(acc, p, b);
 }
 
+}  // namespace kcp::kernels::cuda::walk_wg
+
+#include "kernels/cuda/gdn_walk_rs.cuh"
+
+namespace kcp::kernels::cuda::walk_wg {
+
 template <class DT, int K, bool STATES, bool KDA>
 __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams& p) {
   using Sm = Smem<K>;
@@ -659,12 +667,12 @@ __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams
   if (threadIdx.x >= kConsumers) {
     produce<K, KDA>(maps, p, b, base, sb);
   } else if constexpr (STATES) {
-    consume<DT, K, true, false, KDA>(maps, p, b, base, sb);
+    consume_rs<DT, K, true, KDA>(maps, p, b, base, sb);
   } else {
     if (b.mtile)
       consume<DT, K, false, true, KDA>(maps, p, b, base, sb);
     else
-      consume<DT, K, false, false, KDA>(maps, p, b, base, sb);
+      consume_rs<DT, K, false, KDA>(maps, p, b, base, sb);
   }
 }
 
@@ -802,6 +810,12 @@ __device__ __forceinline__ void consume_bwd(const BwdMaps& maps, const BwdWalkPa
   store_rows<K>(acc, o, b.c0);
 }
 
+}  // namespace kcp::kernels::cuda::walk_wg
+
+#include "kernels/cuda/gdn_walk_bwd_rs.cuh"
+
+namespace kcp::kernels::cuda::walk_wg {
+
 template <class DT, int K, bool STATES, bool KDA>
 __device__ __forceinline__ void bwd_walk_block(const BwdMaps& maps, const BwdWalkParams& p) {
   using Sm = BwdSmem<K>;
@@ -815,7 +829,7 @@ __device__ __forceinline__ void bwd_walk_block(const BwdMaps& maps, const BwdWal
   if (threadIdx.x >= kConsumers)
     produce_bwd<K, KDA>(maps, p, b, base, sb);
   else
-    consume_bwd<DT, K, STATES, KDA>(maps, p, b, base, sb);
+    consume_bwd_rs<DT, K, STATES, KDA>(maps, p, b, base, sb);
 }
 
 // sm_90a only, as the forward kernel.
