@@ -7,12 +7,15 @@
 //           KDA 1), tokens c < L (STATES: to dv2 by per-warp stmatrix.trans + TMA store, or plain
 //           stores of a partial chunk); Y0^T = -dv2^T by the sign bits (c >= L: -0) as A words;
 //   dS^T  = Gam dS^T + dO^T qs + Y0^T W (dO^T: A from the stage, MN-major; Y0^T: A from
-//           registers; qs, W: B from the stage, MN-major), per 64-key block, in consume_bwd's order.
+//           registers; qs, W: B from the stage, MN-major), per 64-key block, the terms in this order
+//           (bwd_walk_kernel's, gdn_chunk_state_kernel.cuh).
 // The stage's operands of the update (GDN: qs in place of q; rows >= L of q, W, dO zero) are formed
-// by prep_update_rows while v^T runs, as in consume_bwd, then one proxy fence and one consumer
+// by prep_update_rows (gdn_walk_wgmma.cuh) while v^T runs, then one proxy fence and one consumer
 // barrier (GDN every chunk, KDA a partial chunk only). Same values and rounding points as
-// consume_bwd. Shared memory: dh staging in the X0 region, dv2 staging in the Y1 region (as the
-// forward). Included only by gdn_walk_wgmma.cuh, after consume_bwd's helpers.
+// bwd_walk_kernel ([B1]-[B3]: dSb, dv2 and qs rounded to the dtype from the same fp32
+// expressions; the products' 16-bit operands the same, fp32 accumulation in k16 steps). Shared
+// memory: dh staging in the X0 region, dv2 staging in the Y1 region (as the forward). Included
+// only by gdn_walk_wgmma.cuh, after prep_update_rows.
 #pragma once
 
 namespace kcp::kernels::cuda::walk_wg {
@@ -80,7 +83,7 @@ __device__ __forceinline__ void consume_bwd_rs(const BwdMaps& maps, const BwdWal
     mbar_arrive(empty_bar(bars, s));
   }
   if ((t & 31) == 0) bulk_wait_all();  // this warp's stores have read its staging before the block ends
-  float* o = nullptr;                  // as consume_bwd: dh0 (the piece's first segment) or seg_dh_ext
+  float* o = nullptr;                  // dh0 (the piece's first segment) or seg_dh_ext
   if constexpr (STATES) {
     if (p.dh0 && b.seg.index_in_piece == 0) o = p.dh0 + (int64_t(b.seg.piece) * p.sh.HV + b.j) * KK;
   } else {

@@ -10,10 +10,13 @@
 //   vs^T = dtype(vr^T exp2(gL - g_c)) (KDA: dtype(vr^T)), tokens c >= L zero, as A words;
 //   S^T  = Gam S^T + vs^T k    (A: registers, B: the stage's k (KDA: kg), MN-major; GDN Gam =
 //                              exp2(gL), KDA per key channel: a column factor of S^T).
-// Same values and rounding points as consume<.., MT = false> (gdn_walk_wgmma.cuh): the same 16-bit
-// operands, the same k16 steps in the same order; nothing of the recurrence passes through shared
-// memory, so a step has no proxy fence and no consumer barrier (a partial chunk's zeroed k rows
-// take one). Shared memory: the stages as before; the X0 region holds the four warps' h staging
+// Rounding points [S1]-[S4] of the CPU twin (gdn_chunk_state_kernel.cuh's header gives the
+// formulas): Sb, v_new and vs are rounded to the dtype from the same fp32 expressions as the
+// mma.sync walk, and the products take the same 16-bit operands with fp32 accumulation in k16
+// steps over whole chunks (the shared-memory consumer this replaced, gone after 00bc928, gave the
+// same output bits: docs/perf-notes.md session 26). Nothing of the recurrence passes through
+// shared memory, so a step has no proxy fence and no consumer barrier (a partial chunk's zeroed
+// k rows take one). Shared memory: the stages as before; the X0 region holds the four warps' h staging
 // (K rows x 16 values each, 32-byte rows, unswizzled: the box of map hs) and the Y1 region their
 // v_new staging (64 tokens x 16 values: map vns). Included only by gdn_walk_wgmma.cuh.
 #pragma once
@@ -236,7 +239,7 @@ __device__ __forceinline__ void consume_rs(const Maps& maps, const FwdWalkParams
     mbar_arrive(empty_bar(bars, s));
   }
   if ((t & 31) == 0) bulk_wait_all();  // this warp's stores have read its staging before the block ends
-  float* o = nullptr;                  // as store_result: ht (the piece's last segment) or seg_h_ext
+  float* o = nullptr;                  // ht (the piece's last segment) or seg_h_ext
   const int64_t KK = int64_t(K) * K;
   if constexpr (STATES) {
     if (p.ht && b.s + 1 == p.pieces[b.seg.piece].seg_end) o = p.ht + (int64_t(b.seg.piece) * p.sh.HV + b.j) * KK;
