@@ -18,7 +18,9 @@
 // (V / 64) blocks per segment; the step time is the kernel time over the chunks a block walks.
 // Variants timed after the check (which runs P = 1 with stores): no h / v_new stores (what the
 // stores cost), and P = 2, 4 segments per head (each block walks NT / P chunks from the same entry
-// state: the KCP split's throughput when more blocks fill the 132 SMs).
+// state: the KCP split's throughput when more blocks fill the 132 SMs); for rs at P = 2 also v_new
+// stored without h (what a forward walk that forms the output on chip, h never leaving it, would
+// store) and no stores.
 //
 // Register-A variant (walk_step_rs_kernel, the rows marked "rs"): the consumers hold the
 // transposed tile S^T (64 value columns x K keys, two m64n64 accumulators) so that both products
@@ -264,7 +266,8 @@ __device__ __forceinline__ uint32_t x4_addr(int q, int lane, int w, RowAt row_at
   return row_at(8 * (2 * q + (m >> 1)) + i, 16 * w + 8 * (m & 1));
 }
 
-template <bool kStores>
+// kStoreH / kStoreV: write h / v_new (the timing variants leave either or both out).
+template <bool kStoreH, bool kStoreV>
 __global__ void __launch_bounds__(kThreads, 1)
     walk_step_rs_kernel(const __grid_constant__ CUtensorMap tmW, const __grid_constant__ CUtensorMap tmK,
                         const __grid_constant__ CUtensorMap tmU, const __grid_constant__ CUtensorMap tmHs,
@@ -298,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t a[8][4];  // Sb^T as A words: k16 slices of keys
     acc_to_a(sT0, a, 0);
     acc_to_a(sT1, a, 4);
-    if (kStores) {  // h[n] = Sb: stored rows = keys, 16 values of this warp each
+    if (kStoreH) {  // h[n] = Sb: stored rows = keys, 16 values of this warp each
       if (lane == 0) bulk_wait_read();
       __syncwarp();
 #pragma unroll
@@ -347,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         vn[x] = pack_bf16(vr0, vr1);
         vs[x / 4][x % 4] = pack_bf16(vr0 * f[nt][0], vr1 * f[nt][1]);
       }
-    if (kStores) {  // v_new: stored rows = tokens, 16 values of this warp each
+    if (kStoreV) {  // v_new: stored rows = tokens, 16 values of this warp each
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const uint32_t r4[4] = {vn[4 * q], vn[4 * q + 1], vn[4 * q + 2], vn[4 * q + 3]};
@@ -553,10 +556,11 @@ bool run(int T) {
   Params p{h.NT, kHV / kH, h.NT, dg, dS0, dS};
   for (auto* f : {walk_step_kernel<true>, walk_step_kernel<false>})
     CHECK_CUDA(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  for (auto* f : {walk_step_rs_kernel<true>, walk_step_rs_kernel<false>})
+  for (auto* f : {walk_step_rs_kernel<true, true>, walk_step_rs_kernel<false, true>, walk_step_rs_kernel<false, false>})
     CHECK_CUDA(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, kRsSmemBytes));
-  // One launch of a variant: kernel, stores on or off, P segments per (head, tile), each walking NT / P chunks.
-  auto launch = [&](Kind kind, bool stores, int P) {
+  // One launch of a variant: kernel, stores on or off (h_store false, rs only: v_new alone), P
+  // segments per (head, tile), each walking NT / P chunks.
+  auto launch = [&](Kind kind, bool stores, int P, bool h_store) {
     Params q = p;
     q.seg_chunks = h.NT / P;
     const dim3 grid(unsigned(P * kHV * (kV / kBV)));
@@ -564,15 +568,16 @@ bool run(int T) {
       (stores ? walk_step_kernel<true> : walk_step_kernel<false>)<<<grid, kThreads, kSmemBytes>>>(mW, mK, mU, mH, mVn,
                                                                                                   q);
     else
-      (stores ? walk_step_rs_kernel<true> : walk_step_rs_kernel<false>)<<<grid, kThreads, kRsSmemBytes>>>(mW, mK, mU,
-                                                                                                          mHs, mVns, q);
+      (!stores   ? walk_step_rs_kernel<false, false>
+       : h_store ? walk_step_rs_kernel<true, true>
+                 : walk_step_rs_kernel<false, true>)<<<grid, kThreads, kRsSmemBytes>>>(mW, mK, mU, mHs, mVns, q);
     CHECK_CUDA(cudaGetLastError());
   };
   Check checks[2];
   for (Kind kind : {Kind::Smem, Kind::Rs}) {
     CHECK_CUDA(cudaMemset(dvn, 0xFF, vn_bytes));  // NaN poison
     CHECK_CUDA(cudaMemset(dh, 0xFF, h_bytes));
-    launch(kind, true, 1);
+    launch(kind, true, 1, true);
     CHECK_CUDA(cudaDeviceSynchronize());
     checks[int(kind)] = check(h, dS, dvn, dh);
   }
@@ -581,12 +586,12 @@ bool run(int T) {
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
   // Median of 20 launches after 3 warm-ups; the step time is the kernel time over NT / P steps.
-  auto median_ms = [&](Kind kind, bool stores, int P) {
-    for (int w = 0; w < 3; ++w) launch(kind, stores, P);
+  auto median_ms = [&](Kind kind, bool stores, int P, bool h_store) {
+    for (int w = 0; w < 3; ++w) launch(kind, stores, P, h_store);
     std::vector<float> ms;
     for (int r = 0; r < 20; ++r) {
       CHECK_CUDA(cudaEventRecord(e0));
-      launch(kind, stores, P);
+      launch(kind, stores, P, h_store);
       CHECK_CUDA(cudaEventRecord(e1));
       CHECK_CUDA(cudaEventSynchronize(e1));
       float t = 0.0f;
@@ -601,14 +606,16 @@ bool run(int T) {
     bool stores;
     int P;
     const char* what;
+    bool h_store = true;  // rs, false: v_new only (what a walk that forms the output on chip stores)
   };
   for (const Variant& v :
        {Variant{Kind::Smem, true, 1, "h, v_new stored"}, Variant{Kind::Smem, false, 1, "no stores"},
         Variant{Kind::Smem, true, 2, "h, v_new stored"}, Variant{Kind::Smem, true, 4, "h, v_new stored"},
         Variant{Kind::Rs, true, 1, "rs: h, v_new stored"}, Variant{Kind::Rs, false, 1, "rs: no stores"},
-        Variant{Kind::Rs, true, 2, "rs: h, v_new stored"}}) {
+        Variant{Kind::Rs, true, 2, "rs: h, v_new stored"}, Variant{Kind::Rs, true, 2, "rs: v_new stored", false},
+        Variant{Kind::Rs, false, 2, "rs: no stores"}}) {
     if (h.NT % v.P) continue;
-    const double med = median_ms(v.kind, v.stores, v.P);
+    const double med = median_ms(v.kind, v.stores, v.P, v.h_store);
     const Check& c = checks[int(v.kind)];
     std::printf("%-6d %5d %2d %5d %10.4f %10.3f %12.3e %12.3e %12.3e %-6s %s\n", T, h.NT, v.P, v.P * kHV * (kV / kBV),
                 med, med * 1e3 / (h.NT / v.P), c.S, c.v, c.h, c.ok() ? "ok" : "WRONG", v.what);
