@@ -7,7 +7,8 @@
 # scripts/fla_bench.py on the same shapes (wheels in .whl/) with the time left. Writes everything
 # under $OUT/r and packs it as $OUT/r.tgz (the device tool returns few files).
 #
-#   OUT=DIR BUILDS="main=DIR1 cand=DIR2" [TS="8192 32768"] [OPS="kda gdn"] [NCU=cand] [SEED=5] [TEST="cand"]
+#   OUT=DIR BUILDS="main=DIR1 cand=DIR2" [TS="8192 32768"] [OPS="kda gdn" (also kda64, gdn64: K = V = 64)]
+#     [NCU=cand] [SEED=5] [TEST="cand"] (FLA times the K = V = 128 ops only)
 #     [FLA=1] [LIMIT=560] bash scripts/gpu_compare.sh
 #
 # A build DIR holds kcp_gpu_bench (and, for a build in TEST, kcp_gpu_test and kcpbench), plain or .xz-compressed (built
@@ -33,7 +34,16 @@ for e in $BUILDS; do
   last=$name
 done
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee "$R/gpu.txt"
-shape() { [ "$1" = kda ] && echo "32 32 128 0 20 0 1 1" || echo "16 32 128 0 20 0 1 0"; }
+# kcp_gpu_bench's arguments after T: the issues' shapes (kda, gdn: K = V = 128); kda64, gdn64 the
+# same at K = V = 64.
+shape() {
+  case "$1" in
+    kda) echo "32 32 128 0 20 0 1 1" ;;
+    kda64) echo "32 32 64 0 20 0 1 1" ;;
+    gdn64) echo "16 32 64 0 20 0 1 0" ;;
+    *) echo "16 32 128 0 20 0 1 0" ;;
+  esac
+}
 for op in ${OPS:-kda gdn}; do for T in ${TS:-8192 32768}; do for e in $BUILDS; do
   name=${e%%=*}
   echo "== $name $op T=$T"
@@ -63,7 +73,7 @@ wait
 if [ "${FLA:-1}" = 1 ] && [ "$(left)" -gt 60 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
     PYTHONPATH=/tmp/site timeout "$(left)" python3 scripts/fla_bench.py --out "$R/fla-bench.json" --T ${TS:-8192 32768} \
-      --ops ${OPS:-kda gdn} > "$R/fla-bench.txt" 2>&1
+      --ops $(for op in ${OPS:-kda gdn}; do case $op in kda | gdn) echo "$op" ;; esac; done) > "$R/fla-bench.txt" 2>&1
   log "fla_bench rc $?"
 fi
 tar czf "$OUT/r.tgz" -C "$OUT" r
