@@ -51,8 +51,8 @@ namespace dqk_wg {
 
 using namespace ::kcp::hopper;
 
-inline constexpr int kAtom = kC * 128;  // one 64-row atom of 128-byte rows: 8 KiB
-inline constexpr int kWg = 128;         // threads of a warpgroup
+inline constexpr int kAtom = kAtomBytes;  // one 64-row atom of 128-byte rows (hopper.cuh)
+inline constexpr int kWg = 128;           // threads of a warpgroup
 
 template <int V>
 struct Smem {
@@ -85,7 +85,9 @@ __device__ __forceinline__ void cp_async_swz(unsigned char* dst, const uint16_t*
   }
 }
 
-// The 32-bit word of values (c, c + 1), c even, of row r of a swizzled tile (COLS / 64 atoms).
+// The 32-bit word of values (c, c + 1), c even, of row r of a swizzled tile (COLS / 64 atoms): the
+// value at hopper's swz_word, written out here because calling it changed this kernel's address
+// arithmetic in the PTX (session 26); switch when a GPU run can judge it.
 __device__ __forceinline__ uint32_t word_at(const unsigned char* t, int r, int c) {
   return *reinterpret_cast<const uint32_t*>(t + (c >> 6) * kAtom + swz(r, c & 63));
 }

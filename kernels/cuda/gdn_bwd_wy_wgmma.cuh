@@ -48,8 +48,8 @@ namespace wy_wg {
 
 using namespace ::kcp::hopper;
 
-inline constexpr int kAtom = kC * 128;  // one 64-row tile of 64 16-bit columns: 8 KiB
-inline constexpr int kWg = 128;         // threads of a warpgroup
+inline constexpr int kAtom = kAtomBytes;  // one 64-row tile of 64 16-bit columns (hopper.cuh)
+inline constexpr int kWg = 128;           // threads of a warpgroup
 
 // Byte offsets from the 1024-aligned base; NK, NV atoms per 64-row tile of K, V columns.
 template <int K, int V>
@@ -244,9 +244,7 @@ __device__ __forceinline__ void scale_rows_swz(unsigned char* dst, const unsigne
 }
 
 // The 32-bit word (two 16-bit values) at (r, c), c even, of a swizzled tile of 64-column atoms.
-__device__ __forceinline__ uint32_t* word_at(unsigned char* tile, int r, int c) {
-  return reinterpret_cast<uint32_t*>(tile + (c / 64) * kAtom + swz(r, c % 64));
-}
+__device__ __forceinline__ uint32_t* word_at(unsigned char* tile, int r, int c) { return swz_word(tile, r, c); }
 
 // smem_pairs of gdn_chunk_bwd_kernel.cuh on a swizzled tile: the words at the element pairs of
 // the thread's Tiling TT accumulator, in TT::pairs order, all loads before the caller's stores.

@@ -163,6 +163,15 @@ __device__ __forceinline__ uint32_t swz(int r, int c) {
   return uint32_t(r * 128 + ((((c >> 3) ^ (r & 7))) << 4) + (c & 7) * 2);
 }
 
+// One atom: 64 rows of 64 16-bit values (128-byte rows, swizzled), 8 KiB; a wider tile is atoms
+// side by side (columns [64 a, 64 a + 64) in atom a).
+inline constexpr int kAtomBytes = 64 * 128;
+
+// The 32-bit word of values (c, c + 1), c even and >= 0, of row r of a tile of atoms.
+__device__ __forceinline__ uint32_t* swz_word(unsigned char* tile, int r, int c) {
+  return reinterpret_cast<uint32_t*>(tile + (c >> 6) * kAtomBytes + swz(r, c & 63));
+}
+
 // Four 8 x 8 16-bit matrices, transposed, between shared memory and the fragment order: lanes
 // 8 i .. 8 i + 7 give the 16-byte row addresses of stored matrix i; register i of lane l holds
 // the stored (rows 2 (l % 4) and +1, column l / 4), the lower row in the lower half, i.e. the
