@@ -462,19 +462,7 @@ __device__ __forceinline__ void wy_block(const GradParams& p) {
             make_float2(dK[0][nt][2 * h] + a[0][nt][2 * h], dK[0][nt][2 * h + 1] + a[0][nt][2 * h + 1]);
     }
   }
-  {
-    Row2 rows[3] = {rwy, rgl, rdb};
-    row_totals<3>(rows, sRow, sTot);
-  }
-  if (tid < L) {
-    const int r = tid;
-    const float col = sCol[r] + sCol[kC + r] + sCol[2 * kC + r] + sCol[3 * kC + r];
-    float dl = sDl[r];  // the B4 parts from gdn_bwd_dqk_kernel (wy_stage_rows)
-    dl += sTot[r * 3];
-    dl += sTot[r * 3 + 1] - col;
-    p.dlam[(t0 + r) * HV + j] = dl;
-    p.dbeta[(t0 + r) * HV + j] = sTot[r * 3 + 2];
-  }
+  wy_finish_rows(p, rwy, rgl, rdb, sRow, sCol, sTot, sDl, t0, HV, j, L);
 }
 
 // Compiled for sm_90a only (wgmma); elsewhere (the compute_90 PTX) it traps, and

@@ -445,6 +445,28 @@ struct WyBwdSmem {
   static constexpr size_t bytes = size_t(kElems16) * 2 + size_t(kFloats) * 4;
 };
 
+// B5's last step, both kernels (gdn_bwd_wy_kernel, gdn_bwd_wy_wgmma.cuh): the rows' totals of the
+// wy, gate and dbeta parts (row_totals), then for the chunk's rows r < L dlam = the B4 parts (sDl)
+// + the wy total + the gate total - the column sums (sCol's four warp rows), and dbeta.
+__device__ __forceinline__ void wy_finish_rows(const GradParams& p, const Row2& rwy, const Row2& rgl, const Row2& rdb,
+                                               float* sRow, const float* sCol, float* sTot, const float* sDl,
+                                               int64_t t0, int HV, int j, int L) {
+  {
+    Row2 rows[3] = {rwy, rgl, rdb};
+    row_totals<3>(rows, sRow, sTot);
+  }
+  const int tid = int(threadIdx.x);
+  if (tid < L) {
+    const int r = tid;
+    const float col = sCol[r] + sCol[kC + r] + sCol[2 * kC + r] + sCol[3 * kC + r];
+    float dl = sDl[r];  // the B4 parts from gdn_bwd_dqk_kernel (wy_stage_rows)
+    dl += sTot[r * 3];
+    dl += sTot[r * 3 + 1] - col;
+    p.dlam[(t0 + r) * HV + j] = dl;
+    p.dbeta[(t0 + r) * HV + j] = sTot[r * 3 + 2];
+  }
+}
+
 template <class DT, int K, int V>
 __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
   using Sm = WyBwdSmem<K, V>;
@@ -599,19 +621,7 @@ __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_kernel(GradParams p) {
       *reinterpret_cast<float2*>(p.dk_hv + ((t0 + r) * HV + j) * K + x) = make_float2(k0, k1);
     });
   }
-  {
-    Row2 rows[3] = {rwy, rgl, rdb};
-    row_totals<3>(rows, sRow, sTot);
-  }
-  if (tid < L) {
-    const int r = tid;
-    const float col = sCol[r] + sCol[kC + r] + sCol[2 * kC + r] + sCol[3 * kC + r];
-    float dl = sDl[r];  // the B4 parts from gdn_bwd_dqk_kernel (wy_stage_rows)
-    dl += sTot[r * 3];
-    dl += sTot[r * 3 + 1] - col;
-    p.dlam[(t0 + r) * HV + j] = dl;
-    p.dbeta[(t0 + r) * HV + j] = sTot[r * 3 + 2];
-  }
+  wy_finish_rows(p, rwy, rgl, rdb, sRow, sCol, sTot, sDl, t0, HV, j, L);
 }
 
 // The parameters from the phase's Args (host), without the scratch pointers; the KDA kernels'
