@@ -55,10 +55,15 @@ void FaultInjectingBackend::fwd_states(const kernels::FwdStateArgs& a) const {
     inner_.fill_floats(entry, 0.0f, state, a.ctx.exec);
   }
   inner_.fwd_states(a);
+  if (a.output) after_output(*a.output);
 }
 
 void FaultInjectingBackend::fwd_output(const kernels::FwdOutputArgs& a) const {
   inner_.fwd_output(a);
+  after_output(a);
+}
+
+void FaultInjectingBackend::after_output(const kernels::FwdOutputArgs& a) const {
   // Every second forward of the process on this rank: the first run of a det form is exact, its
   // rerun differs in o by one ulp (a backend whose det package is not reproducible).
   if (here_ && kind_ == FaultKind::NondeterministicRerun && a.ctx.layout.T > 0 && (g_nondet_outputs++ % 2) == 1)

@@ -21,6 +21,8 @@ class FaultInjectingBackend final : public BackendDecorator {
   FaultInjectingBackend(const kernels::Backend& inner, const Fault& fault, const FaultSite& site, int rank,
                         bool holds_head0 = true);
 
+  // The output faults act on o after whichever call wrote it: fwd_output, or fwd_states with
+  // args.output (the driver's forward).
   void fwd_states(const kernels::FwdStateArgs& a) const override;
   void fwd_output(const kernels::FwdOutputArgs& a) const override;
 
@@ -37,6 +39,8 @@ class FaultInjectingBackend final : public BackendDecorator {
   bool here_;                // this rank takes the fault
   int segment_ = -1;         // DropSegmentEntry: the local segment whose entry state is zeroed
   int64_t tile_token_ = -1;  // SkipOutputTile: the first local token of the o tile left unwritten
+
+  void after_output(const kernels::FwdOutputArgs& a) const;  // the output faults on a.o
 };
 
 }  // namespace kcp

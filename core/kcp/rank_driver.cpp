@@ -151,12 +151,14 @@ void entry_states(const Backend& be, const RankRun& r, float* ht) {
   }
 }
 
-void run_fwd_states(const Backend& be, const RankRun& r, float* ht) {
+// output: the forward's o in the same call (chunk_fwd.h); null in the backward's recompute.
+void run_fwd_states(const Backend& be, const RankRun& r, float* ht, const FwdOutputArgs* output) {
   FwdStateArgs a = fwd_walk_args<FwdStateArgs>(r);
   a.seg_entry = seg_entry_of(r);
   a.h = r.ws.h;
   a.v_new = r.ws.v_new;
   a.ht = ht;
+  a.output = output;
   be.fwd_states(a);
 }
 
@@ -187,7 +189,6 @@ void rank_forward_end(const Backend& be, const RankRun& r, const float* incoming
   else
     be.fill_floats(r.saved.incoming, 0.0f, hvkv(r.problem), r.exec);
   entry_states(be, r, out.ht);
-  run_fwd_states(be, r, out.ht);
   FwdOutputArgs o;
   o.ctx = ctx_of(r);
   o.q = r.saved.q;
@@ -197,7 +198,7 @@ void rank_forward_end(const Backend& be, const RankRun& r, const float* incoming
   o.h = r.ws.h;
   o.v_new = r.ws.v_new;
   o.o = out.o;
-  be.fwd_output(o);
+  run_fwd_states(be, r, out.ht, &o);
 }
 
 void run_rank_forward(const Backend& be, const RankRun& r, const float* incoming, const OutputTensors& out,
@@ -219,7 +220,7 @@ void rank_backward_begin(const Backend& be, const RankRun& r, float* summary_Mt,
     run_fwd_summaries(be, r);
     entry_states(be, r, nullptr);
   }
-  run_fwd_states(be, r, nullptr);
+  run_fwd_states(be, r, nullptr, nullptr);
   // B2
   BwdLocalDvArgs l;
   l.ctx = ctx_of(r);

@@ -173,6 +173,9 @@ inline void check_fwd_states_args(const FwdStateArgs& a, const char* ph, PhaseSt
   detail::check_fwd_walk_args(a, ph, st);
   need_all(ph, {{a.seg_entry, "seg_entry"}, {a.h, "h"}, {a.v_new, "v_new"}});
   need_storage(ph, st.dtype, {{a.h, "h"}, {a.v_new, "v_new"}});
+  // The output's own fields are checked where it runs (as fwd_output's args).
+  if (a.output && (a.output->h.address() != a.h.address() || a.output->v_new.address() != a.v_new.address()))
+    arg_fail(ph, "args.output->h / v_new are not this call's h / v_new (the output reads what the walk writes)");
 }
 
 inline void check_fwd_output_args(const FwdOutputArgs& a, const char* ph, PhaseStorage st) {

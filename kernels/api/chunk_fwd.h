@@ -3,6 +3,7 @@
 // Phase order on one rank:
 //   prep -> wy -> fwd_summaries -> [folds: segment summaries -> rank summary of the last piece;
 //   exchange; incoming state -> entry state of every segment] -> fwd_states -> fwd_output
+// (the driver passes fwd_output's Args to fwd_states, which then writes o as well: one call).
 // Every pointer is in the backend's memory space; shapes as in tensors.h (T, NT, S, N, gw, C).
 // "dtype" = a value rounded to problem.dtype: a float for the KDA-only Aqk, a DtypeTensor
 // (dtype_tensor.h) for the rest: the caller tensors q, k, v, dO, o, dq, dk, dv stored as the
@@ -90,9 +91,16 @@ struct FwdSummaryArgs {
   float* seg_Mt = nullptr;      // [S, HV, K, K] fp32 (M^T: row a, col b holds M[b][a])
 };
 
+struct FwdOutputArgs;
+
 // Phase 4: the state recurrence of every segment from its entry state (F4), then per chunk:
 //   h[n] = dtype(S at chunk start); v_new = dtype(U - W dtype(S)); S <- Diag(Gam) S + Kt^T v_new.
 // ht[p] (fp32) = S after the last chunk of piece p, for every non-empty piece (null: skipped).
+// output (optional): phase 4b in the same call: o as fwd_output(*output) writes it, from this
+// call's h and v_new (output->h and output->v_new must be this call's h and v_new). h is then
+// left unspecified: a backend may form o where h is still on chip and never store h (the
+// backward's recompute writes its own). Every backend accepts it (one that cannot fuse runs the
+// two phases in turn).
 struct FwdStateArgs {
   PhaseCtx ctx;
   ConstDtypeTensor k;                // [T, H, K] dtype: saved.k (GDN)
@@ -104,6 +112,7 @@ struct FwdStateArgs {
   DtypeTensor h;                     // [NT, HV, K, V] dtype
   DtypeTensor v_new;                 // [T, HV, V] dtype
   float* ht = nullptr;               // [N, HV, K, V] fp32 or null
+  const FwdOutputArgs* output = nullptr;
 };
 
 // Phase 4b: the output (F5): o = scale (Q o gam) h + P v_new (GDN, P on the fly) or

@@ -31,7 +31,11 @@ void CpuBackend::wy(const WyArgs& a) const {
 
 void CpuBackend::fwd_summaries(const FwdSummaryArgs& args) const { cpu::fwd_summaries(with_storage(args)); }
 void CpuBackend::fold(const FoldArgs& args) const { cpu::fold(args); }
-void CpuBackend::fwd_states(const FwdStateArgs& args) const { cpu::fwd_states(with_storage(args)); }
+// With args.output the two phases in turn (the twin does not fuse them).
+void CpuBackend::fwd_states(const FwdStateArgs& args) const {
+  cpu::fwd_states(with_storage(args));
+  if (args.output) fwd_output(*args.output);
+}
 
 void CpuBackend::fwd_output(const FwdOutputArgs& a) const {
   const bool kda = a.ctx.problem.op == Op::Kda;

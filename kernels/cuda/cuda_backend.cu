@@ -270,7 +270,14 @@ class CudaBackend final : public Backend {
     const char* ph = name.c_str();
     check_ctx(a.ctx, ph);
     check_fwd_states_args(a, ph, kStorage);
+    if (a.output) {  // GDN on the Hopper walk: the output formed in the walk; else the phases in turn
+      const std::string oname = phase_name(a.output->ctx, "fwd_output");
+      check_ctx(a.output->ctx, oname.c_str());
+      check_fwd_output_args(*a.output, oname.c_str(), kStorage);
+      if (a.ctx.problem.op == Op::Gdn && cuda::launch_fwd_states_output(a, layout(a.ctx), stream(a.ctx.exec))) return;
+    }
     by_op(a, cuda::launch_fwd_states, cuda::launch_kda_fwd_states);
+    if (a.output) fwd_output(*a.output);
   }
 
   void fwd_output(const FwdOutputArgs& a) const override {

@@ -93,6 +93,9 @@ void launch_wy(const WyArgs& a, const DevLayout& L, cudaStream_t st);
 // Forward state walks (gdn_chunk_state.cu).
 void launch_fwd_summaries(const FwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_fwd_states(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st);
+// fwd_states with a.output in one kernel where the Hopper walk applies (gdn_walk_out.cuh); false
+// (nothing launched) elsewhere.
+bool launch_fwd_states_output(const FwdStateArgs& a, const DevLayout& L, cudaStream_t st);
 // Backward state walks (gdn_chunk_state.cu).
 void launch_bwd_summaries(const BwdSummaryArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t st);

@@ -76,6 +76,8 @@ struct FwdWalkParams {
   uint16_t* h;             // [NT, HV, K, V] dtype, 16-bit storage (STATES)
   uint16_t* v_new;         // [T, HV, V] dtype, 16-bit storage (STATES)
   float* ht;               // [N, HV, K, V] fp32 or null (STATES)
+  const uint16_t* q;       // [T, H, K] dtype, 16-bit storage (the output in the walk: GDN STATES)
+  uint16_t* o;             // [T, HV, V] dtype, 16-bit caller storage, or null: no output in the walk
   float* seg_h_ext;        // [S, HV, K, V] fp32 (summaries)
   float* seg_Mt;           // [S, HV, K, K] fp32 (summaries)
   bool has_h0, has_dht;    // Problem's flags (summaries: which parts are read)

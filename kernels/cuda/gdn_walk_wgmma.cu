@@ -57,7 +57,8 @@ CUtensorMap map16_narrow(const char* what, bool fp16, const uint16_t* ptr, int64
 }
 
 // W, U, v_new [T, HV, K]; k [T, H, K] (GDN) or kg [T, HV, K] (KDA); h [NT * HV, K, V]: boxes of
-// 64 tokens (64 keys for h); hs, vns: h and v_new in boxes of 16 values (all K keys, 64 tokens).
+// 64 tokens (64 keys for h); hs, vns: h and v_new in boxes of 16 values (all K keys, 64 tokens);
+// with the output in the walk (p.o) q [T, H, K] as k, and os: o [T, HV, V] as vns.
 walk_wg::Maps make_maps(const FwdWalkParams& p, bool states, bool kda) {
   const Shape& s = p.sh;
   walk_wg::Maps m{};
@@ -69,6 +70,10 @@ walk_wg::Maps make_maps(const FwdWalkParams& p, bool states, bool kda) {
     m.vn = map16("v_new", s.fp16, p.v_new, s.V, s.HV, s.T, 1, kC);
     m.hs = map16_narrow("h", s.fp16, p.h, s.V, s.K, s.NT * s.HV, s.K, 1);
     m.vns = map16_narrow("v_new", s.fp16, p.v_new, s.V, s.HV, s.T, 1, kC);
+  }
+  if (states && p.o) {
+    m.q = map16("q", s.fp16, p.q, s.K, s.H, s.T, 1, kC);
+    m.os = map16_narrow("o", s.fp16, p.o, s.V, s.HV, s.T, 1, kC);
   }
   return m;
 }
@@ -108,9 +113,9 @@ void launch(Kernel kernel, size_t smem, int tiles, const Maps& m, const Params& 
   KCP_CUDA_LAUNCH_CHECK(st);
 }
 
-template <class DT, int K, bool STATES, bool KDA>
+template <class DT, int K, bool STATES, bool KDA, bool OUT = false>
 void run(const walk_wg::Maps& m, const FwdWalkParams& p, cudaStream_t st) {
-  launch(walk_wg::fwd_walk_wgmma_kernel<DT, K, STATES, KDA>, walk_wg::Smem<K>::bytes,
+  launch(walk_wg::fwd_walk_wgmma_kernel<DT, K, STATES, KDA, OUT>, walk_wg::Smem<K, OUT>::bytes,
          (STATES ? 1 : 2) * (K / walk_wg::kTileV), m, p, st);
 }
 
@@ -160,16 +165,23 @@ bool bwd_grads_use_wgmma() {
 }
 
 bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st) {
-  const bool kda = pb.op == Op::Kda;
-  if (!fwd_walk_uses_wgmma(pb) ||
-      !tensors_fit(p.sh, {p.W, kda ? p.kg : p.k, p.U, states ? p.h : nullptr, states ? p.v_new : nullptr}))
+  const bool kda = pb.op == Op::Kda, out = p.o != nullptr;
+  if (out && (kda || !states))
+    throw std::logic_error("kcp kernels: cuda: the output is formed only in GDN's forward states walk");
+  if (!fwd_walk_uses_wgmma(pb) || !tensors_fit(p.sh, {p.W, kda ? p.kg : p.k, p.U, states ? p.h : nullptr,
+                                                      states ? p.v_new : nullptr, out ? p.q : nullptr, p.o}))
     return false;
   if (p.sh.S == 0) return true;
   const walk_wg::Maps m = make_maps(p, states, kda);
   dispatch_walk(pb, [&](auto dt, auto kdim) {
     using DT = typename decltype(dt)::type;
     constexpr int K = decltype(kdim)::value;
-    if (states)
+    if (out) {
+      if constexpr (K == 128)  // launch_fwd_states_output (gdn_chunk_state.cu) asks for K = 128 only
+        run<DT, K, true, false, true>(m, p, st);
+      else
+        throw std::logic_error("kcp kernels: cuda: the output is formed in the walk at K = 128 only");
+    } else if (states)
       kda ? run<DT, K, true, true>(m, p, st) : run<DT, K, true, false>(m, p, st);
     else
       kda ? run<DT, K, false, true>(m, p, st) : run<DT, K, false, false>(m, p, st);

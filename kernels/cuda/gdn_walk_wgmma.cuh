@@ -12,7 +12,8 @@
 // exact zeros).
 //
 // The state tiles (fwd_states, and fwd_summaries' h_ext tiles) are walked by consume_rs
-// (gdn_walk_rs.cuh) and both backward walks by consume_bwd_rs (gdn_walk_bwd_rs.cuh), with the
+// (gdn_walk_rs.cuh), or, for fwd_states with the output (GDN, K = 128, template flag OUT), by
+// consume_out (gdn_walk_out.cuh), and both backward walks by consume_bwd_rs (gdn_walk_bwd_rs.cuh), with the
 // recurrence's A operands in registers; their headers give the per-chunk steps (the
 // shared-memory consumers they name as their reference, consume<.., MT = false> and consume_bwd,
 // were removed after commit 00bc928). This file keeps the shared pieces: the shared-memory
@@ -25,7 +26,7 @@
 // factor per key channel, which the producers write into the stage (K floats) in place of GDN's
 // 64 token gates.
 //
-// fwd_walk_wgmma_kernel<DT, K, STATES, KDA>: grid S * HV * tiles, block b -> (segment s, value head
+// fwd_walk_wgmma_kernel<DT, K, STATES, KDA, OUT>: grid S * HV * tiles, block b -> (segment s, value head
 //   j, tile) = (b / (tiles HV), (b / tiles) % HV, b % tiles), tiles of kTileV = 64 columns: state
 //   tiles S[:, c0 : c0 + 64] for tile < K / 64, and in summary mode (STATES = false) transfer tiles
 //   M[:, c0 : c0 + 64] after them. 160 threads: one consumer warpgroup (128 threads) holds the
@@ -59,7 +60,9 @@
 //   KiB for aligning the base. K = 128: 134208 B, one block per SM: a block does the work of two
 //   32-column blocks of fwd_walk_kernel, which runs two per SM, so the planner's count of block
 //   slots per (segment, value head) (kernels/api/tiles.h) holds for both walks. K = 64: 85056 B,
-//   two blocks per SM fit (the planner then counts twice the slots this walk uses).
+//   two blocks per SM fit (the planner then counts twice the slots this walk uses). OUT: each
+//   stage also holds q (K / 64 tiles), P alternates between X0 and X1, Y0 stages o: K = 128
+//   166976 B, still one block per SM.
 //
 // bwd_walk_wgmma_kernel<DT, K, STATES, KDA>: grid S * HV * K / 64, block b -> (segment s, value
 //   head j, tile) as above, state tiles only: dS[:, c0 : c0 + 64]. The producer streams each
@@ -96,7 +99,8 @@
 //            K = 64:  bf16 140, 136 / 136, 128; fp16 141, 136 / 137, 130
 //   backward K = 128: bf16 184, 176 / 213, 178; fp16 184, 175 / 214, 178
 //            K = 64:  bf16 154, 137 / 164, 168; fp16 155, 137 / 164, 160
-//   (K = 64 runs two blocks per SM: at most 204 registers fit).
+//   (K = 64 runs two blocks per SM: at most 204 registers fit). The GDN states walk with the output
+//   (OUT, K = 128 only): bf16 252, fp16 252.
 #pragma once
 
 #include <type_traits>
@@ -118,16 +122,18 @@ inline constexpr uint32_t kNegZero2 = 0x80008000u;  // two 16-bit -0
 inline constexpr int kGateBytes = 1024;             // a stage's gates (at most 128 floats) and header
 inline constexpr int kHdrAt = 128 * 4;              // the header's offset in them
 
-// Forward walk: shared memory.
-template <int K>
+// Forward walk: shared memory. OUT: the states walk that forms the output (gdn_walk_out.cuh).
+template <int K, bool OUT = false>
 struct Smem {
-  static constexpr int NKT = K / 64;  // 64-key tiles of W, k and X
+  static constexpr int NKT = K / 64;         // 64-key tiles of W, k and X
+  static constexpr int NQT = OUT ? NKT : 0;  // 64-key tiles of q (OUT)
   // Offsets inside a stage.
   // G: GDN's 64 token gates or KDA's K per-channel factors Gam (at most 128 floats), then the header.
-  static constexpr int W = 0, Kt = NKT * kAtom, U = 2 * NKT * kAtom, G = U + kAtom, Hdr = G + kHdrAt;
+  static constexpr int W = 0, Kt = NKT * kAtom, U = 2 * NKT * kAtom, Q = U + kAtom, G = Q + NQT * kAtom;
+  static constexpr int Hdr = G + kHdrAt;
   static constexpr int kStage = G + kGateBytes;
   // Offsets from the aligned base. X0, X1, Y0, Y1: an M tile's split operands; a state tile's
-  // warps stage h in X0 and v_new in Y1 (gdn_walk_rs.cuh).
+  // warps stage h in X0 and v_new in Y1 (gdn_walk_rs.cuh); OUT: P in X0 / X1, o in Y0.
   static constexpr int X0 = kStages * kStage, X1 = X0 + NKT * kAtom, Y0 = X1 + NKT * kAtom, Y1 = Y0 + kAtom;
   static constexpr int Bar = Y1 + kAtom;                           // full[kStages], then empty[kStages]
   static constexpr int Red = Bar + 8 * 2 * kStages;                // largest |M| [4], then |R| [4] (fp16 M tiles)
@@ -162,10 +168,12 @@ struct ChunkHdr {
 
 // TMA descriptors of the forward walk: W, U, v_new [T, HV, 64-col tiles], k [T, H, K] (GDN) or
 // kg [T, HV, K] (KDA), h [NT * HV, K, V]. h and vn (64-column boxes) are set by the launcher but
-// read by no kernel now: the state tiles store through hs and vns.
+// read by no kernel now: the state tiles store through hs and vns. q [T, H, K] and os (o [T, HV,
+// V] in boxes of 16 values) only for the walk that forms the output.
 struct Maps {
   CUtensorMap W, k, U, h, vn;
   CUtensorMap hs, vns;  // h and v_new in boxes of 16 values, unswizzled (the state tiles' per-warp stores)
+  CUtensorMap q, os;
 };
 
 // TMA descriptors of the backward walk: k, q [T, H, K] (KDA: k is kg, q is qs, both [T, HV, K]);
@@ -270,14 +278,14 @@ __device__ __forceinline__ void put_gates(float* g, const float* gcum, int HV, i
   }
 }
 
-// The forward producer: W, k (KDA: kg) (and U) by TMA; the gates (KDA: Gam = exp2(gL) per key
-// channel).
-template <int K, bool KDA>
+// The forward producer: W, k (KDA: kg) (and U; OUT: q) by TMA; the gates (KDA: Gam = exp2(gL) per
+// key channel).
+template <int K, bool KDA, bool OUT>
 __device__ __forceinline__ void produce(const Maps& maps, const FwdWalkParams& p, const Blk& b, uint32_t base,
                                         unsigned char* sb) {
-  using Sm = Smem<K>;
+  using Sm = Smem<K, OUT>;
   const int lane = int(threadIdx.x) & 31;
-  const uint32_t bytes = uint32_t((2 * Sm::NKT + (b.mtile ? 0 : 1)) * kAtom);
+  const uint32_t bytes = uint32_t((2 * Sm::NKT + Sm::NQT + (b.mtile ? 0 : 1)) * kAtom);
   const int64_t n0 = b.seg.chunk_begin;
   produce_ring<Sm::kStage, Sm::Hdr>(
       base, sb, base + Sm::Bar, b.seg.chunk_end - n0, p.chunks, [&](int64_t m) { return n0 + m; },
@@ -289,6 +297,7 @@ __device__ __forceinline__ void produce(const Maps& maps, const FwdWalkParams& p
           for (int a = 0; a < Sm::NKT; ++a) {
             tma_load_3d(st + Sm::W + a * kAtom, &maps.W, full, 64 * a, b.j, t0);
             tma_load_3d(st + Sm::Kt + a * kAtom, &maps.k, full, 64 * a, KDA ? b.j : b.i, t0);
+            if constexpr (OUT) tma_load_3d(st + Sm::Q + a * kAtom, &maps.q, full, 64 * a, b.i, t0);
           }
           if (!b.mtile) tma_load_3d(st + Sm::U, &maps.U, full, b.c0, b.j, t0);
         }
@@ -550,12 +559,15 @@ __device__ __forceinline__ void consume_m(const FwdWalkParams& p, const Blk& b, 
 }  // namespace kcp::kernels::cuda::walk_wg
 
 #include "kernels/cuda/gdn_walk_rs.cuh"
+// consume_out builds on consume_rs's helpers.
+#include "kernels/cuda/gdn_walk_out.cuh"
 
 namespace kcp::kernels::cuda::walk_wg {
 
-template <class DT, int K, bool STATES, bool KDA>
+template <class DT, int K, bool STATES, bool KDA, bool OUT>
 __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams& p) {
-  using Sm = Smem<K>;
+  static_assert(!OUT || (STATES && !KDA), "the output is formed by GDN's states walk");
+  using Sm = Smem<K, OUT>;
   constexpr int NVT = K / kTileV, NTILES = STATES ? NVT : 2 * NVT;
   const Blk b = block_of<NVT, NTILES>(p);
   if constexpr (!STATES)
@@ -564,7 +576,9 @@ __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams
   unsigned char* sb = nullptr;
   const uint32_t base = setup_ring(smem_raw, Sm::Bar, sb);
   if (threadIdx.x >= kConsumers) {
-    produce<K, KDA>(maps, p, b, base, sb);
+    produce<K, KDA, OUT>(maps, p, b, base, sb);
+  } else if constexpr (OUT) {
+    consume_out<DT, K>(maps, p, b, base, sb);
   } else if constexpr (STATES) {
     consume_rs<DT, K, true, KDA>(maps, p, b, base, sb);
   } else {
@@ -577,11 +591,11 @@ __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams
 
 // The kernel is compiled for sm_90a only (wgmma); elsewhere (the compute_90 PTX) it traps, and
 // the launcher never starts it there.
-template <class DT, int K, bool STATES, bool KDA>
+template <class DT, int K, bool STATES, bool KDA, bool OUT>
 __global__ void __launch_bounds__(kWgThreads, 1)
     fwd_walk_wgmma_kernel(const __grid_constant__ Maps maps, const __grid_constant__ FwdWalkParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  walk_block<DT, K, STATES, KDA>(maps, p);
+  walk_block<DT, K, STATES, KDA, OUT>(maps, p);
 #else
   __trap();
 #endif

@@ -17,6 +17,7 @@ struct BwdWalkParams;
 // Runs the forward walk (states: fwd_states, else fwd_summaries) with the wgmma kernel and returns
 // true when it supports the problem here (fwd_walk_uses_wgmma and 16-byte-aligned 16-bit
 // tensors); returns false having launched nothing otherwise (the caller runs fwd_walk_kernel).
+// p.o set (GDN, states only): the walk also writes o and leaves h unwritten (gdn_walk_out.cuh).
 bool launch_fwd_walk_wgmma(const Problem& pb, const FwdWalkParams& p, bool states, cudaStream_t st);
 
 // The same for the backward walk (states: bwd_states, else bwd_summaries; bwd_walk_uses_wgmma;

@@ -157,6 +157,11 @@ __device__ __forceinline__ void wgmma_64x64x16_rs(float (&d)[32], const uint32_t
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Waits until at most N committed groups are pending (the older ones are complete).
+template <int N>
+__device__ __forceinline__ void wgmma_wait_n() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
 
 // Byte offset of element (r, c), c < 64, in a tile of 128-byte rows with the 128-byte swizzle.
 __device__ __forceinline__ uint32_t swz(int r, int c) {

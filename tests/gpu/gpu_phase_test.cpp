@@ -324,7 +324,8 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
       }
     }
   }
-  void run_fwd_states(const Buf& ht) {
+  // output: the forward's o in the same call (FwdStateArgs::output), as the driver runs it.
+  void run_fwd_states(const Buf& ht, const kk::FwdOutputArgs* output = nullptr) {
     refresh();
     poison16(dw_.h, L_.n_chunks * state_floats());
     poison16(dw_.v_new, c_.T() * c_.HV * c_.V);
@@ -340,6 +341,7 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     a.h = dw_.h;
     a.v_new = dw_.v_new;
     a.ht = ht.get();
+    a.output = output;
     gpu_->fwd_states(a);
   }
   void expect_fwd_states(const char* phase, const Buf& ht) {
@@ -546,11 +548,14 @@ void GpuPhase::every_phase_matches_the_twin() {
     expect_fwd_states("fwd_states", ht);
   }
 
-  // fwd_output
+  // fwd_output, then fwd_states with the output in the same call (the driver's forward; GDN on
+  // sm_90a: one kernel, gdn_walk_out.cuh): o from the walk's own v_new and states, v_new and ht as
+  // fwd_states alone gives them (h is then unspecified).
   refresh();
   {
-    const kcp::DtypeArray o(*gpu_, T * HV * V, c_.dtype);
+    const kcp::DtypeArray o(*gpu_, T * HV * V, c_.dtype), o_walk(*gpu_, T * HV * V, c_.dtype);
     o.poison();
+    o_walk.poison();
     kk::FwdOutputArgs a;
     a.ctx = ctx();
     a.q = ds_.q;
@@ -562,6 +567,19 @@ void GpuPhase::every_phase_matches_the_twin() {
     a.o = o.tensor();
     gpu_->fwd_output(a);
     expect_caller("fwd_output", "o", o, h_o_);
+    const Buf ht(*gpu_, N * S);
+    a.o = o_walk.tensor();
+    run_fwd_states(ht, &a);
+    expect_caller("fwd_states+output", "o", o_walk, h_o_);
+    expect_ws16("fwd_states+output", "v_new", dw_.v_new, T * HV * V);
+    for (int32_t q = 0; q < N; ++q)
+      if (L_.pieces[q].end > L_.pieces[q].begin)
+        expect_close("fwd_states+output", "ht", ht.get() + q * S, h_ht_.data() + q * S, S);
+    const std::vector<float> x = o.to_host(), y = o_walk.to_host();
+    int64_t differ = 0;
+    for (size_t e = 0; e < x.size(); ++e) differ += std::memcmp(&x[e], &y[e], sizeof(float)) != 0;
+    std::printf("[ phase    ] %-22s fwd_states+output o: %lld of %zu values differ from fwd_output's\n",
+                c_.name.c_str(), (long long)differ, x.size());
   }
 
   // bwd_local_dv
