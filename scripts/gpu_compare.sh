@@ -47,7 +47,8 @@ shape() {
 for op in ${OPS:-kda gdn}; do for T in ${TS:-8192 32768}; do for e in $BUILDS; do
   name=${e%%=*}
   echo "== $name $op T=$T"
-  "${bin[$name]}/kcp_gpu_bench" "$T" $(shape "$op")
+  # A candidate that hangs (a barrier's phase wrong) must not take the call's time.
+  timeout 120 "${bin[$name]}/kcp_gpu_bench" "$T" $(shape "$op") || echo "kcp_gpu_bench rc $? ($name $op T=$T)"
 done; done; done > "$R/bench.txt" 2>&1
 log benches
 if [ -n "${NCU:-}" ]; then
