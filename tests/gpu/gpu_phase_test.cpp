@@ -578,7 +578,8 @@ void GpuPhase::every_phase_matches_the_twin() {
     const std::vector<float> x = o.to_host(), y = o_walk.to_host();
     int64_t differ = 0;
     for (size_t e = 0; e < x.size(); ++e) differ += std::memcmp(&x[e], &y[e], sizeof(float)) != 0;
-    std::printf("[ phase    ] %-22s fwd_states+output o: %lld of %zu values differ from fwd_output's\n",
+    // Informational: fwd_output above read the twin's h and v_new, the walk its own.
+    std::printf("[ phase    ] %-22s fwd_states+output o: %lld of %zu values differ from fwd_output's on the twin's h\n",
                 c_.name.c_str(), (long long)differ, x.size());
   }
 
