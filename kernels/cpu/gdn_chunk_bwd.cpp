@@ -22,46 +22,12 @@ namespace kcp::kernels::cpu {
 
 namespace {
 
-// One (chunk, value head) of the phase: its rows of every input (value head j, q/k head i,
-// tokens t0 .. t0 + L), its gates and betas, its states h and dh.
-struct GradChunk {
-  const Dims& d;
-  const BwdGradArgs& a;
-  const CallerIn& dOin;
-  const CallerIn& v;
-  int64_t t0;
-  int32_t j, i, L;
-  const float* S;    // h[n]
-  const float* dSp;  // dh[n]
-  std::vector<float> g, beta;
-  const float* q(int32_t r) const { return a.q.f32() + d.qk(t0 + r, i); }
-  const float* k(int32_t r) const { return a.k.f32() + d.qk(t0 + r, i); }
-  const float* vn(int32_t r) const { return a.v_new.f32() + d.vv(t0 + r, j); }
-  const float* dvn(int32_t r) const { return a.dv2.f32() + d.vv(t0 + r, j); }
-  const float* dO(int32_t r) const { return dOin.get() + d.vv(t0 + r, j); }
-  const float* vin(int32_t r) const { return v.get() + d.vv(t0 + r, j); }
-};
-
-GradChunk chunk_of(const Dims& d, const BwdGradArgs& a, const CallerIn& dOin, const CallerIn& v, int64_t w) {
-  const int64_t n = w / d.HV;
-  const ChunkDesc& ch = a.ctx.layout.chunks[n];
-  const int32_t j = static_cast<int32_t>(w % d.HV);
-  GradChunk c{d, a, dOin, v, ch.begin, j, j / d.G, ch.len, a.h.f32() + d.kv(n, j), a.dh.f32() + d.kv(n, j), {}, {}};
-  c.g.resize(c.L);
-  c.beta.resize(c.L);
-  for (int32_t r = 0; r < c.L; ++r) {
-    c.g[r] = a.gcum[d.gg(c.t0 + r, j)];
-    c.beta[r] = a.beta[d.th(c.t0 + r, j)];
-  }
-  return c;
-}
-
 // B4's products [D1]-[D3]: dQ = (dO h^T) exp2(g) scale, dKint = (v_new dh^T) exp2(gL - g), dW =
 // dtype(-dv2 h^T), E; returns <h, dh>.
 float b4_products(const GradChunk& c, Mat& dQ, Mat& dKint, Mat& dW, Mat& E) {
   const Dims& d = c.d;
   const int32_t K = d.K, V = d.V, L = c.L;
-  const float gL = c.g[L - 1];
+  const float gL = c.g(L - 1);
   float hdh = 0.0f;  // [D1] <h, dh>
   for (int64_t e = 0; e < int64_t(K) * V; ++e) hdh += c.S[e] * c.dSp[e];
   for (int32_t r = 0; r < L; ++r) {
@@ -74,14 +40,14 @@ float b4_products(const GradChunk& c, Mat& dQ, Mat& dKint, Mat& dW, Mat& E) {
         ak += c.vn(r)[e] * dSx[e];
         aw += c.dvn(r)[e] * Sx[e];
       }
-      dQ(r, x) = aq * exp2f_(c.g[r]) * d.scale;
-      dKint(r, x) = ak * exp2f_(gL - c.g[r]);
+      dQ(r, x) = aq * exp2f_(c.g(r)) * d.scale;
+      dKint(r, x) = ak * exp2f_(gL - c.g(r));
       dW(r, x) = d.rnd(-aw);  // [D2]
     }
     for (int32_t s = 0; s <= r; ++s) {  // [D3]
       float acc = 0.0f;
       for (int32_t e = 0; e < V; ++e) acc += c.dO(r)[e] * c.vn(s)[e];
-      E(r, s) = d.rnd(acc * exp2f_(c.g[r] - c.g[s]) * d.scale);
+      E(r, s) = d.rnd(acc * exp2f_(c.g(r) - c.g(s)) * d.scale);
     }
   }
   return hdh;
@@ -91,7 +57,7 @@ float b4_products(const GradChunk& c, Mat& dQ, Mat& dKint, Mat& dW, Mat& E) {
 void b4_finish(const GradChunk& c, const Mat& E, const Mat& dKint, float hdh, Mat& dQ, Mat& dK,
                std::vector<float>& dlam) {
   const int32_t K = c.d.K, L = c.L;
-  float dg_last = hdh * exp2f_(c.g[L - 1]);
+  float dg_last = hdh * exp2f_(c.g(L - 1));
   for (int32_t r = 0; r < L; ++r)
     for (int32_t x = 0; x < K; ++x) dg_last += dKint(r, x) * c.k(r)[x];
   // E K and E^T Q; per element the sums run over s in increasing order (contiguous rows).
@@ -131,31 +97,13 @@ void b5_wy(const GradChunk& c, const Mat& dW, float* dv_out, Mat& Phi, Mat& dPhi
            std::vector<float>& dlam) {
   const Dims& d = c.d;
   const int32_t K = d.K, V = d.V, L = c.L;
-  Mat X(L, K), Xb(L, K), Yb(L, V);
-  for (int32_t r = 0; r < L; ++r) {
-    const float eg = exp2f_(c.g[r]);
-    for (int32_t x = 0; x < K; ++x) {
-      X(r, x) = (c.k(r)[x] * c.beta[r]) * eg;  // [D5] same expression as the forward's [W1]
-      Xb(r, x) = d.rnd(X(r, x));
-    }
-    for (int32_t e = 0; e < V; ++e) Yb(r, e) = d.rnd(c.vin(r)[e] * c.beta[r]);
-    const float* ph = c.a.Phi.f32() + d.cc(c.t0 + r, c.j);
-    for (int32_t s = 0; s < L; ++s) Phi(r, s) = ph[s];
-  }
-  dphi_lower(
-      dW, Xb, Yb, [&](int32_t r) { return c.dvn(r); }, L, dPhi);
+  Mat X(L, K);  // [D5] X's expression is the forward's [W1]
+  wy_operands(
+      c, dW, [&](int32_t r, int32_t) { return exp2f_(c.g(r)); }, X, Phi, dPhi);
   std::vector<float> dX(K), dY(V);
   for (int32_t r = 0; r < L; ++r) {
-    // dX = Phi^T dw, dY = Phi^T dv2 (row r): sums over m >= r in increasing order.
-    std::fill(dX.begin(), dX.end(), 0.0f);
-    std::fill(dY.begin(), dY.end(), 0.0f);
-    for (int32_t m = r; m < L; ++m) {
-      const float p = Phi(m, r);
-      const float* dv2m = c.dvn(m);
-      for (int32_t x = 0; x < K; ++x) dX[x] += p * dW(m, x);
-      for (int32_t e = 0; e < V; ++e) dY[e] += p * dv2m[e];
-    }
-    const float eg = exp2f_(c.g[r]);
+    phi_t_row(c, Phi, dW, r, dX, dY);
+    const float eg = exp2f_(c.g(r));
     float db = 0.0f, dl = 0.0f;
     for (int32_t x = 0; x < K; ++x) {
       dK(r, x) += dX[x] * (c.beta[r] * eg);
@@ -182,7 +130,7 @@ void b5_phi(const GradChunk& c, const Mat& Phi, const Mat& dPhi, Mat& dK, std::v
   Mat dPig(L, L), dPib(L, L);
   for (int32_t r = 0; r < L; ++r)
     for (int32_t s = 0; s < r; ++s) {
-      dPig(r, s) = dPi(r, s) * exp2f_(c.g[r] - c.g[s]);
+      dPig(r, s) = dPi(r, s) * exp2f_(c.g(r) - c.g(s));
       dPib(r, s) = d.rnd(dPig(r, s));
       float acc = 0.0f;
       for (int32_t x = 0; x < K; ++x) acc += c.k(r)[x] * c.k(s)[x];
@@ -220,17 +168,14 @@ void b5_phi(const GradChunk& c, const Mat& Phi, const Mat& dPhi, Mat& dK, std::v
 }  // namespace
 
 void gdn_bwd_grads(const BwdGradArgs& a) {
-  const Dims d(a.ctx);
-  const CallerIn dOin(a.dO, d.T * d.HV * d.V, d), v(a.v, d.T * d.HV * d.V, d);
-  CallerOut dvout(a.dv, d.T * d.HV * d.V, d);
-  parallel_for(d.NT * d.HV, a.ctx.exec.threads, [&](int64_t w) {
-    const GradChunk c = chunk_of(d, a, dOin, v, w);
+  for_each_grad_chunk(a, [&](const GradChunk& c, float* dv_out) {
+    const Dims& d = c.d;
     const int32_t K = d.K, L = c.L;
     Mat dQ(L, K), dK(L, K), dKint(L, K), dW(L, K), E(L, L), Phi(L, L), dPhi(L, L);
     std::vector<float> dlam(L), dbeta(L, 0.0f);
     const float hdh = b4_products(c, dQ, dKint, dW, E);
     b4_finish(c, E, dKint, hdh, dQ, dK, dlam);
-    b5_wy(c, dW, dvout.get(), Phi, dPhi, dK, dbeta, dlam);
+    b5_wy(c, dW, dv_out, Phi, dPhi, dK, dbeta, dlam);
     b5_phi(c, Phi, dPhi, dK, dbeta, dlam);
     for (int32_t r = 0; r < L; ++r) {
       const int64_t t = c.t0 + r;
@@ -244,7 +189,6 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
       a.dlam[d.gg(t, c.j)] = dlam[r];
     }
   });
-  dvout.store();
 }
 
 }  // namespace kcp::kernels::cpu
