@@ -177,17 +177,7 @@ void gdn_bwd_grads(const BwdGradArgs& a) {
     b4_finish(c, E, dKint, hdh, dQ, dK, dlam);
     b5_wy(c, dW, dv_out, Phi, dPhi, dK, dbeta, dlam);
     b5_phi(c, Phi, dPhi, dK, dbeta, dlam);
-    for (int32_t r = 0; r < L; ++r) {
-      const int64_t t = c.t0 + r;
-      float* dq = a.dq_hv + d.hk(t, c.j);
-      float* dk = a.dk_hv + d.hk(t, c.j);
-      for (int32_t x = 0; x < K; ++x) {
-        dq[x] = dQ(r, x);
-        dk[x] = dK(r, x);
-      }
-      a.dbeta[d.th(t, c.j)] = dbeta[r];
-      a.dlam[d.gg(t, c.j)] = dlam[r];
-    }
+    store_grad_rows(c, dQ, dK, dlam.data(), dbeta);
   });
 }
 

@@ -145,18 +145,9 @@ void kda_bwd_grads(const BwdGradArgs& a) {
     inter_part(c, dQi, dW, dlam, dK);
     wy_part(c, dW, dv_out, dK, dlam, dbeta, dAkk);
     intra_part(c, dAkk, dq2, dK, dlam, dbeta);
-    for (int32_t r = 0; r < L; ++r) {
-      const int64_t t = c.t0 + r;
-      float* dq = a.dq_hv + d.hk(t, c.j);
-      float* dk = a.dk_hv + d.hk(t, c.j);
-      float* dl = a.dlam + d.gg(t, c.j);
-      for (int32_t x = 0; x < K; ++x) {
-        dq[x] = dQi(r, x) + dq2(r, x);
-        dk[x] = dK(r, x);
-        dl[x] = dlam(r, x);
-      }
-      a.dbeta[d.th(t, c.j)] = dbeta[r];
-    }
+    for (int32_t r = 0; r < L; ++r)
+      for (int32_t x = 0; x < K; ++x) dQi(r, x) += dq2(r, x);  // dq = the inter part + the intra part
+    store_grad_rows(c, dQi, dK, dlam.v.data(), dbeta);
   });
 }
 

@@ -135,4 +135,23 @@ inline void phi_t_row(const GradChunk& c, const Mat& Phi, const Mat& dW, int32_t
   }
 }
 
+// The chunk's rows of the phase's outputs: dq_hv = dQ, dk_hv = dK, dbeta, and dlam from the
+// row-major L x gw floats at dlam (GDN one a row, KDA K).
+inline void store_grad_rows(const GradChunk& c, const Mat& dQ, const Mat& dK, const float* dlam,
+                            const std::vector<float>& dbeta) {
+  const Dims& d = c.d;
+  for (int32_t r = 0; r < c.L; ++r) {
+    const int64_t t = c.t0 + r;
+    float* dq = c.a.dq_hv + d.hk(t, c.j);
+    float* dk = c.a.dk_hv + d.hk(t, c.j);
+    float* dl = c.a.dlam + d.gg(t, c.j);
+    for (int32_t x = 0; x < d.K; ++x) {
+      dq[x] = dQ(r, x);
+      dk[x] = dK(r, x);
+    }
+    for (int32_t x = 0; x < d.gw; ++x) dl[x] = dlam[int64_t(r) * d.gw + x];
+    c.a.dbeta[d.th(t, c.j)] = dbeta[r];
+  }
+}
+
 }  // namespace kcp::kernels::cpu

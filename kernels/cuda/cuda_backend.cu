@@ -277,7 +277,7 @@ class CudaBackend final : public Backend {
       if (a.ctx.problem.op == Op::Gdn && cuda::launch_fwd_states_output(a, layout(a.ctx), stream(a.ctx.exec))) return;
     }
     by_op(a, cuda::launch_fwd_states, cuda::launch_kda_fwd_states);
-    if (a.output) fwd_output(*a.output);
+    if (a.output) by_op(*a.output, cuda::launch_fwd_output, cuda::launch_kda_fwd_output);  // checked above
   }
 
   void fwd_output(const FwdOutputArgs& a) const override {
