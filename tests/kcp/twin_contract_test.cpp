@@ -243,6 +243,30 @@ TEST(BadArgs, NullTensorsAreNamed) {
 
 // The twin binds its "dtype" tensors as F32 and refuses one in another storage (a saved set or
 // workspace bound for the CUDA backend) before it writes anything, naming the field.
+// fwd_states with the output in the same call: the output must read this call's h and v_new.
+TEST(BadArgs, AnOutputOfOtherStatesIsRefused) {
+  Fixture f;
+  kk::FwdStateArgs s;
+  s.ctx = f.ctx();
+  s.k = f.run.saved.k;
+  s.gcum = f.run.saved.gcum;
+  s.W = f.run.ws.W;
+  s.U = f.run.ws.U;
+  s.seg_entry = f.run.saved.seg_entry ? f.run.saved.seg_entry : f.run.ws.seg_entry;
+  s.h = f.run.ws.h;
+  s.v_new = f.run.ws.v_new;
+  kk::FwdOutputArgs o;
+  o.ctx = f.ctx();
+  o.q = f.run.saved.q;
+  o.k = f.run.saved.k;
+  o.gcum = f.run.saved.gcum;
+  o.h = f.run.ws.dh;  // not the walk's h
+  o.v_new = f.run.ws.v_new;
+  o.o = f.o_tensor();
+  s.output = &o;
+  EXPECT_MESSAGE_HAS(f.be->fwd_states(s), "gdn fwd_states: args.output->h / v_new are not this call's h / v_new");
+}
+
 TEST(BadArgs, DtypeTensorsOfAnotherStorageAreRefused) {
   Fixture f;
   EXPECT_EQ(f.be->dtype_storage(), kk::Storage::F32);
