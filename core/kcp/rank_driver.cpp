@@ -238,6 +238,56 @@ void rank_backward_begin(const Backend& be, const RankRun& r, float* summary_Mt,
   if (summary_Mt || summary_dh_ext) fold_piece(be, r, 0, true, nullptr, nullptr, summary_dh_ext, summary_Mt);
 }
 
+namespace {
+
+// B4/B5's Args (chunk_bwd.h).
+BwdGradArgs grad_args(const RankRun& r, const GradTensors& gr) {
+  BwdGradArgs g;
+  g.ctx = ctx_of(r);
+  g.q = r.saved.q;
+  g.k = r.saved.k;
+  g.v = r.in.v;
+  g.beta = r.in.beta;
+  g.gcum = r.saved.gcum;
+  g.Phi = r.saved.Phi;
+  g.Aqk = r.saved.Aqk;
+  g.h = r.ws.h;
+  g.v_new = r.ws.v_new;
+  g.dh = r.ws.dh;
+  g.dv2 = r.ws.dv2;
+  g.dO = r.in.dO;
+  g.dq_hv = r.ws.dq_hv;
+  g.dk_hv = r.ws.dk_hv;
+  g.dv = gr.dv;
+  g.dbeta = gr.dbeta;
+  g.dlam = r.ws.dlam;
+  return g;
+}
+
+// B6/B7's Args (chunk_bwd.h).
+BwdFinalizeArgs finalize_args(const RankRun& r, const GradTensors& gr) {
+  BwdFinalizeArgs f;
+  f.ctx = ctx_of(r);
+  f.dq_hv = r.ws.dq_hv;
+  f.dk_hv = r.ws.dk_hv;
+  f.dlam = r.ws.dlam;
+  f.q = r.saved.q;
+  f.k = r.saved.k;
+  f.rstd_q = r.saved.rstd_q;
+  f.rstd_k = r.saved.rstd_k;
+  f.g = r.in.g;
+  f.A_log = r.in.A_log;
+  f.dt_bias = r.in.dt_bias;
+  f.dq = gr.dq;
+  f.dk = gr.dk;
+  f.dg = gr.dg;
+  f.dA_log = gr.dA_log;
+  f.ddt_bias = gr.ddt_bias;
+  return f;
+}
+
+}  // namespace
+
 void rank_backward_end(const Backend& be, const RankRun& r, const float* exit_grad, const GradTensors& gr) {
   check_run(r, "rank_backward_end");
   const int32_t N = r.layout.n_pieces;
@@ -262,44 +312,10 @@ void rank_backward_end(const Backend& be, const RankRun& r, const float* exit_gr
   s.dv2 = r.ws.dv2;
   s.dh0 = gr.dh0;
   be.bwd_states(s);
-  BwdGradArgs g;
-  g.ctx = ctx_of(r);
-  g.q = r.saved.q;
-  g.k = r.saved.k;
-  g.v = r.in.v;
-  g.beta = r.in.beta;
-  g.gcum = r.saved.gcum;
-  g.Phi = r.saved.Phi;
-  g.Aqk = r.saved.Aqk;
-  g.h = r.ws.h;
-  g.v_new = r.ws.v_new;
-  g.dh = r.ws.dh;
-  g.dv2 = r.ws.dv2;
-  g.dO = r.in.dO;
-  g.dq_hv = r.ws.dq_hv;
-  g.dk_hv = r.ws.dk_hv;
-  g.dv = gr.dv;
-  g.dbeta = gr.dbeta;
-  g.dlam = r.ws.dlam;
+  const BwdFinalizeArgs f = finalize_args(r, gr);
+  BwdGradArgs g = grad_args(r, gr);
+  g.finalize = &f;  // B6/B7 in the same call (chunk_bwd.h)
   be.bwd_grads(g);
-  BwdFinalizeArgs f;
-  f.ctx = ctx_of(r);
-  f.dq_hv = r.ws.dq_hv;
-  f.dk_hv = r.ws.dk_hv;
-  f.dlam = r.ws.dlam;
-  f.q = r.saved.q;
-  f.k = r.saved.k;
-  f.rstd_q = r.saved.rstd_q;
-  f.rstd_k = r.saved.rstd_k;
-  f.g = r.in.g;
-  f.A_log = r.in.A_log;
-  f.dt_bias = r.in.dt_bias;
-  f.dq = gr.dq;
-  f.dk = gr.dk;
-  f.dg = gr.dg;
-  f.dA_log = gr.dA_log;
-  f.ddt_bias = gr.ddt_bias;
-  be.bwd_finalize(f);
 }
 
 const float* segment_entry_states(const RankRun& r) { return seg_entry_of(r); }

@@ -233,6 +233,11 @@ inline void check_bwd_grads_args(const BwdGradArgs& a, const char* ph, PhaseStor
   need_storage(ph, st.dtype,
                {{a.q, "q"}, {a.k, "k"}, {a.Phi, "Phi"}, {a.h, "h"}, {a.v_new, "v_new"}, {a.dh, "dh"}, {a.dv2, "dv2"}});
   need_caller_storage(ph, st.caller, {{a.v, "v"}, {a.dO, "dO"}, {a.dv, "dv"}});
+  // The finalize's own fields are checked where it runs (as bwd_finalize's args).
+  if (a.finalize && (a.finalize->dq_hv != a.dq_hv || a.finalize->dk_hv != a.dk_hv || a.finalize->dlam != a.dlam))
+    arg_fail(ph,
+             "args.finalize->dq_hv / dk_hv / dlam are not this call's dq_hv / dk_hv / dlam (the finalize reads "
+             "what the gradients write)");
 }
 
 inline void check_bwd_finalize_args(const BwdFinalizeArgs& a, const char* ph, PhaseStorage st) {

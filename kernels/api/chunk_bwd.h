@@ -4,6 +4,7 @@
 //   (recompute h, v_new; ht null) -> bwd_local_dv -> bwd_summaries -> [folds: backward rank
 //   summary of the first piece; exchange; exit gradient -> exit gradient of every segment]
 //   -> bwd_states -> bwd_grads -> bwd_finalize
+// (the driver passes bwd_finalize's Args to bwd_grads, which then finalizes as well: one call).
 // Shapes and units as in tensors.h / chunk_fwd.h.
 #pragma once
 
@@ -60,9 +61,16 @@ struct BwdStateArgs {
   float* dh0 = nullptr;             // [N, HV, K, V] fp32 or null
 };
 
+struct BwdFinalizeArgs;
+
 // B4 + B5 (GDN) / KDA 3.2 steps 4-5, chunk-local given h, dh, v_new, dv2: per value head
 // dq, dk (fp32, before the GVA reduction and the L2-norm backward), dv and dbeta (final), and
 // dlam, the gradient w.r.t. the natural-log chunk-local cumsum (fp32).
+// finalize (optional): B6/B7 in the same call, as bwd_finalize(*finalize) writes them, from this
+// call's dq_hv, dk_hv and dlam (finalize->dq_hv, dk_hv, dlam must be this call's). dq_hv and
+// dk_hv are then left unspecified: a backend may reduce and finalize dq / dk where they are still
+// on chip and never store them. Every backend accepts it (one that cannot fuse runs the two
+// phases in turn).
 struct BwdGradArgs {
   PhaseCtx ctx;
   ConstDtypeTensor q;           // [T, H, K] dtype: saved.q
@@ -82,6 +90,7 @@ struct BwdGradArgs {
   DtypeTensor dv;               // [T, HV, V] dtype (final; caller storage)
   float* dbeta = nullptr;       // [T, HV] fp32 (final)
   float* dlam = nullptr;        // [T, HV, gw] fp32
+  const BwdFinalizeArgs* finalize = nullptr;
 };
 
 // B6/B7: GVA reduction of dq/dk over the G value heads of a group (fixed order j = i*G ..

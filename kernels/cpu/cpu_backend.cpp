@@ -63,6 +63,7 @@ void CpuBackend::bwd_grads(const BwdGradArgs& a) const {
     cpu::kda_bwd_grads(b);
   else
     cpu::gdn_bwd_grads(b);
+  if (a.finalize) bwd_finalize(*a.finalize);  // the two phases in turn (the twin does not fuse them)
 }
 
 void CpuBackend::bwd_finalize(const BwdFinalizeArgs& args) const { cpu::bwd_finalize(with_storage(args)); }

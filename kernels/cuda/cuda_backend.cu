@@ -324,6 +324,12 @@ class CudaBackend final : public Backend {
     check_ctx(a.ctx, ph);
     check_bwd_grads_args(a, ph, kStorage);
     need_scratch(a.ctx, ph);
+    if (a.finalize) {  // the finalize in the same call: GDN's B5 may finalize dk on chip
+      const std::string fname = phase_name(a.finalize->ctx, "bwd_finalize");
+      check_ctx(a.finalize->ctx, fname.c_str());
+      check_bwd_finalize_args(*a.finalize, fname.c_str(), kStorage);
+      need_scratch(a.finalize->ctx, fname.c_str());
+    }
     if (a.ctx.problem.op == Op::Kda) {
       const KdaScratchParts kp = kda_scratch_parts(a.ctx.problem, a.ctx.layout);
       cuda::KdaGradScratch ks;
@@ -331,12 +337,14 @@ class CudaBackend final : public Backend {
       ks.dAqk = a.ctx.scratch + kp.dAqk;
       ks.dAkk = a.ctx.scratch + kp.dAkk;
       cuda::launch_kda_bwd_grads(a, layout(a.ctx), ks, stream(a.ctx.exec));
+      if (a.finalize) finalize(*a.finalize, false);  // checked above
       return;
     }
     const ScratchParts sp = scratch_parts(a.ctx.problem, a.ctx.layout);
     float* dlam_hi = a.ctx.problem.K > 64 ? a.ctx.scratch + sp.dlam_hi : nullptr;
     uint16_t* dW16 = reinterpret_cast<uint16_t*>(a.ctx.scratch + sp.dW16);  // 16-bit storage in scratch
-    cuda::launch_bwd_grads(a, layout(a.ctx), dlam_hi, dW16, stream(a.ctx.exec));
+    const bool dk_done = cuda::launch_bwd_grads(a, layout(a.ctx), dlam_hi, dW16, stream(a.ctx.exec));
+    if (a.finalize) finalize(*a.finalize, dk_done);  // checked above
   }
 
   void bwd_finalize(const BwdFinalizeArgs& a) const override {
@@ -345,12 +353,17 @@ class CudaBackend final : public Backend {
     check_ctx(a.ctx, ph);
     check_bwd_finalize_args(a, ph, kStorage);
     need_scratch(a.ctx, ph);
+    finalize(a, false);
+  }
+
+  // bwd_finalize's launches on checked Args; dk_done: bwd_grads' B5 finalized dk already (GDN).
+  void finalize(const BwdFinalizeArgs& a, bool dk_done) const {
     if (a.ctx.problem.op == Op::Kda)
       cuda::launch_kda_bwd_finalize(a, layout(a.ctx),
                                     a.ctx.scratch + kda_scratch_parts(a.ctx.problem, a.ctx.layout).partials,
                                     stream(a.ctx.exec));
     else
-      cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec));
+      cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec), dk_done);
   }
 
   void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const override {

@@ -103,14 +103,18 @@ void launch_bwd_states(const BwdStateArgs& a, const DevLayout& L, cudaStream_t s
 void launch_fwd_output(const FwdOutputArgs& a, const DevLayout& L, cudaStream_t st);
 void launch_bwd_local_dv(const BwdLocalDvArgs& a, const DevLayout& L, cudaStream_t st);
 // dq/dk/dv/dbeta/dlam per value head (gdn_chunk_bwd.cu). Scratch: dlam_hi [T, HV] fp32 (K > 64,
-// else null), dW16 [T, HV, K] 16-bit storage.
-void launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, uint16_t* dW16, cudaStream_t st);
+// else null), dW16 [T, HV, K] 16-bit storage. With a.finalize, B5 may finalize dk itself (the GVA
+// sum and L2-norm backward of gdn_bwd_wy_wgmma.cuh's FIN kernel, into a.finalize->dk): returns true
+// when it did (dk_hv then holds B4's part only), false when dk_hv holds the value heads' dk.
+bool launch_bwd_grads(const BwdGradArgs& a, const DevLayout& L, float* dlam_hi, uint16_t* dW16, cudaStream_t st);
 // GVA + L2-norm backward, gate backward; partials: scratch [NT, HV, 2] fp32 (gdn_finalize.cu).
-void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st);
+// dk_done: dk is already final (launch_bwd_grads returned true): dq and the gates only.
+void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st,
+                         bool dk_done = false);
 // The operator-independent parts of prep and finalize, shared by GDN and KDA: q/k L2 norm or copy
 // (gdn_prep.cu) and the GVA reduction + L2-norm backward of dq/dk (gdn_finalize.cu).
 void launch_prep_qk(const PrepArgs& a, const DevLayout& L, cudaStream_t st);
-void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream_t st);
+void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream_t st, bool dk_done = false);
 
 // ---- launchers (KDA; plain fp32 kernels, docs/algorithm.md 3.2 and kda_common.cuh) ----
 // prep: q/k (launch_prep_qk), then per-channel gate cumsum, Pi, Aqk, Phi (kda_prep.cu).

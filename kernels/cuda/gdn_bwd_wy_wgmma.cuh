@@ -39,6 +39,7 @@
 
 #include <type_traits>
 
+#include "kernels/cuda/finalize_row.cuh"
 #include "kernels/cuda/gdn_chunk_bwd_kernel.cuh"
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/walk_select.h"
@@ -64,7 +65,12 @@ struct Smem {
   static constexpr int G = 0, Beta = kC, Row = 2 * kC, Col = Row + kC * 2 * 3, Tot = Col + 4 * kC;
   static constexpr int Dl = Tot + kC * 3, NF = Dl + kC;
   static constexpr size_t bytes = size_t(F) + size_t(NF) * 4 + 1024;  // + the base's alignment
+  // FIN: the block's dk rows (fp32, row stride DkLd floats: + 8 spreads a warp's stores over the
+  // banks) over the 16-bit tiles, once every product has read them.
+  static constexpr int DkT = 0, DkLd = K + 8;
   static_assert(NK + NV >= 2, "T1^T and dPi' must fit in the Xb, Yb space");
+  static_assert(DkT + kC * DkLd * 4 <= F && (DkLd * 4) % 16 == 0,
+                "the dk tile below the fp32 part, rows 16-byte aligned");
   static_assert(2 * (bytes + 1024) <= 228 * 1024, "two blocks share an SM");
 };
 
@@ -298,8 +304,43 @@ __device__ __forceinline__ void dy_out(const float (&a)[1][TV::NT][4], const uin
   }
 }
 
+// FIN: the finalize's dk of this block's share of the chunk's rows. The cluster's G blocks are the
+// value heads i G .. i G + G - 1 of one chunk (consecutive blocks, cluster dimension G), each with
+// its heads' dk rows (fp32, what B5 would add to dk_hv) in its tile; block g of the cluster takes
+// rows [g 64 / G, (g + 1) 64 / G) and forms each as finalize_qk_kernel does: the heads added in order
+// from 0, then finish_row (the L2-norm backward and the rounding to dtype), into the caller's dk.
+template <class DT, int K>
+__device__ __forceinline__ void fin_dk_rows(const GradParams& p, uint32_t tile, int ld, int64_t t0, int i, int L) {
+  constexpr int E = K / 32;
+  static_assert(E == 4, "one 16-byte cluster load per lane: K = 128");
+  const int G = p.sh.G, R = kC / G, g = int(cluster_rank());
+  cluster_sync();  // every block's tile written
+  const int rend = min(L, (g + 1) * R);
+  for (int r = g * R + warp_id(); r < rend; r += kWarps) {
+    const int64_t row = (t0 + r) * p.sh.H + i;
+    uint32_t yu[E / 2] = {};
+    float rs = 0.0f;
+    if (p.l2norm) {  // the L2-norm operands first (finalize_qk_kernel's order of loads)
+      LaneVec<E>::load16(p.yk + row * K + lane_id() * E, yu);
+      rs = p.rstd_k[row];
+    }
+    float sum[E] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint32_t at = tile + uint32_t(r * ld + lane_id() * E) * 4u;
+    for (int u = 0; u < G; ++u) {
+      const float4 x = ld_cluster_f32x4(cluster_map(at, uint32_t(u)));
+      sum[0] += x.x;
+      sum[1] += x.y;
+      sum[2] += x.z;
+      sum[3] += x.w;
+    }
+    finish_row<DT, E>(sum, yu, rs, p.l2norm, p.dk_out + row * K + lane_id() * E);
+  }
+  cluster_sync();  // no block leaves while another reads its tile
+}
+
 // ---- the kernel ----
-template <class DT, int K, int V>
+// FIN: dk finalized on chip (fin_dk_rows) instead of added to dk_hv; a cluster launch of G blocks.
+template <class DT, int K, int V, bool FIN>
 __device__ __forceinline__ void wy_block(const GradParams& p) {
   using Sm = Smem<K, V>;
   using TK = Tiling<kC, K>;
@@ -452,10 +493,12 @@ __device__ __forceinline__ void wy_block(const GradParams& p) {
         dK[0][nt][2 * h + 1] += b * w1;
       }
     product<F16, 1, 1, S64>(a, ds.mnmaj(Sm::dPi), ds.mnmaj(Sm::Kb + halfK));
+    if constexpr (FIN) __syncthreads();  // every product has read its tiles: the dk tile may go there
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (r0 + 8 * h >= L) continue;
-      float* o = row_at<TK, K>(p.dk_hv, t0, r0 + 8 * h, HV, j);
+      float* o = FIN ? reinterpret_cast<float*>(sb + Sm::DkT) + (r0 + 8 * h) * Sm::DkLd + TK::n0() + 2 * (lane_id() & 3)
+                     : row_at<TK, K>(p.dk_hv, t0, r0 + 8 * h, HV, j);
 #pragma unroll
       for (int nt = 0; nt < TK::NT; ++nt)
         *reinterpret_cast<float2*>(o + 8 * nt) =
@@ -463,14 +506,15 @@ __device__ __forceinline__ void wy_block(const GradParams& p) {
     }
   }
   wy_finish_rows(p, rwy, rgl, rdb, sRow, sCol, sTot, sDl, t0, HV, j, L);
+  if constexpr (FIN) fin_dk_rows<DT, K>(p, base + Sm::DkT, Sm::DkLd, t0, i, L);
 }
 
 // Compiled for sm_90a only (wgmma); elsewhere (the compute_90 PTX) it traps, and
 // launch_bwd_wy_wgmma never starts it there.
-template <class DT, int K, int V>
+template <class DT, int K, int V, bool FIN>
 __global__ void __launch_bounds__(kThreads, 2) gdn_bwd_wy_wgmma_kernel(GradParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  wy_block<DT, K, V>(p);
+  wy_block<DT, K, V, FIN>(p);
 #else
   __trap();
 #endif
@@ -490,9 +534,26 @@ bool launch_bwd_wy_wgmma(const GradParams& p, unsigned grid, cudaStream_t st) {
   if constexpr (K == 128 && V == 128) {
     if (!bwd_grads_use_wgmma()) return false;
     constexpr size_t smem = wy_wg::Smem<K, V>::bytes;
-    allow_smem(wy_wg::gdn_bwd_wy_wgmma_kernel<DT, K, V>, smem);
-    wy_wg::gdn_bwd_wy_wgmma_kernel<DT, K, V><<<grid, kThreads, smem, st>>>(p);
-    KCP_CUDA_LAUNCH_CHECK(st);
+    if (!p.dk_out) {
+      allow_smem(wy_wg::gdn_bwd_wy_wgmma_kernel<DT, K, V, false>, smem);
+      wy_wg::gdn_bwd_wy_wgmma_kernel<DT, K, V, false><<<grid, kThreads, smem, st>>>(p);
+      KCP_CUDA_LAUNCH_CHECK(st);
+      return true;
+    }
+    auto* kernel = wy_wg::gdn_bwd_wy_wgmma_kernel<DT, K, V, true>;
+    allow_smem(kernel, smem);
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = unsigned(p.sh.G);  // the value heads of one q/k head (fin_dk_rows)
+    cluster[0].val.clusterDim.y = cluster[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = cluster;
+    cfg.numAttrs = 1;
+    KCP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
     return true;
   }
 #endif

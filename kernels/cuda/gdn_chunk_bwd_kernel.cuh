@@ -48,6 +48,12 @@ struct GradParams {
   float* dlam;            // [T, HV] fp32
   float* dlam_hi;         // [T, HV] fp32, backend scratch: the second K slice's gate part (K = 128)
   uint16_t* dW16;         // [T, HV, K] dtype, 16-bit storage, backend scratch: dW between the kernels
+  // B5 finalizing dk on chip (gdn_bwd_wy_wgmma.cuh, FIN; BwdGradArgs::finalize): the caller's dk,
+  // the saved k (normalized) and rstd_k (L2 norm). Null dk_out: B5 adds its part to dk_hv.
+  uint16_t* dk_out;     // [T, H, K] dtype, 16-bit (caller storage)
+  const uint16_t* yk;   // [T, H, K] dtype, 16-bit storage (l2norm)
+  const float* rstd_k;  // [T, H] fp32 (l2norm)
+  int l2norm;
 };
 
 // Two per-thread row accumulators (rows r and r + 8 of a fragment), chosen without indexing.

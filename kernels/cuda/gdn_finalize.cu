@@ -5,15 +5,16 @@
 namespace kcp::kernels::cuda {
 
 namespace {
+// sides: 2 = dq and dk (grid.y 0, 1), 1 = dq only.
 template <class DT, int K>
-void run_qk(const FinalizeQkParams& p, cudaStream_t st) {
-  const dim3 grid(unsigned((p.rows + 7) / 8), 2);
+void run_qk(const FinalizeQkParams& p, unsigned sides, cudaStream_t st) {
+  const dim3 grid(unsigned((p.rows + 7) / 8), sides);
   finalize_qk_kernel<DT, K><<<grid, 256, 0, st>>>(p);
   KCP_CUDA_LAUNCH_CHECK(st);
 }
 }  // namespace
 
-void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream_t st) {
+void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream_t st, bool dk_done) {
   const Problem& pb = a.ctx.problem;
   if (L.T > 0) {
     FinalizeQkParams q{};
@@ -29,14 +30,15 @@ void launch_finalize_qk(const BwdFinalizeArgs& a, const DevLayout& L, cudaStream
     q.H = pb.H;
     q.G = pb.group();
     q.l2norm = pb.qk_l2norm ? 1 : 0;
-    dispatch_dtype_dims<Bf16, Fp16>(
-        pb, [&](auto dt, auto k, auto) { run_qk<typename decltype(dt)::type, decltype(k)::value>(q, st); });
+    dispatch_dtype_dims<Bf16, Fp16>(pb, [&](auto dt, auto k, auto) {
+      run_qk<typename decltype(dt)::type, decltype(k)::value>(q, dk_done ? 1u : 2u, st);
+    });
   }
 }
 
-void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st) {
+void launch_bwd_finalize(const BwdFinalizeArgs& a, const DevLayout& L, float* partials, cudaStream_t st, bool dk_done) {
   const Problem& pb = a.ctx.problem;
-  launch_finalize_qk(a, L, st);
+  launch_finalize_qk(a, L, st, dk_done);
   const FinalizeGateParams g = gate_params(a, L, partials);
   const unsigned hb = unsigned((pb.HV + 63) / 64);
   if (L.n_chunks > 0) {

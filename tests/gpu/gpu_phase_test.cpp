@@ -112,6 +112,31 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
  protected:
   // Every phase once on this case, each compared with the twin (prep to bwd_finalize).
   void every_phase_matches_the_twin();
+  void grads_with_finalize_match_the_phases();
+  // bwd_grads' caller outputs on the device, poisoned.
+  struct GradOut {
+    kcp::DtypeArray dv;
+    Buf dbeta;
+    GradOut(const kk::Backend& gpu, const Case& c) : dv(gpu, c.T() * c.HV * c.V, c.dtype), dbeta(gpu, c.T() * c.HV) {
+      dv.poison();
+      dbeta.fill(kNaN);
+    }
+  };
+  // bwd_finalize's outputs on the device, poisoned.
+  struct FinalizeOut {
+    kcp::DtypeArray dq, dk;
+    Buf dg, dA, ddt;
+    FinalizeOut(const kk::Backend& gpu, const Case& c, int64_t gw)
+        : dq(gpu, c.T() * c.H * c.K, c.dtype),
+          dk(gpu, c.T() * c.H * c.K, c.dtype),
+          dg(gpu, c.T() * c.HV * gw),
+          dA(gpu, c.HV),
+          ddt(gpu, c.HV * gw) {
+      for (const Buf* b : {&dg, &dA, &ddt}) b->fill(kNaN);
+      dq.poison();
+      dk.poison();
+    }
+  };
   void SetUp() override {
     if (kk::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     gpu_ = kk::make_cuda_backend(0);
@@ -323,6 +348,62 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
             phase, s, sg.piece, (long long)sg.chunk_begin, (long long)sg.chunk_end, j, int(need), mt, mg, md);
       }
     }
+  }
+  // bwd_grads' Args on the device arenas, writing g's tensors.
+  kk::BwdGradArgs grad_args(const GradOut& g) const {
+    kk::BwdGradArgs a;
+    a.ctx = ctx();
+    a.q = ds_.q;
+    a.k = ds_.k;
+    a.v = din_.v;
+    a.beta = din_.beta;
+    a.gcum = ds_.gcum;
+    a.Phi = ds_.Phi;
+    a.Aqk = ds_.Aqk;
+    a.h = dw_.h;
+    a.v_new = dw_.v_new;
+    a.dh = dw_.dh;
+    a.dv2 = dw_.dv2;
+    a.dO = din_.dO;
+    a.dq_hv = dw_.dq_hv;
+    a.dk_hv = dw_.dk_hv;
+    a.dv = g.dv.tensor();
+    a.dbeta = g.dbeta.get();
+    a.dlam = dw_.dlam;
+    return a;
+  }
+  void expect_grads(const char* phase, const GradOut& g) {
+    expect_caller(phase, "dv", g.dv, h_dv_);
+    expect_close(phase, "dbeta", g.dbeta.get(), h_dbeta_.data(), c_.T() * c_.HV);
+  }
+  // bwd_finalize's Args on the device arenas, writing f's tensors.
+  kk::BwdFinalizeArgs finalize_args(const FinalizeOut& f) const {
+    kk::BwdFinalizeArgs a;
+    a.ctx = ctx();
+    a.dq_hv = dw_.dq_hv;
+    a.dk_hv = dw_.dk_hv;
+    a.dlam = dw_.dlam;
+    a.q = ds_.q;
+    a.k = ds_.k;
+    a.rstd_q = ds_.rstd_q;
+    a.rstd_k = ds_.rstd_k;
+    a.g = din_.g;
+    a.A_log = din_.A_log;
+    a.dt_bias = din_.dt_bias;
+    a.dq = f.dq.tensor();
+    a.dk = f.dk.tensor();
+    a.dg = f.dg.get();
+    a.dA_log = c_.A_log ? f.dA.get() : nullptr;
+    a.ddt_bias = c_.dt_bias ? f.ddt.get() : nullptr;
+    return a;
+  }
+  void expect_finalize(const char* phase, const FinalizeOut& f) {
+    const int64_t HV = c_.HV, gw = p_.gate_width();
+    expect_caller(phase, "dq", f.dq, h_dq_);
+    expect_caller(phase, "dk", f.dk, h_dk_);
+    expect_close(phase, "dg", f.dg.get(), h_dg_.data(), c_.T() * HV * gw);
+    if (c_.A_log) expect_close(phase, "dA_log", f.dA.get(), h_dA_.data(), HV);
+    if (c_.dt_bias) expect_close(phase, "ddt_bias", f.ddt.get(), h_ddt_.data(), HV * gw);
   }
   // output: the forward's o in the same call (FwdStateArgs::output), as the driver runs it.
   void run_fwd_states(const Buf& ht, const kk::FwdOutputArgs* output = nullptr) {
@@ -616,68 +697,56 @@ void GpuPhase::every_phase_matches_the_twin() {
   poison(dw_.dk_hv, T * HV * K);
   poison(dw_.dlam, T * HV * gw);
   {
-    const kcp::DtypeArray dv(*gpu_, T * HV * V, c_.dtype);
-    const Buf dbeta(*gpu_, T * HV);
-    dv.poison();
-    dbeta.fill(kNaN);
-    kk::BwdGradArgs a;
-    a.ctx = ctx();
-    a.q = ds_.q;
-    a.k = ds_.k;
-    a.v = din_.v;
-    a.beta = din_.beta;
-    a.gcum = ds_.gcum;
-    a.Phi = ds_.Phi;
-    a.Aqk = ds_.Aqk;
-    a.h = dw_.h;
-    a.v_new = dw_.v_new;
-    a.dh = dw_.dh;
-    a.dv2 = dw_.dv2;
-    a.dO = din_.dO;
-    a.dq_hv = dw_.dq_hv;
-    a.dk_hv = dw_.dk_hv;
-    a.dv = dv.tensor();
-    a.dbeta = dbeta.get();
-    a.dlam = dw_.dlam;
-    gpu_->bwd_grads(a);
+    const GradOut g(*gpu_, c_);
+    gpu_->bwd_grads(grad_args(g));
     expect_ws("bwd_grads", "dq_hv", dw_.dq_hv, T * HV * K);
     expect_ws("bwd_grads", "dk_hv", dw_.dk_hv, T * HV * K);
     expect_ws("bwd_grads", "dlam", dw_.dlam, T * HV * gw);
-    expect_caller("bwd_grads", "dv", dv, h_dv_);
-    expect_close("bwd_grads", "dbeta", dbeta.get(), h_dbeta_.data(), T * HV);
+    expect_grads("bwd_grads", g);
   }
 
   // bwd_finalize
   refresh();
   {
-    const kcp::DtypeArray dq(*gpu_, T * H * K, c_.dtype), dk(*gpu_, T * H * K, c_.dtype);
-    const Buf dg(*gpu_, T * HV * gw), dA(*gpu_, HV), ddt(*gpu_, HV * gw);
-    for (const Buf* b : {&dg, &dA, &ddt}) b->fill(kNaN);
-    dq.poison();
-    dk.poison();
-    kk::BwdFinalizeArgs a;
-    a.ctx = ctx();
-    a.dq_hv = dw_.dq_hv;
-    a.dk_hv = dw_.dk_hv;
-    a.dlam = dw_.dlam;
-    a.q = ds_.q;
-    a.k = ds_.k;
-    a.rstd_q = ds_.rstd_q;
-    a.rstd_k = ds_.rstd_k;
-    a.g = din_.g;
-    a.A_log = din_.A_log;
-    a.dt_bias = din_.dt_bias;
-    a.dq = dq.tensor();
-    a.dk = dk.tensor();
-    a.dg = dg.get();
-    a.dA_log = c_.A_log ? dA.get() : nullptr;
-    a.ddt_bias = c_.dt_bias ? ddt.get() : nullptr;
-    gpu_->bwd_finalize(a);
-    expect_caller("bwd_finalize", "dq", dq, h_dq_);
-    expect_caller("bwd_finalize", "dk", dk, h_dk_);
-    expect_close("bwd_finalize", "dg", dg.get(), h_dg_.data(), T * HV * gw);
-    if (c_.A_log) expect_close("bwd_finalize", "dA_log", dA.get(), h_dA_.data(), HV);
-    if (c_.dt_bias) expect_close("bwd_finalize", "ddt_bias", ddt.get(), h_ddt_.data(), HV * gw);
+    const FinalizeOut f(*gpu_, c_, gw);
+    gpu_->bwd_finalize(finalize_args(f));
+    expect_finalize("bwd_finalize", f);
+  }
+  grads_with_finalize_match_the_phases();
+}
+
+// bwd_grads with the finalize in the same call (BwdGradArgs::finalize, as the driver runs it): the
+// twin's values, and the same bits as bwd_grads and bwd_finalize in turn on this GPU (a backend
+// that finalizes dk where it is still on chip must add and round exactly as the finalize does).
+void GpuPhase::grads_with_finalize_match_the_phases() {
+  const int64_t gw = p_.gate_width();
+  refresh();
+  const GradOut g1(*gpu_, c_), g2(*gpu_, c_);
+  const FinalizeOut f1(*gpu_, c_, gw), f2(*gpu_, c_, gw);
+  gpu_->bwd_grads(grad_args(g1));
+  gpu_->bwd_finalize(finalize_args(f1));
+  refresh();
+  const kk::BwdFinalizeArgs fa = finalize_args(f2);
+  kk::BwdGradArgs ga = grad_args(g2);
+  ga.finalize = &fa;
+  gpu_->bwd_grads(ga);
+  expect_grads("bwd_grads+finalize", g2);
+  expect_finalize("bwd_grads+finalize", f2);
+  const std::pair<const kcp::DtypeArray*, const kcp::DtypeArray*> same[] = {
+      {&g1.dv, &g2.dv}, {&f1.dq, &f2.dq}, {&f1.dk, &f2.dk}};
+  const char* names[] = {"dv", "dq", "dk"};
+  for (int e = 0; e < 3; ++e) {
+    const std::vector<float> x = same[e].first->to_host(), y = same[e].second->to_host();
+    ASSERT_EQ(x.size(), y.size());
+    int64_t differ = 0;
+    for (size_t u = 0; u < x.size(); ++u) differ += std::memcmp(&x[u], &y[u], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0) << "bwd_grads+finalize " << names[e] << ": " << differ << " of " << x.size()
+                         << " values differ from bwd_grads and bwd_finalize in turn";
+  }
+  const std::pair<const Buf*, const Buf*> same32[] = {{&g1.dbeta, &g2.dbeta}, {&f1.dg, &f2.dg}};
+  for (const auto& [a, b] : same32) {
+    const std::vector<float> x = a->host(), y = b->host();
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0) << "bwd_grads+finalize: dbeta / dg differ";
   }
 }
 

@@ -267,6 +267,38 @@ TEST(BadArgs, AnOutputOfOtherStatesIsRefused) {
   EXPECT_MESSAGE_HAS(f.be->fwd_states(s), "gdn fwd_states: args.output->h / v_new are not this call's h / v_new");
 }
 
+// bwd_grads with the finalize in the same call: the finalize must read this call's dq_hv, dk_hv and
+// dlam.
+TEST(BadArgs, AFinalizeOfOtherGradsIsRefused) {
+  Fixture f;
+  kk::BwdGradArgs g;
+  g.ctx = f.ctx();
+  g.q = f.run.saved.q;
+  g.k = f.run.saved.k;
+  g.v = f.run.in.v;
+  g.beta = f.d.beta.data();
+  g.gcum = f.run.saved.gcum;
+  g.Phi = f.run.saved.Phi;
+  g.h = f.run.ws.h;
+  g.v_new = f.run.ws.v_new;
+  g.dh = f.run.ws.dh;
+  g.dv2 = f.run.ws.dv2;
+  g.dO = f.run.in.dO;
+  g.dq_hv = f.run.ws.dq_hv;
+  g.dk_hv = f.run.ws.dk_hv;
+  g.dv = f.o_tensor();
+  g.dbeta = f.out.data();
+  g.dlam = f.run.ws.dlam;
+  kk::BwdFinalizeArgs fin;
+  fin.ctx = f.ctx();
+  fin.dq_hv = f.run.ws.dq_hv;
+  fin.dk_hv = f.run.ws.dq_hv;  // not the call's dk_hv
+  fin.dlam = f.run.ws.dlam;
+  g.finalize = &fin;
+  EXPECT_MESSAGE_HAS(f.be->bwd_grads(g),
+                     "gdn bwd_grads: args.finalize->dq_hv / dk_hv / dlam are not this call's dq_hv / dk_hv / dlam");
+}
+
 TEST(BadArgs, DtypeTensorsOfAnotherStorageAreRefused) {
   Fixture f;
   EXPECT_EQ(f.be->dtype_storage(), kk::Storage::F32);
