@@ -69,7 +69,7 @@ __device__ __forceinline__ void store_h_rs(const uint32_t (&a)[K / 16][4], uint3
 template <int K>
 __device__ __forceinline__ void store_rows_rs(const uint32_t (&w)[16], uint32_t vst, const CUtensorMap* map,
                                               uint16_t* dst, int HV, const Blk& b, const ChunkHdr& hd) {
-  const int t = int(threadIdx.x), lane = t & 31, wp = t >> 5;
+  const int t = int(threadIdx.x) & 127, lane = t & 31, wp = t >> 5;  // (either consumer warpgroup)
   if (hd.len == kC) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {

@@ -107,16 +107,17 @@ bool tensors_fit(const Shape& s, std::initializer_list<const void*> tensors) {
 
 // One wgmma walk kernel over S * HV * tiles blocks.
 template <class Kernel, class Maps, class Params>
-void launch(Kernel kernel, size_t smem, int tiles, const Maps& m, const Params& p, cudaStream_t st) {
+void launch(Kernel kernel, size_t smem, int tiles, const Maps& m, const Params& p, cudaStream_t st,
+            int threads = walk_wg::kWgThreads) {
   allow_smem(kernel, smem);
-  kernel<<<unsigned(int64_t(p.sh.S) * p.sh.HV * tiles), walk_wg::kWgThreads, smem, st>>>(m, p);
+  kernel<<<unsigned(int64_t(p.sh.S) * p.sh.HV * tiles), threads, smem, st>>>(m, p);
   KCP_CUDA_LAUNCH_CHECK(st);
 }
 
 template <class DT, int K, bool STATES, bool KDA, bool OUT = false>
 void run(const walk_wg::Maps& m, const FwdWalkParams& p, cudaStream_t st) {
   launch(walk_wg::fwd_walk_wgmma_kernel<DT, K, STATES, KDA, OUT>, walk_wg::Smem<K, OUT>::bytes,
-         (STATES ? 1 : 2) * (K / walk_wg::kTileV), m, p, st);
+         (STATES ? 1 : 2) * (K / walk_wg::kTileV), m, p, st, OUT ? walk_wg::kOutThreads : walk_wg::kWgThreads);
 }
 
 template <class DT, int K, bool STATES, bool KDA>

@@ -13,8 +13,8 @@
 //
 // The state tiles (fwd_states, and fwd_summaries' h_ext tiles) are walked by consume_rs
 // (gdn_walk_rs.cuh), or, for fwd_states with the output (GDN, K = 128, template flag OUT), by
-// consume_out (gdn_walk_out.cuh), and both backward walks by consume_bwd_rs (gdn_walk_bwd_rs.cuh), with the
-// recurrence's A operands in registers; their headers give the per-chunk steps (the
+// consume_out_rec and consume_out_o on two warpgroups (gdn_walk_out.cuh), and both backward walks by consume_bwd_rs
+// (gdn_walk_bwd_rs.cuh), with the recurrence's A operands in registers; their headers give the per-chunk steps (the
 // shared-memory consumers they name as their reference, consume<.., MT = false> and consume_bwd,
 // were removed after commit 00bc928). This file keeps the shared pieces: the shared-memory
 // layouts, the TMA maps, the block map, the producers and their ring, stage_rows and the prep
@@ -35,7 +35,9 @@
 //   (64 x 64, state tiles only) with TMA and its gates (and the chunk's begin / length) with plain
 //   stores into a two-stage ring: full[stage] completes when the 32 producer lanes have arrived
 //   and the TMA bytes have landed, empty[stage] when the 128 consumers have finished the chunk,
-//   so chunk n + 1 loads while chunk n computes.
+//   so chunk n + 1 loads while chunk n computes. OUT: 288 threads, two consumer warpgroups (the
+//   recurrence, the output: gdn_walk_out.cuh) whose 256 threads release empty[stage], then the
+//   producer warp (its stage also holds q).
 //   Summary mode writes seg_h_ext (from S = 0) and seg_Mt = M^T (from M = I); a block whose part
 //   nobody reads (kernels/api/summary_needs.h) writes zeros for its tile and returns before any
 //   barrier. STATES mode starts from seg_entry and writes h, v_new and ht (the piece's last
@@ -61,8 +63,8 @@
 //   32-column blocks of fwd_walk_kernel, which runs two per SM, so the planner's count of block
 //   slots per (segment, value head) (kernels/api/tiles.h) holds for both walks. K = 64: 85056 B,
 //   two blocks per SM fit (the planner then counts twice the slots this walk uses). OUT: each
-//   stage also holds q (K / 64 tiles), P alternates between X0 and X1, Y0 stages o: K = 128
-//   166976 B, still one block per SM.
+//   stage also holds q (K / 64 tiles); X0 / X1 are the X slots, VS the v_new slots, PS the P
+//   tiles, Y0 stages o, XBar the slots' 6 mbarriers: K = 128 199,792 B, one block per SM.
 //
 // bwd_walk_wgmma_kernel<DT, K, STATES, KDA>: grid S * HV * K / 64, block b -> (segment s, value
 //   head j, tile) as above, state tiles only: dS[:, c0 : c0 + 64]. The producer streams each
@@ -100,7 +102,8 @@
 //   backward K = 128: bf16 184, 176 / 213, 178; fp16 184, 175 / 214, 178
 //            K = 64:  bf16 154, 137 / 164, 168; fp16 155, 137 / 164, 160
 //   (K = 64 runs two blocks per SM: at most 204 registers fit). The GDN states walk with the output
-//   (OUT, K = 128 only): bf16 252, fp16 252.
+//   (OUT, K = 128 only, 288 threads: at most 168 registers a thread, the bound counted in whole
+//   warpgroups): bf16 / fp16 as ptxas gives them in wip/NOTES-ws.md.
 #pragma once
 
 #include <type_traits>
@@ -112,9 +115,12 @@ namespace kcp::kernels::cuda::walk_wg {
 
 using namespace ::kcp::hopper;
 
-inline constexpr int kTileV = 64;                   // columns of a block's tile
-inline constexpr int kConsumers = 128;              // one warpgroup
-inline constexpr int kWgThreads = kConsumers + 32;  // + the producer warp
+inline constexpr int kTileV = 64;                     // columns of a block's tile
+inline constexpr int kConsumers = 128;                // one warpgroup
+inline constexpr int kWgThreads = kConsumers + 32;    // + the producer warp
+inline constexpr int kOutConsumers = 2 * kConsumers;  // the walk with the output: two warpgroups
+inline constexpr int kOutThreads = kOutConsumers + 32;
+inline constexpr int kOutputBar = 2;                // named barrier of the output warpgroup
 inline constexpr int kStages = 2;                   // the ring
 inline constexpr int kAtom = kAtomBytes;            // one 64-row tile: 8 KiB (hopper.cuh)
 inline constexpr int kConsumerBar = 1;              // named barrier of the consumers
@@ -133,11 +139,15 @@ struct Smem {
   static constexpr int Hdr = G + kHdrAt;
   static constexpr int kStage = G + kGateBytes;
   // Offsets from the aligned base. X0, X1, Y0, Y1: an M tile's split operands; a state tile's
-  // warps stage h in X0 and v_new in Y1 (gdn_walk_rs.cuh); OUT: P in X0 / X1, o in Y0.
+  // warps stage h in X0 and v_new in Y1 (gdn_walk_rs.cuh); OUT: the X slots in X0 / X1, o in Y0.
   static constexpr int X0 = kStages * kStage, X1 = X0 + NKT * kAtom, Y0 = X1 + NKT * kAtom, Y1 = Y0 + kAtom;
-  static constexpr int Bar = Y1 + kAtom;                           // full[kStages], then empty[kStages]
-  static constexpr int Red = Bar + 8 * 2 * kStages;                // largest |M| [4], then |R| [4] (fp16 M tiles)
-  static constexpr size_t bytes = size_t(Red) + 2 * 4 * 4 + 1024;  // + the base's alignment
+  // OUT (gdn_walk_out.cuh): X0 / X1 are the two slots of X handed to the output warpgroup, VS the
+  // two slots of v_new (one tile each), PS the output warpgroup's two P tiles.
+  static constexpr int VS = Y1 + kAtom, PS = VS + 2 * kAtom;
+  static constexpr int Bar = Y1 + kAtom + (OUT ? 4 * kAtom : 0);  // full[kStages], then empty[kStages]
+  static constexpr int Red = Bar + 8 * 2 * kStages;               // largest |M| [4], then |R| [4] (fp16 M tiles)
+  static constexpr int XBar = Red + 2 * 4 * 4;  // OUT: xready[2], vready[2], xempty[2] (gdn_walk_out.cuh)
+  static constexpr size_t bytes = size_t(XBar) + (OUT ? 8 * 6 : 0) + 1024;  // + the base's alignment
   static_assert(bytes <= 227 * 1024, "one block must fit an SM's shared memory");
   static_assert(K <= 128 && kC <= 128 && kHdrAt + 16 <= kGateBytes, "the gates and the header fit the stage's 1 KiB");
 };
@@ -228,16 +238,19 @@ __device__ __forceinline__ uint32_t full_bar(uint32_t bars, int s) { return bars
 __device__ __forceinline__ uint32_t empty_bar(uint32_t bars, int s) { return bars + 8 * (kStages + s); }
 
 // The block's 1024-aligned base in shared memory (sb: its generic address) and the ring's
-// barriers at base + bar_off (full: the 32 producer lanes, empty: the consumers), behind a
-// block barrier.
-__device__ __forceinline__ uint32_t setup_ring(unsigned char* raw, int bar_off, unsigned char*& sb) {
+// barriers at base + bar_off (full: the 32 producer lanes, empty: the `consumers` threads); with
+// xbar_off > 0 also the two-slot ring from the recurrence's warpgroup to the output's
+// (gdn_walk_out.cuh: xready, vready, xempty, 128 arrivals each); behind a block barrier.
+__device__ __forceinline__ uint32_t setup_ring(unsigned char* raw, int bar_off, unsigned char*& sb,
+                                               int consumers = kConsumers, int xbar_off = 0) {
   const uint32_t r = smem_u32(raw), base = (r + 1023u) & ~1023u;
   sb = raw + (base - r);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       mbar_init(full_bar(base + bar_off, s), 32);
-      mbar_init(empty_bar(base + bar_off, s), kConsumers);
+      mbar_init(empty_bar(base + bar_off, s), consumers);
     }
+    for (int s = 0; xbar_off > 0 && s < 6; ++s) mbar_init(base + xbar_off + 8 * s, kConsumers);
     mbar_init_fence();
   }
   __syncthreads();
@@ -559,7 +572,7 @@ __device__ __forceinline__ void consume_m(const FwdWalkParams& p, const Blk& b, 
 }  // namespace kcp::kernels::cuda::walk_wg
 
 #include "kernels/cuda/gdn_walk_rs.cuh"
-// consume_out builds on consume_rs's helpers.
+// consume_out_rec / consume_out_o build on consume_rs's helpers.
 #include "kernels/cuda/gdn_walk_out.cuh"
 
 namespace kcp::kernels::cuda::walk_wg {
@@ -574,11 +587,14 @@ __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams
     if (skip_unread_tile<K>(p, b)) return;  // uniform over the block, before any barrier
   extern __shared__ unsigned char smem_raw[];
   unsigned char* sb = nullptr;
-  const uint32_t base = setup_ring(smem_raw, Sm::Bar, sb);
-  if (threadIdx.x >= kConsumers) {
+  const uint32_t base = setup_ring(smem_raw, Sm::Bar, sb, OUT ? kOutConsumers : kConsumers, OUT ? Sm::XBar : 0);
+  if (threadIdx.x >= (OUT ? kOutConsumers : kConsumers)) {
     produce<K, KDA, OUT>(maps, p, b, base, sb);
   } else if constexpr (OUT) {
-    consume_out<DT, K>(maps, p, b, base, sb);
+    if (threadIdx.x < kConsumers)
+      consume_out_rec<DT, K>(maps, p, b, base, sb);
+    else
+      consume_out_o<DT, K>(maps, p, b, base, sb);
   } else if constexpr (STATES) {
     consume_rs<DT, K, true, KDA>(maps, p, b, base, sb);
   } else {
@@ -592,7 +608,7 @@ __device__ __forceinline__ void walk_block(const Maps& maps, const FwdWalkParams
 // The kernel is compiled for sm_90a only (wgmma); elsewhere (the compute_90 PTX) it traps, and
 // the launcher never starts it there.
 template <class DT, int K, bool STATES, bool KDA, bool OUT>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(OUT ? kOutThreads : kWgThreads, 1)
     fwd_walk_wgmma_kernel(const __grid_constant__ Maps maps, const __grid_constant__ FwdWalkParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   walk_block<DT, K, STATES, KDA, OUT>(maps, p);
