@@ -9,18 +9,22 @@
 #
 #   OUT=DIR BUILDS="main=DIR1 cand=DIR2" [TS="8192 32768"] [OPS="kda gdn" (also kda64, gdn64: K = V = 64)]
 #     [NCU=cand] [SEED=5] [TEST="cand"] (FLA times the K = V = 128 ops only)
-#     [FLA=1] [LIMIT=560] bash scripts/gpu_compare.sh
+#     [FLA=1] [LIMIT=560] [PACK=.device/pack.tar.xz] bash scripts/gpu_compare.sh
 #
 # A build DIR holds kcp_gpu_bench (and, for a build in TEST, kcp_gpu_test and kcpbench), plain or .xz-compressed (built
 # elsewhere with static cudart: strip -o, xz). NCU names a build to profile (one iteration). LIMIT:
 # seconds after which the tests and FLA are cut (rc 124) and the results are packed (a device call
-# allows 600).
+# allows 600). PACK: a solid tarball of build folders (build_candidates.sh PACK=1), unpacked into
+# /tmp/gc-pack first; its BUILDS line names the folders there.
 set -u
 start=$(date +%s)
 R=$OUT/r
 mkdir -p "$R"
 left() { echo $(( ${LIMIT:-560} - $(date +%s) + start )); }
 log() { echo "$* +$(( $(date +%s) - start )) s" | tee -a "$R/status.txt"; }
+if [ -n "${PACK:-}" ]; then
+  mkdir -p /tmp/gc-pack && tar xJf "$PACK" -C /tmp/gc-pack || { echo "gpu_compare: cannot unpack $PACK" >&2; exit 2; }
+fi
 declare -A bin
 for e in $BUILDS; do
   name=${e%%=*} dir=${e#*=}
