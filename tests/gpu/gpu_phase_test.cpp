@@ -74,6 +74,18 @@ Case multiwave_case() {
   return c;
 }
 
+// GDN at K = V = 128 with G = HV / H value heads per q/k head other than 2: the kernels that form
+// the finalize's dq / dk in thread block clusters of a q/k head's blocks (gdn_bwd_wy_wgmma.cuh: G
+// blocks; gdn_bwd_dqk_wgmma.cuh: 2 G, fused up to G = 4) run at cluster sizes 1, 4 and 8 here, and
+// G = 8 also takes the unfused B4 path beside the fused B5.
+Case group_case(const std::string& name, int H, int HV, kk::DType dt, uint64_t seed) {
+  Case c = phase_case(name, 128, dt, true);
+  c.H = H;
+  c.HV = HV;
+  c.seed = seed;
+  return c;
+}
+
 // KDA (per-channel gates, kg, Aqk): GVA (H = 2, HV = 4), h0 and dht, a zero-length sequence in the
 // direct case; gate = the gate form (raw forms get dt_bias [HV, K]; softplus always, and
 // lower_bound when a_log, get A_log: the API requires A_log with softplus); head dims K and V (V = K
@@ -776,6 +788,9 @@ INSTANTIATE_TEST_SUITE_P(
         // fp16 at K = V = 128: the wgmma walks, B4 and B5 twins in fp16 at the production shape.
         Param{phase_case("raw_K128_fp16", 128, kk::DType::FP16, true), 2},
         Param{phase_case("gva_direct_K128", 128, kk::DType::BF16, false), 2}, Param{multiwave_case(), 4},
+        Param{group_case("g1_K128_bf16", 4, 4, kk::DType::BF16, 611), 2},
+        Param{group_case("g4_K128_fp16", 1, 4, kk::DType::FP16, 612), 3},
+        Param{group_case("g8_K128_bf16", 1, 8, kk::DType::BF16, 613), 2},
         Param{kda_case("kda_softplus_K64_bf16", 64, kk::DType::BF16, kk::GateForm::Softplus, false, true, 501), 3},
         Param{kda_case("kda_softplus_l2_K128_bf16", 128, kk::DType::BF16, kk::GateForm::Softplus, true, true, 502), 2},
         Param{kda_case("kda_lb_l2_K64_fp16", 64, kk::DType::FP16, kk::GateForm::LowerBound, true, true, 503), 2},
