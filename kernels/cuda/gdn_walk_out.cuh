@@ -27,15 +27,19 @@
 
 namespace kcp::kernels::cuda::walk_wg {
 
-// d = A B^T over K (A, B: the stage's 64 x K tiles at a and b, K-major: q k^T), issued as one
-// group.
-template <bool F16, int K>
-__device__ __forceinline__ void issue_qk(float (&d)[32], uint32_t a, uint32_t b) {
+// d = A B over the K keys, issued as one group; B: the stage's 64 x K tile at b, K-major; A at a:
+// TA = 0 the stage's q (K-major: P's q k^T), TA = 1 the X slot's K x 64 tile [key][c] (MN-major:
+// inter^T = X^T q^T).
+template <bool F16, int K, int TA>
+__device__ __forceinline__ void issue_keys(float (&d)[32], uint32_t a, uint32_t b) {
   fence_acc(d);
   wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk)
-    wgmma_64x64x16<F16, 0, 0>(d, desc_k(a + (kk / 4) * kAtom, kk % 4), desc_k(b + (kk / 4) * kAtom, kk % 4), kk > 0);
+  for (int kk = 0; kk < K / 16; ++kk) {
+    const uint32_t at = a + (kk / 4) * kAtom;
+    wgmma_64x64x16<F16, TA, 0>(d, TA ? desc_mn(at, kk % 4) : desc_k(at, kk % 4), desc_k(b + (kk / 4) * kAtom, kk % 4),
+                               kk > 0);
+  }
   wgmma_commit();
 }
 
@@ -64,18 +68,8 @@ __device__ __forceinline__ void zero_tokens_from(uint32_t (&vn)[16], int L) {
   }
 }
 
-// inter^T = X^T q^T (A: X^T, MN-major: the slot's K x 64 tile [key][c] at a; B: the stage's q,
-// K-major, at b) and intra^T = V^T P^T (A: the v_new slot [s][c], MN-major; B: the P tile [r][s],
-// K-major), each issued as one group.
-template <bool F16, int K>
-__device__ __forceinline__ void issue_inter(float (&d)[32], uint32_t a, uint32_t b) {
-  fence_acc(d);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk)
-    wgmma_64x64x16<F16, 1, 0>(d, desc_mn(a + (kk / 4) * kAtom, kk % 4), desc_k(b + (kk / 4) * kAtom, kk % 4), kk > 0);
-  wgmma_commit();
-}
+// intra^T = V^T P^T (A: the v_new slot [s][c], MN-major; B: the P tile [r][s], K-major), issued
+// as one group.
 template <bool F16>
 __device__ __forceinline__ void issue_intra(float (&e)[32], uint32_t vslot, uint32_t pt) {
   fence_acc(e);
@@ -207,9 +201,9 @@ __device__ __forceinline__ void consume_out_o(const Maps& maps, const FwdWalkPar
     mbar_wait(full_bar(bars, s), uint32_t((m / kStages) & 1));
     const ChunkHdr hd = *reinterpret_cast<const ChunkHdr*>(sst + Sm::Hdr);
     const float* g = reinterpret_cast<const float*>(sst + Sm::G);
-    issue_qk<F16, K>(pq, st + Sm::Q, st + Sm::Kt);  // k rows >= L of a partial chunk: masked in P
+    issue_keys<F16, K, 0>(pq, st + Sm::Q, st + Sm::Kt);  // k rows >= L of a partial chunk: masked in P
     mbar_wait(xready_bar(xbars, slot), uint32_t((m / 2) & 1));
-    issue_inter<F16, K>(oi, base + (slot ? Sm::X1 : Sm::X0), st + Sm::Q);
+    issue_keys<F16, K, 1>(oi, base + (slot ? Sm::X1 : Sm::X0), st + Sm::Q);
     wgmma_wait_n<1>();  // q k^T
     fence_acc(pq);
     put_p<DT>(pq, sb + (pt - base), g, hd.len);
