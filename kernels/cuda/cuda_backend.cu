@@ -356,16 +356,6 @@ class CudaBackend final : public Backend {
     finalize(a, false);
   }
 
-  // bwd_finalize's launches on checked Args; dk_done: bwd_grads' B5 finalized dk already (GDN).
-  void finalize(const BwdFinalizeArgs& a, bool dk_done) const {
-    if (a.ctx.problem.op == Op::Kda)
-      cuda::launch_kda_bwd_finalize(a, layout(a.ctx),
-                                    a.ctx.scratch + kda_scratch_parts(a.ctx.problem, a.ctx.layout).partials,
-                                    stream(a.ctx.exec));
-    else
-      cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec), dk_done);
-  }
-
   void copy_floats(float* dst, const float* src, int64_t n, const Exec& exec) const override {
     if (n < 0) arg_fail("copy_floats", "n (" + std::to_string(n) + ") must be >= 0");
     if (n == 0) return;
@@ -438,6 +428,16 @@ class CudaBackend final : public Backend {
   static constexpr size_t kMaxCached = 64;
 
   void bind() const { KCP_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  // bwd_finalize's launches on checked Args; dk_done: bwd_grads' B5 finalized dk already (GDN).
+  void finalize(const BwdFinalizeArgs& a, bool dk_done) const {
+    if (a.ctx.problem.op == Op::Kda)
+      cuda::launch_kda_bwd_finalize(a, layout(a.ctx),
+                                    a.ctx.scratch + kda_scratch_parts(a.ctx.problem, a.ctx.layout).partials,
+                                    stream(a.ctx.exec));
+    else
+      cuda::launch_bwd_finalize(a, layout(a.ctx), a.ctx.scratch, stream(a.ctx.exec), dk_done);
+  }
   // A host <-> device copy of `bytes` bytes on exec's stream, complete when it returns.
   void copy_sync(void* dst, const void* src, int64_t bytes, cudaMemcpyKind kind, const Exec& exec) const {
     if (bytes <= 0) return;
