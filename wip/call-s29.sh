@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # (kept in wip/ because .device/ may not survive into the next session: rebuild the pack first with
-#  PACK=1 bash scripts/build_candidates.sh wip/gfq.patch wip/mc.patch both=wip/gfq.patch+wip/mc.patch
+#  PACK=1 bash scripts/build_candidates.sh wip/gfq.patch wip/mc.patch wip/orel.patch both=wip/gfq.patch+wip/mc.patch+wip/orel.patch
 #  then run with carry [".device/pack.tar.xz"]: OUT=$OUT TOTAL=560 bash wip/call-s29.sh)
 # session 29 call 2: main 970c2ca vs gfq (wip/gfq.patch: B4 finalizes dq on chip), mc (wip/mc.patch:
-# the walks' column-tile pairs as clusters with TMA multicast of W, k, q) and both (gfq + mc).
+# the walks' column-tile pairs as clusters with TMA multicast of W, k, q) orel (wip/orel.patch: the output warpgroup releases the stage before o) and both (gfq + mc + orel).
 # Benches (GDN T = 8192, 32768; KDA T = 32768), then kcp_gpu_test and int1 (seed 14) of `both`, then
-# int3's GDN rows at seed 1 in three lanes with the first build of "both gfq mc" whose OUTHASH lines equal
+# int3's GDN rows at seed 1 in three lanes with the first build of "both gfq mc orel" whose OUTHASH lines equal
 # main's and whose test passed (both's test runs first; a fallback's test runs when both fails), else main.
 set -u
 start=$(date +%s)
@@ -15,7 +15,7 @@ el() { echo $(( $(date +%s) - start )); }
 mkdir -p $D $R && tar xJf .device/pack.tar.xz -C $D && chmod +x $D/*/*
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader | tee $R/gpu.txt
 shape() { case "$1" in kda) echo "32 32 128 0 20 0 1 1" ;; *) echo "16 32 128 0 20 0 1 0" ;; esac; }
-for ot in "gdn 8192" "gdn 32768" "kda 32768"; do set -- $ot; for b in main gfq mc both; do
+for ot in "gdn 8192" "gdn 32768" "kda 32768"; do set -- $ot; for b in main gfq mc orel both; do
   echo "== $b $1 T=$2"; timeout 100 $D/$b/kcp_gpu_bench $2 $(shape $1) > $R/b.txt 2>&1 || echo "rc $?"
   cat $R/b.txt; grep OUTHASH $R/b.txt | sed "s/^/$1 /" >> $R/hash-$b.txt
 done; done > $R/bench.txt 2>&1
@@ -30,7 +30,7 @@ grep -E "^==|RESULT" $R/bench.txt
 ( timeout 200 $D/both/kcpbench -q --configs configs run --rows int1 --backend cuda --seed 14 --cache none \
     --json $R/int1-cuda-seed14-both.json > $R/int1-both.txt 2>&1; echo "int1 both rc $? +$(el) s" >> $R/status.txt ) &
 use=main
-for b in both gfq mc; do
+for b in both gfq mc orel; do
   diff $R/hash-main.txt $R/hash-$b.txt > /dev/null || { echo "$b: OUTHASH differs from main" | tee -a $R/status.txt; continue; }
   timeout 150 $D/$b/kcp_gpu_test > $R/gpu_test-$b.txt 2>&1; rc=$?
   echo "kcp_gpu_test $b rc $rc +$(el) s: $(tail -n 1 $R/gpu_test-$b.txt)" | tee -a $R/status.txt
