@@ -20,6 +20,8 @@ for ot in "gdn 8192" "gdn 32768" "kda 32768"; do set -- $ot; for b in main gfq m
   cat $R/b.txt; grep OUTHASH $R/b.txt | sed "s/^/$1 /" >> $R/hash-$b.txt
 done; done > $R/bench.txt 2>&1
 echo "benches +$(el) s" | tee -a $R/status.txt
+for P in 1 4 8; do echo "== main gdn T=32768 P=$P"; timeout 60 $D/main/kcp_gpu_bench 32768 16 32 128 $P 10 0 1 0 2>&1 | grep -v OUTHASH; done > $R/psweep.txt 2>&1
+echo "P sweep +$(el) s" | tee -a $R/status.txt
 if [ "${NCU:-0}" = 1 ]; then  # speed of light and stall reasons of the first 30 launches of mc's GDN bench
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   timeout 120 $ncu --clock-control none --launch-count 30 --section LaunchStats --section WarpStateStats \
@@ -44,3 +46,4 @@ cp $OUT/rows/r/*.json $OUT/rows/r/*.log $OUT/rows/r/summary.txt $OUT/rows/r/host
 tar czf $OUT/r.tgz -C $OUT r; rm -rf $OUT/rows
 cat $R/status.txt $R/summary.txt; tail -n 1 $R/int1-both.txt
 grep -E "^==|RESULT|OUTHASH|rc " $R/bench.txt | head -80
+grep -E "^==|RESULT" $R/psweep.txt

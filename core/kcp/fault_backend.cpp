@@ -92,11 +92,11 @@ void FaultInjectingBackend::bind_backward(RankRun& run, FormBuffers& buf) const 
     // The other package's backward, with its own workspace: only the saved set is foreign.
     run.exec.package = other(run.exec.package);
     const DeviceArray& ws = buf.workspace_arena();
-    run.ws = bind_workspace_for(ws.get(), ws.size(), run.problem, run.layout, run.exec.package);
+    run.ws = bind_workspace_for(ws.get(), ws.size(), run.problem, run.layout, run.kind, run.exec.package);
   } else if (kind_ == FaultKind::WorkspaceOfOtherPackage) {
     const DeviceArray& ws = buf.spare_workspace_arena();
     ws.fill(std::numeric_limits<float>::quiet_NaN(), run.exec);
-    run.ws = bind_workspace_for(ws.get(), ws.size(), run.problem, run.layout, other(run.exec.package));
+    run.ws = bind_workspace_for(ws.get(), ws.size(), run.problem, run.layout, run.kind, other(run.exec.package));
   }
 }
 

@@ -48,7 +48,7 @@ FormBuffers::FormBuffers(const kernels::Backend& be, const RowConfig& row, const
   dht_ = DeviceArray(be, per_piece(shard.dht, row.dht, rp, HVKV), exec);
 
   saved_ = DeviceArray(be, be.saved_floats(problem, layout, kind));
-  ws_ = DeviceArray(be, be.workspace_floats(problem, layout));
+  ws_ = DeviceArray(be, be.workspace_floats(problem, layout, kind));
   // Token and State tensors always (the kernels write ht and dh0 for every piece); the Param
   // gradients only when the row has them (a null pointer tells the kernels there is none). The
   // Boundary tensors are the saved set's / workspace's own arrays (FormRun downloads them).

@@ -210,7 +210,7 @@ void FormRun::run_once(bool timed, bool phase_timed) {
   run_.exec = exec_;
   const DeviceArray& ws = buf_.workspace_arena();
   call_backend("bind", [&] {
-    run_.ws = backend_.bind_workspace_for(ws.get(), ws.size(), problem_, run_.layout, exec_.package);
+    run_.ws = backend_.bind_workspace_for(ws.get(), ws.size(), problem_, run_.layout, run_.kind, exec_.package);
   });
   backend_.synchronize(exec_);
   comm_.barrier();

@@ -22,7 +22,7 @@ void check_run(const RankRun& r, const char* where) {
     throw std::invalid_argument(std::string(e.what()) + " (in " + where + ")");
   }
   const uint64_t fp = layout_fingerprint(r.problem, r.layout);
-  check_workspace(r.ws, r.exec.package, fp);
+  check_workspace(r.ws, r.exec.package, r.kind, fp);
   check_saved_set(r.saved.tag, r.exec.package, r.problem.op, fp);
   if (r.saved.tag.kind != r.kind)
     throw std::invalid_argument(std::string("kcp kernels: ") + where + ": saved set is " + to_string(r.saved.tag.kind) +
@@ -34,6 +34,15 @@ void check_run(const RankRun& r, const char* where) {
 const float* seg_Mt_of(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_Mt : r.ws.seg_Mt; }
 float* seg_Mt_mut(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_Mt : r.ws.seg_Mt; }
 float* seg_entry_of(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_entry : r.ws.seg_entry; }
+
+// The WY factors W, U (and KDA's kg): kept by a full saved set, in the workspace with light.
+struct WyTensors {
+  DtypeTensor W, U, kg;
+};
+WyTensors wy_of(const RankRun& r) {
+  if (r.kind == SavedKind::Full) return {r.saved.W, r.saved.U, r.saved.kg};
+  return {r.ws.W, r.ws.U, r.ws.kg};
+}
 
 void run_prep_wy(const Backend& be, const RankRun& r, bool with_prep) {
   if (with_prep) {
@@ -61,9 +70,10 @@ void run_prep_wy(const Backend& be, const RankRun& r, bool with_prep) {
   w.beta = r.in.beta;
   w.gcum = r.saved.gcum;
   w.Phi = r.saved.Phi;
-  w.W = r.ws.W;
-  w.U = r.ws.U;
-  w.kg = r.ws.kg;
+  const WyTensors f = wy_of(r);
+  w.W = f.W;
+  w.U = f.U;
+  w.kg = f.kg;
   be.wy(w);
 }
 
@@ -74,9 +84,10 @@ A fwd_walk_args(const RankRun& r) {
   a.ctx = ctx_of(r);
   a.k = r.saved.k;
   a.gcum = r.saved.gcum;
-  a.W = r.ws.W;
-  a.U = r.ws.U;
-  a.kg = r.ws.kg;
+  const WyTensors f = wy_of(r);
+  a.W = f.W;
+  a.U = f.U;
+  a.kg = f.kg;
   return a;
 }
 // The inputs the backward walks (summaries and states) share.
@@ -87,8 +98,9 @@ A bwd_walk_args(const RankRun& r) {
   a.q = r.saved.q;
   a.k = r.saved.k;
   a.gcum = r.saved.gcum;
-  a.W = r.ws.W;
-  a.kg = r.ws.kg;
+  const WyTensors f = wy_of(r);
+  a.W = f.W;
+  a.kg = f.kg;
   a.dO = r.in.dO;
   a.dv_local = r.ws.dv_local;
   return a;
@@ -214,9 +226,10 @@ void rank_backward_begin(const Backend& be, const RankRun& r, float* summary_Mt,
     throw std::invalid_argument(
         "kcp kernels: rank_backward_begin: a backward rank summary was requested but piece 0 starts its "
         "sequence; nothing is sent");
-  // B1: recompute W, U (kg); light: segment summaries and entry states; then h, v_new.
-  run_prep_wy(be, r, /*with_prep=*/false);
+  // B1: light recomputes W, U (kg), the segment summaries and entry states (full kept them); both
+  // recompute h, v_new.
   if (r.kind == SavedKind::Light) {
+    run_prep_wy(be, r, /*with_prep=*/false);
     run_fwd_summaries(be, r);
     entry_states(be, r, nullptr);
   }

@@ -48,7 +48,7 @@ struct RankRun {
   kernels::SavedKind kind = SavedKind::Full;
   kernels::InputTensors in;
   kernels::SavedTensors saved;   // bind_saved(..., kind, exec.package)
-  kernels::WorkspaceTensors ws;  // Backend::bind_workspace_for(..., exec.package)
+  kernels::WorkspaceTensors ws;  // Backend::bind_workspace_for(..., kind, exec.package)
 };
 
 void rank_forward_begin(const kernels::Backend& be, const RankRun& run, float* summary_M, float* summary_h_ext);

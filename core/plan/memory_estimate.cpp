@@ -178,7 +178,7 @@ int64_t form_bytes(const RowConfig& row, const RankPlan& rp, int world, SavedKin
   L.n_segments = static_cast<int32_t>(S);
   const int64_t scratch = req.backend ? req.backend->extra_workspace_floats(p, L) : 0;
   const int64_t saved = kernels::saved_sizes(p, L, kind).total_floats();
-  const int64_t ws = kernels::workspace_sizes(p, L, scratch).total_floats() * (req.spare_workspace ? 2 : 1);
+  const int64_t ws = kernels::workspace_sizes(p, L, kind, scratch).total_floats() * (req.spare_workspace ? 2 : 1);
   const int64_t HVKV = HV * K * V;
   // q, k, v, dO as 16-bit dtype patterns (the caller storage of the CUDA backend and the CPU twin
   // that `run` uses; kernels/api/tensors.h); g and beta as floats.

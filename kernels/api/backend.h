@@ -66,10 +66,10 @@ class Backend {
   int64_t saved_floats(const Problem& problem, const LayoutView& layout, SavedKind kind) const {
     return saved_sizes(problem, layout, kind).total_floats();
   }
-  int64_t workspace_floats(const Problem& problem, const LayoutView& layout) const {
-    return workspace_sizes(problem, layout, extra_workspace_floats(problem, layout)).total_floats();
+  int64_t workspace_floats(const Problem& problem, const LayoutView& layout, SavedKind kind) const {
+    return workspace_sizes(problem, layout, kind, extra_workspace_floats(problem, layout)).total_floats();
   }
-  // How this backend stores the ten "dtype" saved / workspace tensors (dtype_tensor.h): F32 for
+  // How this backend stores the "dtype" saved / workspace tensors (dtype_tensor.h): F32 for
   // the CPU twin, Packed16 for CUDA. Every phase refuses a DtypeTensor of another storage.
   virtual Storage dtype_storage() const = 0;
   // How this backend takes the eight caller tensors (q, k, v, dO in; o, dq, dk, dv out;
@@ -86,8 +86,8 @@ class Backend {
     return bind_saved(arena, arena_floats, problem, layout, kind, package, dtype_storage());
   }
   WorkspaceTensors bind_workspace_for(float* arena, int64_t arena_floats, const Problem& problem,
-                                      const LayoutView& layout, Package package) const {
-    return bind_workspace(arena, arena_floats, problem, layout, package, extra_workspace_floats(problem, layout),
+                                      const LayoutView& layout, SavedKind kind, Package package) const {
+    return bind_workspace(arena, arena_floats, problem, layout, kind, package, extra_workspace_floats(problem, layout),
                           dtype_storage());
   }
 

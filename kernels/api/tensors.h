@@ -19,8 +19,8 @@
 // Saved set and workspace are carved from one caller-owned float arena each (bind_saved,
 // bind_workspace). Every tensor starts on a 64-float (256-byte) boundary. The tag (package,
 // op, saved kind, fingerprint of problem + layout) travels with the saved set and the
-// workspace; check_saved_set / check_workspace refuse a mismatch before any tensor is read,
-// naming both sides (docs/design.md 5).
+// workspace (a workspace is sized for one saved kind: light's holds what full's saved set keeps); check_saved_set /
+// check_workspace refuse a mismatch before any tensor is read, naming both sides (docs/design.md 5).
 #pragma once
 
 #include <cstdint>
@@ -96,17 +96,21 @@ struct SavedTensors {
                                // from earlier ranks (zeros otherwise)
   float* seg_Mt = nullptr;     // [S, HV, K, K] fp32, full only: M_seg^T (transfer planes)
   float* seg_entry = nullptr;  // [S, HV, K, V] fp32, full only: segment entry states
+  DtypeTensor W;               // [T, HV, K] dtype, full only: the forward's WY factors (the
+  DtypeTensor U;               // [T, HV, V]  workspace's W, U, kg in light), which the backward
+  DtypeTensor kg;              // [T, HV, K]  reads instead of recomputing them; kg KDA only
 };
 
 struct WorkspaceTensors {
   Package package = Package::Det;
+  SavedKind kind = SavedKind::Full;  // the saved kind it was sized for
   uint64_t fingerprint = 0;
-  DtypeTensor W;                // [T, HV, K] dtype: Phi diag(beta) (K o gam)
-  DtypeTensor U;                // [T, HV, V] dtype: Phi diag(beta) V
-  DtypeTensor kg;               // [T, HV, K] dtype, KDA only: k o exp(lambda_last - lambda)
+  DtypeTensor W;                // [T, HV, K] dtype, light only: Phi diag(beta) (K o gam)
+  DtypeTensor U;                // [T, HV, V] dtype, light only: Phi diag(beta) V
+  DtypeTensor kg;               // [T, HV, K] dtype, KDA light only: k o exp(lambda_last - lambda)
   float* seg_h_ext = nullptr;   // [S, HV, K, V] fp32: segment h_ext from a zero state
-  float* seg_Mt = nullptr;      // [S, HV, K, K] fp32: M_seg^T (light saved set / recompute)
-  float* seg_entry = nullptr;   // [S, HV, K, V] fp32: segment entry states (light)
+  float* seg_Mt = nullptr;      // [S, HV, K, K] fp32, light only: M_seg^T
+  float* seg_entry = nullptr;   // [S, HV, K, V] fp32, light only: segment entry states
   DtypeTensor h;                // [NT, HV, K, V] dtype: state at every chunk start
   DtypeTensor v_new;            // [T, HV, V] dtype: U - W S
   DtypeTensor dv_local;         // [T, HV, V] dtype: P^T dO (intra-chunk part of dv_new)
@@ -128,11 +132,12 @@ inline int64_t align_floats(int64_t n) {
 
 // Element counts of every saved / workspace tensor (0 = absent for this problem / kind).
 struct SavedSizes {
-  int64_t q = 0, k = 0, rstd_q = 0, rstd_k = 0, gcum = 0, Phi = 0, Aqk = 0, incoming = 0, seg_Mt = 0, seg_entry = 0;
+  int64_t q = 0, k = 0, rstd_q = 0, rstd_k = 0, gcum = 0, Phi = 0, Aqk = 0, incoming = 0, seg_Mt = 0, seg_entry = 0,
+          W = 0, U = 0, kg = 0;
   int64_t total_floats() const {
     return align_floats(q) + align_floats(k) + align_floats(rstd_q) + align_floats(rstd_k) + align_floats(gcum) +
            align_floats(Phi) + align_floats(Aqk) + align_floats(incoming) + align_floats(seg_Mt) +
-           align_floats(seg_entry);
+           align_floats(seg_entry) + align_floats(W) + align_floats(U) + align_floats(kg);
   }
 };
 struct WorkspaceSizes {
@@ -158,20 +163,27 @@ inline SavedSizes saved_sizes(const Problem& p, const LayoutView& L, SavedKind k
   if (kind == SavedKind::Full) {
     s.seg_Mt = S * p.HV * p.K * p.K;
     s.seg_entry = S * p.HV * p.K * p.V;
+    s.W = T * p.HV * p.K;
+    s.U = T * p.HV * p.V;
+    if (p.op == Op::Kda) s.kg = T * p.HV * p.K;
   }
   return s;
 }
 
-inline WorkspaceSizes workspace_sizes(const Problem& p, const LayoutView& L, int64_t extra_floats = 0) {
+// The workspace of a run with the given saved kind: W, U, kg, seg_Mt and seg_entry only for light
+// (a full saved set keeps them).
+inline WorkspaceSizes workspace_sizes(const Problem& p, const LayoutView& L, SavedKind kind, int64_t extra_floats = 0) {
   WorkspaceSizes w;
   const int64_t T = L.T, S = L.n_segments, NT = L.n_chunks;
   const int64_t HV = p.HV, K = p.K, V = p.V;
-  w.W = T * HV * K;
-  w.U = T * HV * V;
-  if (p.op == Op::Kda) w.kg = T * HV * K;
+  if (kind == SavedKind::Light) {
+    w.W = T * HV * K;
+    w.U = T * HV * V;
+    if (p.op == Op::Kda) w.kg = T * HV * K;
+    w.seg_Mt = S * HV * K * K;
+    w.seg_entry = S * HV * K * V;
+  }
   w.seg_h_ext = S * HV * K * V;
-  w.seg_Mt = S * HV * K * K;
-  w.seg_entry = S * HV * K * V;
   w.h = NT * HV * K * V;
   w.v_new = T * HV * V;
   w.dv_local = T * HV * V;
@@ -260,19 +272,24 @@ inline SavedTensors bind_saved(float* arena, int64_t arena_floats, const Problem
   t.incoming = detail::carve(c, s.incoming);
   t.seg_Mt = detail::carve(c, s.seg_Mt);
   t.seg_entry = detail::carve(c, s.seg_entry);
+  t.W = detail::carve_dtype(c, s.W, dtype_storage);
+  t.U = detail::carve_dtype(c, s.U, dtype_storage);
+  t.kg = detail::carve_dtype(c, s.kg, dtype_storage);
   return t;
 }
 
 inline WorkspaceTensors bind_workspace(float* arena, int64_t arena_floats, const Problem& p, const LayoutView& L,
-                                       Package package, int64_t extra_floats = 0,
+                                       SavedKind kind, Package package, int64_t extra_floats = 0,
                                        Storage dtype_storage = Storage::F32) {
-  const WorkspaceSizes s = workspace_sizes(p, L, extra_floats);
+  const WorkspaceSizes s = workspace_sizes(p, L, kind, extra_floats);
   detail::check_arena(arena, "bind_workspace");
   if (arena_floats < s.total_floats())
     throw std::invalid_argument("kcp kernels: bind_workspace: arena holds " + std::to_string(arena_floats) +
-                                " floats, the workspace needs " + std::to_string(s.total_floats()));
+                                " floats, the workspace of a " + to_string(kind) + " run needs " +
+                                std::to_string(s.total_floats()));
   WorkspaceTensors t;
   t.package = package;
+  t.kind = kind;
   t.fingerprint = layout_fingerprint(p, L);
   float* c = arena;
   t.W = detail::carve_dtype(c, s.W, dtype_storage);
@@ -312,10 +329,14 @@ inline void check_saved_set(const SavedTag& have, Package want_package, Op want_
                                 std::to_string(have.fingerprint) + ", this backward has " +
                                 std::to_string(want_fingerprint) + ")");
 }
-inline void check_workspace(const WorkspaceTensors& ws, Package want_package, uint64_t want_fingerprint) {
+inline void check_workspace(const WorkspaceTensors& ws, Package want_package, SavedKind want_kind,
+                            uint64_t want_fingerprint) {
   if (ws.package != want_package)
     throw std::invalid_argument(std::string("kcp kernels: workspace of the ") + to_string(ws.package) +
                                 " package passed to the " + to_string(want_package) + " package");
+  if (ws.kind != want_kind)
+    throw std::invalid_argument(std::string("kcp kernels: workspace sized for a ") + to_string(ws.kind) +
+                                " saved set passed to a " + to_string(want_kind) + " run");
   if (ws.fingerprint != want_fingerprint)
     throw std::invalid_argument("kcp kernels: workspace was sized for another problem/layout (fingerprint " +
                                 std::to_string(ws.fingerprint) + ", expected " + std::to_string(want_fingerprint) +

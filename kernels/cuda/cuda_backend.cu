@@ -163,7 +163,7 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return "cuda"; }
   Status can_implement(const Problem& problem) const override { return support(problem); }
-  // The ten "dtype" saved / workspace tensors and the eight caller tensors are raw 16-bit dtype
+  // The "dtype" saved / workspace tensors and the eight caller tensors are raw 16-bit dtype
   // values (see the top).
   static constexpr PhaseStorage kStorage{Storage::Packed16, Storage::Packed16};
   Storage dtype_storage() const override { return kStorage.dtype; }

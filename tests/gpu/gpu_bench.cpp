@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
   float* g = up(gen(T * HV * gw, -0.7f, -0.05f));
   float* beta = up(gen(T * HV, 0.05f, 0.95f));
   const kcp::DtypeArray dO = up16(gen(T * HV * K, -1.f, 1.f));
-  const int64_t saved_n = be.saved_floats(p, L, kk::SavedKind::Full), ws_n = be.workspace_floats(p, L);
+  const int64_t saved_n = be.saved_floats(p, L, kk::SavedKind::Full),
+                ws_n = be.workspace_floats(p, L, kk::SavedKind::Full);
   float* saved = be.alloc_floats(saved_n);
   float* ws = be.alloc_floats(ws_n);
   const kcp::DtypeArray o(be, T * HV * K, p.dtype);
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
   run.in.beta = beta;
   run.in.dO = dO.tensor();
   run.saved = be.bind_saved_for(saved, saved_n, p, L, kk::SavedKind::Full, ex.package);
-  run.ws = be.bind_workspace_for(ws, ws_n, p, L, ex.package);
+  run.ws = be.bind_workspace_for(ws, ws_n, p, L, kk::SavedKind::Full, ex.package);
   const kk::OutputTensors out{o.tensor(), ht};
   const kk::GradTensors gr{dq.tensor(), dk.tensor(), dv.tensor(), dg, dbeta, nullptr, nullptr, dh0};
 

@@ -16,21 +16,35 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 }  // namespace
 
+namespace {
+// The regions of present tensors (a saved kind without W, U, ... has null ones).
+std::vector<Region16> present(std::vector<Region16> r) {
+  std::vector<Region16> out;
+  for (const Region16& x : r)
+    if (x.t) out.push_back(x);
+  return out;
+}
+}  // namespace
+
 std::vector<Region16> cuda_16bit_tensors(const kk::WorkspaceTensors& w, const kk::Problem& p, const kk::LayoutView& L) {
   const int64_t T = L.T, NT = L.n_chunks, HV = p.HV, K = p.K, V = p.V;
-  std::vector<Region16> r = {{"W", w.W, T * HV * K},
-                             {"U", w.U, T * HV * V},
-                             {"h", w.h, NT * HV * K * V},
-                             {"v_new", w.v_new, T * HV * V},
-                             {"dh", w.dh, NT * HV * K * V},
-                             {"dv2", w.dv2, T * HV * V},
-                             {"dv_local", w.dv_local, T * HV * V}};
-  if (p.op == kk::Op::Kda) r.push_back({"kg", w.kg, T * HV * K});
-  return r;
+  return present({{"W", w.W, T * HV * K},
+                  {"U", w.U, T * HV * V},
+                  {"kg", w.kg, T * HV * K},
+                  {"h", w.h, NT * HV * K * V},
+                  {"v_new", w.v_new, T * HV * V},
+                  {"dh", w.dh, NT * HV * K * V},
+                  {"dv2", w.dv2, T * HV * V},
+                  {"dv_local", w.dv_local, T * HV * V}});
 }
 std::vector<Region16> cuda_16bit_tensors(const kk::SavedTensors& s, const kk::Problem& p, const kk::LayoutView& L) {
-  const int64_t T = L.T;
-  return {{"q", s.q, T * p.H * p.K}, {"k", s.k, T * p.H * p.K}, {"Phi", s.Phi, T * p.HV * p.chunk}};
+  const int64_t T = L.T, HV = p.HV, K = p.K, V = p.V;
+  return present({{"q", s.q, T * p.H * K},
+                  {"k", s.k, T * p.H * K},
+                  {"Phi", s.Phi, T * HV * p.chunk},
+                  {"W", s.W, T * HV * K},
+                  {"U", s.U, T * HV * V},
+                  {"kg", s.kg, T * HV * K}});
 }
 
 Diff diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -161,12 +161,13 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     const int64_t T = c_.T(), N = L_.n_pieces, S = int64_t(c_.HV) * c_.K * c_.V;
     // ---- the twin, host memory ----
     h_saved_.assign(size_t(cpu_->saved_floats(p_, L_, kk::SavedKind::Full)), kNaN);
-    h_ws_.assign(size_t(gpu_->workspace_floats(p_, L_)), kNaN);  // the GPU's size (with its scratch)
+    h_ws_.assign(size_t(gpu_->workspace_floats(p_, L_, kk::SavedKind::Full)),
+                 kNaN);  // the GPU's size (with its scratch)
     // The twin's storage (F32), the GPU's workspace size (its scratch last, so every other tensor
     // sits at the same offset as on the device).
     hs_ =
         cpu_->bind_saved_for(h_saved_.data(), int64_t(h_saved_.size()), p_, L_, kk::SavedKind::Full, kk::Package::Det);
-    hw_ = kk::bind_workspace(h_ws_.data(), int64_t(h_ws_.size()), p_, L_, kk::Package::Det,
+    hw_ = kk::bind_workspace(h_ws_.data(), int64_t(h_ws_.size()), p_, L_, kk::SavedKind::Full, kk::Package::Det,
                              gpu_->extra_workspace_floats(p_, L_), cpu_->dtype_storage());
     h_o_ = kcp::DtypeArray(*cpu_, T * c_.HV * c_.V, c_.dtype);
     h_ht_.assign(size_t(N * S), kNaN);
@@ -211,7 +212,7 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     d_saved_ = Buf(*gpu_, int64_t(h_saved_.size()));
     d_ws_ = Buf(*gpu_, int64_t(h_ws_.size()));
     ds_ = gpu_->bind_saved_for(d_saved_.get(), d_saved_.size(), p_, L_, kk::SavedKind::Full, kk::Package::Det);
-    dw_ = gpu_->bind_workspace_for(d_ws_.get(), d_ws_.size(), p_, L_, kk::Package::Det);
+    dw_ = gpu_->bind_workspace_for(d_ws_.get(), d_ws_.size(), p_, L_, kk::SavedKind::Full, kk::Package::Det);
     for (auto* pr : {&g_, &beta_, &A_log_, &dt_bias_, &h0_, &dht_}) *pr = Buf();
     q_ = kcp::DtypeArray(*gpu_, d_.q, c_.dtype);
     k_ = kcp::DtypeArray(*gpu_, d_.k, c_.dtype);
@@ -326,9 +327,9 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     a.ctx = ctx();
     a.k = ds_.k;
     a.gcum = ds_.gcum;
-    a.W = dw_.W;
-    a.U = dw_.U;
-    a.kg = dw_.kg;
+    a.W = ds_.W;
+    a.U = ds_.U;
+    a.kg = ds_.kg;
     a.seg_h_ext = dw_.seg_h_ext;
     a.seg_Mt = ds_.seg_Mt;
     gpu_->fwd_summaries(a);
@@ -427,9 +428,9 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     a.ctx = ctx();
     a.k = ds_.k;
     a.gcum = ds_.gcum;
-    a.W = dw_.W;
-    a.U = dw_.U;
-    a.kg = dw_.kg;
+    a.W = ds_.W;
+    a.U = ds_.U;
+    a.kg = ds_.kg;
     a.seg_entry = ds_.seg_entry;
     a.h = dw_.h;
     a.v_new = dw_.v_new;
@@ -462,8 +463,8 @@ class GpuPhase : public ::testing::TestWithParam<Param> {
     a.q = ds_.q;
     a.k = ds_.k;
     a.gcum = ds_.gcum;
-    a.W = dw_.W;
-    a.kg = dw_.kg;
+    a.W = ds_.W;
+    a.kg = ds_.kg;
     a.dO = din_.dO;
     a.dv_local = dw_.dv_local;
     return a;
@@ -564,9 +565,9 @@ void GpuPhase::every_phase_matches_the_twin() {
 
   // wy
   refresh();
-  poison16(dw_.W, T * HV * K);
-  poison16(dw_.U, T * HV * V);
-  if (kda) poison16(dw_.kg, T * HV * K);
+  poison16(ds_.W, T * HV * K);
+  poison16(ds_.U, T * HV * V);
+  if (kda) poison16(ds_.kg, T * HV * K);
   {
     kk::WyArgs a;
     a.ctx = ctx();
@@ -575,14 +576,14 @@ void GpuPhase::every_phase_matches_the_twin() {
     a.beta = din_.beta;
     a.gcum = ds_.gcum;
     a.Phi = ds_.Phi;
-    a.W = dw_.W;
-    a.U = dw_.U;
-    a.kg = dw_.kg;
+    a.W = ds_.W;
+    a.U = ds_.U;
+    a.kg = ds_.kg;
     gpu_->wy(a);
   }
-  expect_ws16("wy", "W", dw_.W, T * HV * K);
-  expect_ws16("wy", "U", dw_.U, T * HV * V);
-  if (kda) expect_ws16("wy", "kg", dw_.kg, T * HV * K);
+  expect_saved16("wy", "W", ds_.W, T * HV * K);
+  expect_saved16("wy", "U", ds_.U, T * HV * V);
+  if (kda) expect_saved16("wy", "kg", ds_.kg, T * HV * K);
 
   // fwd_summaries
   run_fwd_summaries();

@@ -1,9 +1,10 @@
 // (d) full and light saved sets give identical bits (and so do det / nondet and 1 / 2 threads
-// in the twin); (e) extreme gates (-1000 and 0) give no NaN/Inf; (f) bad Args throw with a
-// message naming the field.
+// in the twin), full keeping the forward's WY factors for the backward; (e) extreme gates (-1000 and 0) give no
+// NaN/Inf; (f) bad Args throw with a message naming the field.
 #include <cstring>
 #include <limits>
 
+#include "core/kcp/backend_decorator.h"
 #include "twin_test_util.h"
 
 namespace kcp::test {
@@ -45,6 +46,40 @@ TEST_P(Contract, FullAndLightGiveTheSameBits) {
   threads.threads = 2;
   EXPECT_TRUE(same_bits(a, run_twin(c, d, threads), which)) << "1 vs 2 threads differ in " << which;
   for (const auto& [name, x] : a.t) EXPECT_EQ(non_finite(x), 0) << name;
+}
+
+// The twin, counting its wy calls.
+class WyCounter final : public kcp::BackendDecorator {
+ public:
+  explicit WyCounter(const kk::Backend& in) : BackendDecorator(in) {}
+  void wy(const kk::WyArgs& a) const override {
+    ++calls;
+    inner_.wy(a);
+  }
+  mutable int calls = 0;
+};
+
+// A full saved set keeps W, U (kg) from the forward, so its backward does not run wy again; light
+// recomputes them. Each rank's forward runs wy once (rank_driver.cpp B1). The workspace is
+// NaN-poisoned between forward and backward (run_backend), so a full backward that read the
+// workspace's W, U would show as non-finite results, and FullAndLightGiveTheSameBits compares them.
+TEST_P(Contract, FullKeepsTheWyFactorsAndLightRecomputesThem) {
+  Case c = GetParam() == kk::Op::Gdn ? gdn_raw_l2() : kda_raw_l2();
+  c.name += "_wy";
+  c.lens = {300, 0, 200};
+  const Data& d = data_for(c);
+  const std::unique_ptr<kk::Backend> twin = kk::make_cpu_backend();
+  for (kk::SavedKind kind : {kk::SavedKind::Full, kk::SavedKind::Light}) {
+    SCOPED_TRACE(kk::to_string(kind));
+    WyCounter be(*twin);
+    TwinOptions opt;
+    opt.rank_bounds = {0, 250, 500};
+    opt.P = {3, 2};
+    opt.kind = kind;
+    const TwinResults r = run_backend(be, c, d, opt);
+    EXPECT_EQ(be.calls, kind == kk::SavedKind::Full ? 2 : 4) << "wy calls over 2 ranks' forward and backward";
+    for (const auto& [name, x] : r.t) EXPECT_EQ(non_finite(x), 0) << name;
+  }
 }
 
 TEST_P(Contract, ExtremeGatesStayFinite) {
@@ -169,7 +204,7 @@ struct Fixture {
     layout = kk::RankLayout::even({100}, 2);
     const kk::Problem p = c.problem();
     saved.assign(size_t(be->saved_floats(p, layout.view(), kk::SavedKind::Full)), 0.0f);
-    ws.assign(size_t(be->workspace_floats(p, layout.view())), 0.0f);
+    ws.assign(size_t(be->workspace_floats(p, layout.view(), kk::SavedKind::Full)), 0.0f);
     o.assign(size_t(100) * c.HV * c.V, 0.0f);
     out.assign(size_t(100) * c.HV * c.V, 0.0f);
     run.problem = p;
@@ -184,14 +219,14 @@ struct Fixture {
     run.in = {in16(q16), in16(k16), in16(v16), d.g.data(), d.beta.data(),
               nullptr,   nullptr,   nullptr,   in16(dO16), nullptr};
     run.saved = be->bind_saved_for(saved.data(), int64_t(saved.size()), p, run.layout, kk::SavedKind::Full, pkg);
-    run.ws = be->bind_workspace_for(ws.data(), int64_t(ws.size()), p, run.layout, pkg);
+    run.ws = be->bind_workspace_for(ws.data(), int64_t(ws.size()), p, run.layout, kk::SavedKind::Full, pkg);
   }
   static kk::ConstDtypeTensor in16(const std::vector<uint16_t>& x) {
     return kk::ConstDtypeTensor::of_packed16(x.data());
   }
   kk::DtypeTensor o_tensor() { return kk::DtypeTensor::of_packed16(o16.data()); }
   kk::PhaseCtx ctx() const { return {run.problem, run.layout, run.exec}; }
-  // Well-formed GDN wy Args on the bound saved set and workspace.
+  // Well-formed GDN wy Args on the bound (full) saved set, which keeps W and U.
   kk::WyArgs wy_args() const {
     kk::WyArgs w;
     w.ctx = ctx();
@@ -200,8 +235,8 @@ struct Fixture {
     w.beta = d.beta.data();
     w.gcum = run.saved.gcum;
     w.Phi = run.saved.Phi;
-    w.W = run.ws.W;
-    w.U = run.ws.U;
+    w.W = run.saved.W;
+    w.U = run.saved.U;
     return w;
   }
 };
@@ -216,11 +251,11 @@ TEST(BadArgs, NullTensorsAreNamed) {
   s.ctx = f.ctx();
   s.k = f.run.saved.k;
   s.gcum = f.run.saved.gcum;
-  s.W = f.run.ws.W;
-  s.U = f.run.ws.U;
+  s.W = f.run.saved.W;
+  s.U = f.run.saved.U;
   EXPECT_MESSAGE_HAS(f.be->fwd_states(s), "gdn fwd_states: args.seg_entry is null");
   kk::WyArgs w = f.wy_args();
-  w.kg = f.run.ws.W;
+  w.kg = f.run.saved.W;
   EXPECT_MESSAGE_HAS(f.be->wy(w), "args.kg must be null");
   kk::FoldArgs fo;
   fo.HV = 1;
@@ -250,8 +285,8 @@ TEST(BadArgs, AnOutputOfOtherStatesIsRefused) {
   s.ctx = f.ctx();
   s.k = f.run.saved.k;
   s.gcum = f.run.saved.gcum;
-  s.W = f.run.ws.W;
-  s.U = f.run.ws.U;
+  s.W = f.run.saved.W;
+  s.U = f.run.saved.U;
   s.seg_entry = f.run.saved.seg_entry ? f.run.saved.seg_entry : f.run.ws.seg_entry;
   s.h = f.run.ws.h;
   s.v_new = f.run.ws.v_new;
@@ -371,11 +406,18 @@ TEST(BadArgs, DriverRulesAndTags) {
   mixed.layout = other.view();
   mixed.ws.fingerprint = kk::layout_fingerprint(mixed.problem, mixed.layout);
   EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, mixed, nullptr, nullptr), "saved set was made for another");
-  // a light run given a full saved set
+  // a light run given a full saved set (and a light workspace)
   mixed = f.run;
   mixed.kind = kk::SavedKind::Light;
+  mixed.ws.kind = kk::SavedKind::Light;
   EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, mixed, nullptr, nullptr),
                      "saved set is full but run.kind is light");
+  // a light run given the workspace of a full one (which has no room for W, U, seg_Mt, seg_entry)
+  mixed = f.run;
+  mixed.kind = kk::SavedKind::Light;
+  mixed.saved.tag.kind = kk::SavedKind::Light;
+  EXPECT_MESSAGE_HAS(kcp::rank_backward_begin(*f.be, mixed, nullptr, nullptr),
+                     "workspace sized for a full saved set passed to a light run");
   // arena too small
   EXPECT_MESSAGE_HAS(
       kk::bind_saved(f.saved.data(), 10, f.run.problem, f.run.layout, kk::SavedKind::Full, kk::Package::Det),
@@ -387,7 +429,7 @@ TEST(BadArgs, DriverRulesAndTags) {
                                     kk::SavedKind::Full, kk::Package::Det),
                      "bind_saved: arena is not 16-byte aligned");
   EXPECT_MESSAGE_HAS(f.be->bind_workspace_for(f.ws.data() + 1, int64_t(f.ws.size()) - 1, f.run.problem, f.run.layout,
-                                              kk::Package::Det),
+                                              kk::SavedKind::Full, kk::Package::Det),
                      "bind_workspace: arena is not 16-byte aligned");
 }
 

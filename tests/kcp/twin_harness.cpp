@@ -228,7 +228,7 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
     const kk::LayoutView L = rs.layout.view();
     const int64_t Tl = rs.g1 - rs.g0, N = L.n_pieces;
     rs.saved = Buf(be, be.saved_floats(p, L, opt.kind));
-    rs.ws = Buf(be, be.workspace_floats(p, L));
+    rs.ws = Buf(be, be.workspace_floats(p, L, opt.kind));
     std::vector<float> h0(size_t(N * S), kNaN), dht(size_t(N * S), kNaN);
     for (int32_t pi = 0; pi < N; ++pi) {
       const int s = rs.piece_seq[pi];
@@ -267,7 +267,7 @@ TwinResults run_backend(const kk::Backend& be, const Case& c, const Data& d, con
     run.in.dO = dO.tensor().at(rs.g0 * c.HV * c.V);
     run.in.dht = c.dht ? rs.dht.get() : nullptr;
     run.saved = be.bind_saved_for(rs.saved.get(), rs.saved.size(), p, L, opt.kind, opt.package);
-    run.ws = be.bind_workspace_for(rs.ws.get(), rs.ws.size(), p, L, opt.package);
+    run.ws = be.bind_workspace_for(rs.ws.get(), rs.ws.size(), p, L, opt.kind, opt.package);
   }
 
   // The all-gathers of the engine, emulated: every rank writes its block of one gathered buffer

@@ -69,29 +69,62 @@ TEST(DtypeTensor, AtStepsByTheStorageElement) {
   EXPECT_EQ(c.at(5).storage(), kk::Storage::Packed16);
 }
 
-// bind_saved / bind_workspace: the ten dtype tensors carry the declared storage at the same
-// addresses in both storages (sizes do not depend on it).
-TEST(DtypeTensor, BindGivesTheDeclaredStorage) {
+// H = 2, HV = 4, K = 64, the given V.
+kk::Problem small_problem(kk::Op op, int V) {
   kk::Problem p;
+  p.op = op;
   p.H = 2;
   p.HV = 4;
   p.K = 64;
-  p.V = 64;
+  p.V = V;
+  return p;
+}
+
+// What a full saved set keeps (W, U, kg, seg_Mt, seg_entry) is in the workspace of a light run
+// instead: each kind's saved set and workspace together hold the same floats.
+TEST(DtypeTensor, FullKeepsInItsSavedSetWhatLightKeepsInItsWorkspace) {
+  for (kk::Op op : {kk::Op::Gdn, kk::Op::Kda}) {
+    const kk::Problem p = small_problem(op, 128);
+    const kk::RankLayout L = kk::RankLayout::even({200}, 2);
+    const kk::LayoutView lv = L.view();
+    const kk::SavedSizes sf = kk::saved_sizes(p, lv, kk::SavedKind::Full),
+                         sl = kk::saved_sizes(p, lv, kk::SavedKind::Light);
+    const kk::WorkspaceSizes wf = kk::workspace_sizes(p, lv, kk::SavedKind::Full),
+                             wl = kk::workspace_sizes(p, lv, kk::SavedKind::Light);
+    EXPECT_EQ(sf.W, 200 * 4 * 64);
+    EXPECT_EQ(sf.U, 200 * 4 * 128);
+    EXPECT_EQ(sf.kg, op == kk::Op::Kda ? 200 * 4 * 64 : 0);
+    EXPECT_EQ(sl.W + sl.U + sl.kg + sl.seg_Mt + sl.seg_entry, 0);
+    EXPECT_EQ(wf.W + wf.U + wf.kg + wf.seg_Mt + wf.seg_entry, 0);
+    EXPECT_EQ(wl.W, sf.W);
+    EXPECT_EQ(wl.U, sf.U);
+    EXPECT_EQ(wl.kg, sf.kg);
+    EXPECT_EQ(wl.seg_Mt, sf.seg_Mt);
+    EXPECT_EQ(wl.seg_entry, sf.seg_entry);
+    EXPECT_EQ(sf.total_floats() + wf.total_floats(), sl.total_floats() + wl.total_floats());
+  }
+}
+
+// bind_saved / bind_workspace: the dtype tensors carry the declared storage at the same
+// addresses in both storages (sizes do not depend on it).
+TEST(DtypeTensor, BindGivesTheDeclaredStorage) {
+  const kk::Problem p = small_problem(kk::Op::Gdn, 64);
   const kk::RankLayout L = kk::RankLayout::even({200}, 1);
   const kk::LayoutView lv = L.view();
   const int64_t sn = kk::saved_sizes(p, lv, kk::SavedKind::Full).total_floats();
-  const int64_t wn = kk::workspace_sizes(p, lv).total_floats();
+  const int64_t wn = kk::workspace_sizes(p, lv, kk::SavedKind::Light).total_floats();
   std::vector<float> sa(size_t(sn) + 16), wa(size_t(wn) + 16);
   for (kk::Storage st : {kk::Storage::F32, kk::Storage::Packed16}) {
     const kk::SavedTensors s = kk::bind_saved(sa.data(), sn, p, lv, kk::SavedKind::Full, kk::Package::Det, st);
     const kk::SavedTensors s32 = kk::bind_saved(sa.data(), sn, p, lv, kk::SavedKind::Full, kk::Package::Det);
-    for (const kk::DtypeTensor* t : {&s.q, &s.k, &s.Phi}) {
+    for (const kk::DtypeTensor* t : {&s.q, &s.k, &s.Phi, &s.W, &s.U}) {
       ASSERT_TRUE(*t);
       EXPECT_EQ(t->storage(), st);
     }
     EXPECT_EQ(s.Phi.address(), s32.Phi.address());
     EXPECT_EQ(s32.Phi.storage(), kk::Storage::F32);  // the default is the CPU twin's
-    const kk::WorkspaceTensors w = kk::bind_workspace(wa.data(), wn, p, lv, kk::Package::Det, 0, st);
+    const kk::WorkspaceTensors w =
+        kk::bind_workspace(wa.data(), wn, p, lv, kk::SavedKind::Light, kk::Package::Det, 0, st);
     for (const kk::DtypeTensor* t : {&w.W, &w.U, &w.h, &w.v_new, &w.dv_local, &w.dh, &w.dv2}) {
       ASSERT_TRUE(*t);
       EXPECT_EQ(t->storage(), st);
