@@ -33,8 +33,9 @@ struct RankResult {
   // Per timed repeat: kernel time (backend timers around the phases, exchange excluded) and host
   // wall time (exchange included) of this rank's forward and backward.
   std::vector<double> forward_kernel_ms, backward_kernel_ms, forward_wall_ms, backward_wall_ms;
-  // With EngineOptions::phase_times, per phase ("forward.prep", "backward.wy": the backward
-  // recomputes wy and the forward states) and per phase-timed run: its calls' kernel time summed.
+  // With EngineOptions::phase_times, per phase ("forward.prep", "backward.fwd_states": the backward
+  // recomputes the forward states, and wy with a light saved set) and per phase-timed run: its
+  // calls' kernel time summed.
   // Only phases this rank called.
   std::map<std::string, std::vector<double>> phase_kernel_ms;
   int64_t device_bytes = 0;    // everything the form allocated in the backend's memory
