@@ -178,8 +178,9 @@ Timings timing_stats(const RankResult& res, Communicator& comm, bool phase_times
   if (phase_times) {
     out.phases = phase_stats(res, comm, repeats);
     out.phases_what =
-        "per backend phase (kernels/api/backend.h) of the forward and of the backward (which recomputes wy and the "
-        "forward states): the kernel time of its calls in one run, summed, the slowest rank; measured on as many "
+        "per backend phase (kernels/api/backend.h) of the forward and of the backward (which recomputes the forward "
+        "states, and wy with a light saved set): the kernel time of its calls in one run, summed, the slowest rank; "
+        "measured on as many "
         "separate runs as the totals, with a timer pair around each call";
   }
   return out;

@@ -374,8 +374,9 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
   MemoryEstimate e;
   e.row = row.name;
   const SegmentPlan planned = make_plan(row, req.plan);
-  // The largest form: the planned schedule or a forced one (more segments), with the full saved
-  // set (a light-only run needs slightly less).
+  // The largest form: the planned schedule or a forced one (more segments), of either saved kind
+  // (their saved set and workspace hold the same floats; with the spare workspace of the
+  // workspace-of-other-package fault, a light form's larger workspace counts twice).
   std::vector<SegmentPlan> plans{planned};
   for (int P : std::set<int>(req.forced_P.begin(), req.forced_P.end())) {
     if (P <= 0 || !forced_p_unfit_reason(planned, P).empty()) continue;
@@ -383,7 +384,6 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
     fr.forced_P = P;
     plans.push_back(make_plan(row, fr));
   }
-  const SavedKind kind = SavedKind::Full;
   // The FP64 reference runs one group of heads at a time: the sequences' results and its working
   // set are those of one group (head_range_row's shape); every rank's slice gets all of them.
   e.reference_groups = reference_head_groups(row, req.reference_group_bytes);
@@ -412,16 +412,17 @@ MemoryEstimate estimate_memory(const RowConfig& row, const MemoryRequest& req) {
     m.rank = r;
     m.inputs = shard_bytes(run, rp.tokens(), s);
     // One form's arrays at a time: the largest form (FormRun frees them before the next).
-    for (const SegmentPlan& pl : plans) {
-      int64_t saved = 0, ws = 0, in = 0;
-      const int64_t f = form_bytes(run, pl.ranks[r], pl.world, kind, req, s, saved, ws, in);
-      if (f > m.form_arrays) {
-        m.form_arrays = f;
-        m.saved_set = saved;
-        m.workspace = ws;
+    for (const SegmentPlan& pl : plans)
+      for (SavedKind kind : {SavedKind::Full, SavedKind::Light}) {
+        int64_t saved = 0, ws = 0, in = 0;
+        const int64_t f = form_bytes(run, pl.ranks[r], pl.world, kind, req, s, saved, ws, in);
+        if (f > m.form_arrays) {
+          m.form_arrays = f;
+          m.saved_set = saved;
+          m.workspace = ws;
+        }
+        m.form_inputs = std::max(m.form_inputs, in);
       }
-      m.form_inputs = std::max(m.form_inputs, in);
-    }
     rank_host_bytes(row, part, run, rp, plans, probes, req, s, m);
     for (const Piece& pc : rp.pieces) seqs.insert(pc.seq);
     prepare = s.add({prepare, m.prepare}, "the row");

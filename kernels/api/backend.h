@@ -10,8 +10,8 @@
 //  * pointers live in the backend's memory space (host for "cpu", device for "cuda"); layout
 //    tables (LayoutView) are always host memory.
 //  * the det package is bitwise reproducible run to run, and full and light saved sets give the
-//    same bits (the light backward recomputes segment summaries and entry states with exactly
-//    the forward's phases). The CPU twin is deterministic in both packages.
+//    same bits (the light backward recomputes W, U, the segment summaries and entry states with
+//    exactly the forward's phases; full keeps the forward's). The CPU twin is deterministic in both packages.
 //  * CUDA calls are asynchronous on exec.stream; synchronize() waits.
 // Life cycle (CUTLASS style): can_implement(problem) -> saved_floats / workspace_floats ->
 // caller allocates and poisons -> bind_saved_for / bind_workspace_for (tensors.h) -> phases.

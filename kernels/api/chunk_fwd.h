@@ -7,8 +7,9 @@
 // Every pointer is in the backend's memory space; shapes as in tensors.h (T, NT, S, N, gw, C).
 // "dtype" = a value rounded to problem.dtype: a float for the KDA-only Aqk, a DtypeTensor
 // (dtype_tensor.h) for the rest: the caller tensors q, k, v, dO, o, dq, dk, dv stored as the
-// backend's caller_storage() (16-bit patterns), the saved q, k, Phi and the workspace W, U, kg, h,
-// v_new, dv_local, dh, dv2 as its dtype_storage() (tensors.h); "fp32" = full fp32.
+// backend's caller_storage() (16-bit patterns), the saved q, k, Phi, W, U, kg (W, U, kg in the
+// workspace with a light saved set) and the workspace h, v_new, dv_local, dh, dv2 as its
+// dtype_storage() (tensors.h); "fp32" = full fp32.
 //
 // Units: gcum holds the chunk-local inclusive cumsum of the natural-log decay a, multiplied by
 // kRcpLn2 (log2 units, fp32); kernels use exp2 of differences, every exponent <= 0.
@@ -60,7 +61,7 @@ struct PrepArgs {
   float* Aqk = nullptr;            // [T, HV, C] dtype (KDA only, else must be null)
 };
 
-// Phase 1b (also the first step of the backward recompute): the WY factors from the saved set.
+// Phase 1b (also the first step of the light backward's recompute): the WY factors from the saved set.
 //   W = Phi diag(beta) (K o gam), U = Phi diag(beta) V, KDA kg = K o (Gam / gam); all dtype.
 struct WyArgs {
   PhaseCtx ctx;

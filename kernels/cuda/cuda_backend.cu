@@ -12,9 +12,9 @@
 // transfer and never synchronises.
 // Determinism: every kernel reduces in a fixed order (no atomics), so the det and nondet
 // packages run the same kernels and both are bitwise reproducible; full and light saved sets
-// give the same bits because the light backward recomputes with the same kernels.
+// give the same bits because the light backward recomputes what full keeps with the same kernels.
 //
-// 16-bit storage (measured in docs/perf-notes.md). dtype_storage() is Storage::Packed16: the ten
+// 16-bit storage (measured in docs/perf-notes.md). dtype_storage() is Storage::Packed16: the
 // "dtype" tensors of the saved set and the workspace (DtypeTensor, kernels/api/dtype_tensor.h)
 // are stored as raw 16-bit dtype values (bf16 or fp16, the problem's dtype), element e at byte
 // 2 e of the tensor's region, i.e. in the first half of the floats that kernels/api/tensors.h

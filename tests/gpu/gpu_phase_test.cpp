@@ -523,7 +523,7 @@ void GpuPhase::every_phase_matches_the_twin() {
   const int64_t HV = c_.HV, K = c_.K, V = c_.V, H = c_.H;
   const int64_t S = HV * K * V, SK = HV * K * K;
   const int64_t gw = p_.gate_width();     // 1 (GDN) or K (KDA)
-  const bool kda = c_.op == kk::Op::Kda;  // KDA: Aqk (saved) and kg (workspace) too
+  const bool kda = c_.op == kk::Op::Kda;  // KDA: Aqk and kg (saved) too
 
   // prep
   refresh();

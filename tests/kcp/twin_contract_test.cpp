@@ -60,9 +60,10 @@ class WyCounter final : public kcp::BackendDecorator {
 };
 
 // A full saved set keeps W, U (kg) from the forward, so its backward does not run wy again; light
-// recomputes them. Each rank's forward runs wy once (rank_driver.cpp B1). The workspace is
-// NaN-poisoned between forward and backward (run_backend), so a full backward that read the
-// workspace's W, U would show as non-finite results, and FullAndLightGiveTheSameBits compares them.
+// recomputes them. Each rank's forward runs wy once (rank_driver.cpp B1). A full workspace has no
+// W, U (a phase given them refuses a null tensor), and light's is NaN-poisoned between forward
+// and backward (run_backend), so a light backward that skipped wy shows non-finite results;
+// FullAndLightGiveTheSameBits compares the two kinds' bits.
 TEST_P(Contract, FullKeepsTheWyFactorsAndLightRecomputesThem) {
   Case c = GetParam() == kk::Op::Gdn ? gdn_raw_l2() : kda_raw_l2();
   c.name += "_wy";

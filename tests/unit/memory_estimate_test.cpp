@@ -74,6 +74,32 @@ TEST(MemoryEstimate, FormArraysAreWhatFormBuffersAllocatesForEveryInt1Row) {
   }
 }
 
+// With the workspace-of-other-package fault each form also has a spare workspace of its own size:
+// a light form's workspace holds W, U, seg_Mt and seg_entry (a full form keeps them in its saved
+// set), so the largest form is a light one with its spare, which the estimate must count.
+TEST(MemoryEstimate, TheSpareWorkspaceOfALightFormCounts) {
+  const RowSet set = load_row_set(std::string(KCP_TEST_SOURCE_DIR) + "/configs/rows/int1.json");
+  const auto backend = kernels::make_cpu_backend();
+  const RowConfig& row = set.rows.front();
+  MemoryRequest req = request(row);
+  req.backend = backend.get();
+  req.spare_workspace = true;
+  const MemoryEstimate e = estimate_memory(row, req);
+  const SegmentPlan plan = make_plan(row, req.plan);
+  for (const RankPlan& rp : plan.ranks) {
+    const RowInputs shard = make_inputs(row, set.row_digests[row.index], rp.global_begin, rp.global_end);
+    const kernels::RankLayout layout = kernel_layout(rp);
+    int64_t bytes[2] = {0, 0};
+    for (SavedKind kind : {SavedKind::Full, SavedKind::Light}) {
+      FormBuffers buf(*backend, row, rp, plan.world, shard, kernel_problem(row), layout.view(), kind, {});
+      buf.spare_workspace_arena();
+      bytes[kind == SavedKind::Light] = buf.bytes();
+    }
+    EXPECT_GT(bytes[1], bytes[0]) << row.name << " rank " << rp.rank;
+    EXPECT_EQ(e.ranks[rp.rank].form_arrays, bytes[1]) << row.name << " rank " << rp.rank;
+  }
+}
+
 // The caller tensors q, k, v, dO, o, dq, dk, dv cross the kernel API as 16-bit patterns: on the
 // twin that `run` uses they take half the bytes they take on the exact-storage twin (floats), and
 // every other array is the same.
