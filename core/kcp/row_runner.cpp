@@ -180,8 +180,7 @@ Timings timing_stats(const RankResult& res, Communicator& comm, bool phase_times
     out.phases_what =
         "per backend phase (kernels/api/backend.h) of the forward and of the backward (which recomputes the forward "
         "states, and wy with a light saved set): the kernel time of its calls in one run, summed, the slowest rank; "
-        "measured on as many "
-        "separate runs as the totals, with a timer pair around each call";
+        "measured on as many separate runs as the totals, with a timer pair around each call";
   }
   return out;
 }
