@@ -31,17 +31,16 @@ void check_run(const RankRun& r, const char* where) {
     throw std::invalid_argument(std::string("kcp kernels: ") + where + ": in.h0 is null but problem.has_h0");
 }
 
-const float* seg_Mt_of(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_Mt : r.ws.seg_Mt; }
-float* seg_Mt_mut(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_Mt : r.ws.seg_Mt; }
-float* seg_entry_of(const RankRun& r) { return r.kind == SavedKind::Full ? r.saved.seg_entry : r.ws.seg_entry; }
-
-// The WY factors W, U (and KDA's kg): kept by a full saved set, in the workspace with light.
-struct WyTensors {
+// What a full saved set keeps for the backward and a light run holds in its workspace (and
+// recomputes): the segment transfer planes and entry states, the WY factors W, U (KDA's kg).
+struct Kept {
+  float* seg_Mt;
+  float* seg_entry;
   DtypeTensor W, U, kg;
 };
-WyTensors wy_of(const RankRun& r) {
-  if (r.kind == SavedKind::Full) return {r.saved.W, r.saved.U, r.saved.kg};
-  return {r.ws.W, r.ws.U, r.ws.kg};
+Kept kept_of(const RankRun& r) {
+  if (r.kind == SavedKind::Full) return {r.saved.seg_Mt, r.saved.seg_entry, r.saved.W, r.saved.U, r.saved.kg};
+  return {r.ws.seg_Mt, r.ws.seg_entry, r.ws.W, r.ws.U, r.ws.kg};
 }
 
 void run_prep_wy(const Backend& be, const RankRun& r, bool with_prep) {
@@ -70,7 +69,7 @@ void run_prep_wy(const Backend& be, const RankRun& r, bool with_prep) {
   w.beta = r.in.beta;
   w.gcum = r.saved.gcum;
   w.Phi = r.saved.Phi;
-  const WyTensors f = wy_of(r);
+  const Kept f = kept_of(r);
   w.W = f.W;
   w.U = f.U;
   w.kg = f.kg;
@@ -84,7 +83,7 @@ A fwd_walk_args(const RankRun& r) {
   a.ctx = ctx_of(r);
   a.k = r.saved.k;
   a.gcum = r.saved.gcum;
-  const WyTensors f = wy_of(r);
+  const Kept f = kept_of(r);
   a.W = f.W;
   a.U = f.U;
   a.kg = f.kg;
@@ -98,7 +97,7 @@ A bwd_walk_args(const RankRun& r) {
   a.q = r.saved.q;
   a.k = r.saved.k;
   a.gcum = r.saved.gcum;
-  const WyTensors f = wy_of(r);
+  const Kept f = kept_of(r);
   a.W = f.W;
   a.kg = f.kg;
   a.dO = r.in.dO;
@@ -109,7 +108,7 @@ A bwd_walk_args(const RankRun& r) {
 void run_fwd_summaries(const Backend& be, const RankRun& r) {
   FwdSummaryArgs a = fwd_walk_args<FwdSummaryArgs>(r);
   a.seg_h_ext = r.ws.seg_h_ext;
-  a.seg_Mt = seg_Mt_mut(r);
+  a.seg_Mt = kept_of(r).seg_Mt;
   be.fwd_summaries(a);
 }
 
@@ -130,7 +129,7 @@ void fold_piece(const Backend& be, const RankRun& r, int32_t p, bool backward, c
   if (f.n > 0) {
     const int64_t first = backward ? pc.seg_end - 1 : pc.seg_begin;
     const int64_t dir = backward ? -1 : 1;
-    f.A = seg_Mt_of(r) + first * hvkk(P);
+    f.A = kept_of(r).seg_Mt + first * hvkk(P);
     f.A_stride = dir * hvkk(P);
     f.b = (backward ? r.ws.seg_dh_ext : r.ws.seg_h_ext) + first * hvkv(P);
     f.b_stride = dir * hvkv(P);
@@ -159,14 +158,14 @@ void entry_states(const Backend& be, const RankRun& r, float* ht) {
   for (int32_t p = 0; p < r.layout.n_pieces; ++p) {
     const PieceDesc& pc = r.layout.pieces[p];
     float* xf = (ht && pc.seg_end == pc.seg_begin) ? ht + p * hvkv(r.problem) : nullptr;
-    fold_piece(be, r, p, false, piece_x0(r, p), seg_entry_of(r), xf, nullptr);
+    fold_piece(be, r, p, false, piece_x0(r, p), kept_of(r).seg_entry, xf, nullptr);
   }
 }
 
 // output: the forward's o in the same call (chunk_fwd.h); null in the backward's recompute.
 void run_fwd_states(const Backend& be, const RankRun& r, float* ht, const FwdOutputArgs* output) {
   FwdStateArgs a = fwd_walk_args<FwdStateArgs>(r);
-  a.seg_entry = seg_entry_of(r);
+  a.seg_entry = kept_of(r).seg_entry;
   a.h = r.ws.h;
   a.v_new = r.ws.v_new;
   a.ht = ht;
@@ -331,7 +330,7 @@ void rank_backward_end(const Backend& be, const RankRun& r, const float* exit_gr
   be.bwd_grads(g);
 }
 
-const float* segment_entry_states(const RankRun& r) { return seg_entry_of(r); }
+const float* segment_entry_states(const RankRun& r) { return kept_of(r).seg_entry; }
 
 void run_rank_backward(const Backend& be, const RankRun& r, const float* exit_grad, const GradTensors& grads,
                        float* summary_Mt, float* summary_dh_ext) {
